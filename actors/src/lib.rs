@@ -1,0 +1,41 @@
+//! Turnstile's concurrency skeleton: typed messages, the supervisor, session lanes and the
+//! channel-actor seam.
+//!
+//! This crate knows nothing about storage, HTTP or models. It drives the [`Backend`] trait,
+//! which the `turnstile` crate implements with sled, the context engine and a model client, and
+//! which the tests here implement with in-memory fakes. That is what lets ordering, passivation
+//! and supervision be tested without a disk or a network.
+//!
+//! # Layout
+//! - `backend`: the [`Backend`] trait — admission, recovery and turn execution, as the actors
+//!   see them.
+//! - `messages`: every message an actor here accepts ([`SupervisorMsg`], [`LaneMsg`]).
+//! - `supervisor`: the [`Supervisor`] actor — admits events, owns the lane registry, spawns,
+//!   restarts and passivates lanes, drains on shutdown.
+//! - `lane`: the session-lane actor — one per session key, one turn at a time, FIFO.
+//! - `channel`: the [`Channel`] trait and the actor that connects a transport to the
+//!   supervisor.
+//! - `handle`: [`SupervisorHandle`], the cheap-clone handle callers use; no `ActorRef` leaks.
+//!
+//! # Back-pressure
+//! ractor mailboxes are unbounded. Bounds live in two places: the [`Backend::admit`] call
+//! (global caps, e.g. the durable inbox depth) refuses work before anything is queued, and each
+//! lane's pending queue is capped by [`LaneSettings::queue_cap`].
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
+
+mod backend;
+mod channel;
+mod handle;
+mod lane;
+mod messages;
+mod supervisor;
+
+pub use backend::{Backend, LaneSettings, QueueItem, SessionKey, TurnFailure};
+pub use channel::{Channel, ChannelActor, ChannelHandle, ChannelMsg, MAX_INFLIGHT_DELIVERIES};
+pub use handle::{ActorsError, SupervisorHandle};
+pub use messages::{LaneMsg, SubmitReply, SupervisorMsg};
+pub use supervisor::{LaneRegistry, Supervisor};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,50 @@
+//! Every message the actors of this crate accept. Actors talk only through these.
+
+use ractor::{ActorId, RpcReplyPort};
+
+use crate::backend::{Backend, SessionKey, TurnFailure};
+
+/// What a submitter gets back from the supervisor.
+pub type SubmitReply<B> = Result<<B as Backend>::Accepted, <B as Backend>::Refused>;
+
+/// Messages to the [`crate::Supervisor`].
+pub enum SupervisorMsg<B: Backend> {
+    /// An inbound event from a channel: admit it and route it to its lane.
+    Submit(B::Event, RpcReplyPort<SubmitReply<B>>),
+    /// Start lanes for sessions that have unconsumed inbox items (used on start-up, so that
+    /// what was acknowledged before a crash is answered without waiting for a new message).
+    Recover(Vec<SessionKey>),
+    /// A lane has been idle for its timeout and asks to stop. `seen_seq` is the highest item
+    /// sequence the lane has received; the supervisor stops the lane only if it has routed
+    /// nothing newer, so no routed item is ever left behind in a stopping lane.
+    LaneIdle {
+        /// The lane's session key.
+        key: SessionKey,
+        /// The lane's actor id (a newer lane for the same key must not be stopped).
+        lane: ActorId,
+        /// Highest item sequence the lane has received.
+        seen_seq: u64,
+    },
+    /// Number of live lanes.
+    LiveLanes(RpcReplyPort<usize>),
+    /// Stop admitting, let every lane finish its running turn, then answer. Queued items stay
+    /// in the durable inbox for the next start.
+    Drain(RpcReplyPort<()>),
+}
+
+/// Messages to a session lane.
+pub enum LaneMsg<I> {
+    /// A new durable item for this lane's session.
+    Enqueue(I),
+    /// The turn the lane started has ended.
+    TurnEnded {
+        /// `None` when the turn succeeded.
+        failure: Option<TurnFailure>,
+    },
+    /// The idle timer fired: passivate if nothing happened for the idle timeout.
+    IdleCheck,
+    /// Finish the running turn, start no other, then stop.
+    Drain,
+    /// Stop now (sent by the supervisor after it accepted a passivation request).
+    Stop,
+}

@@ -1,0 +1,251 @@
+//! The supervisor: admits every inbound event, owns the lane registry, and spawns, restarts,
+//! passivates and drains session lanes.
+//!
+//! It is one actor, so admission is serial: the durable inbox sequence it assigns is the order
+//! lanes see. `Backend::admit` only starts a durable write; the submitter awaits durability
+//! outside the actor, so one slow flush never stalls routing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+
+use crate::backend::{Backend, QueueItem, SessionKey};
+use crate::lane::Lane;
+use crate::messages::{LaneMsg, SupervisorMsg};
+
+/// The live lanes by session key. Only the supervisor writes it; anyone may read it (e.g. to
+/// tell whether a session has a live turn before evicting it).
+pub struct LaneRegistry<I> {
+    lanes: Arc<DashMap<SessionKey, LaneEntry<I>>>,
+}
+
+struct LaneEntry<I> {
+    lane: ActorRef<LaneMsg<I>>,
+    /// Highest item sequence routed to this lane.
+    routed_seq: u64,
+}
+
+impl<I> Clone for LaneRegistry<I> {
+    fn clone(&self) -> Self {
+        Self {
+            lanes: Arc::clone(&self.lanes),
+        }
+    }
+}
+
+impl<I> Default for LaneRegistry<I> {
+    fn default() -> Self {
+        Self {
+            lanes: Arc::new(DashMap::new()),
+        }
+    }
+}
+
+impl<I> LaneRegistry<I> {
+    /// Number of live lanes.
+    pub fn len(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// True when no lane is live.
+    pub fn is_empty(&self) -> bool {
+        self.lanes.is_empty()
+    }
+
+    /// True when `key` has a live lane.
+    pub fn is_live(&self, key: &str) -> bool {
+        self.lanes.contains_key(key)
+    }
+}
+
+/// The supervisor actor.
+pub struct Supervisor<B: Backend> {
+    backend: Arc<B>,
+    registry: LaneRegistry<B::Item>,
+}
+
+impl<B: Backend> Supervisor<B> {
+    /// A supervisor driving `backend`, publishing its lanes in `registry`.
+    pub fn new(backend: Arc<B>, registry: LaneRegistry<B::Item>) -> Self {
+        Self { backend, registry }
+    }
+}
+
+/// The supervisor's private state.
+pub struct SupervisorState {
+    keys_by_lane: HashMap<ActorId, SessionKey>,
+    draining: bool,
+    drain_waiters: Vec<RpcReplyPort<()>>,
+}
+
+impl<B: Backend> Actor for Supervisor<B> {
+    type Msg = SupervisorMsg<B>;
+    type State = SupervisorState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _args: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(SupervisorState {
+            keys_by_lane: HashMap::new(),
+            draining: false,
+            drain_waiters: Vec::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SupervisorMsg::Submit(event, reply) => {
+                if state.draining {
+                    let _ = reply.send(Err(self.backend.refuse_shutting_down()));
+                    return Ok(());
+                }
+                match self.backend.admit(event) {
+                    Ok((key, item, accepted)) => {
+                        self.route(&myself, state, key, item).await;
+                        let _ = reply.send(Ok(accepted));
+                    }
+                    Err(refused) => {
+                        let _ = reply.send(Err(refused));
+                    }
+                }
+            }
+            SupervisorMsg::Recover(keys) => {
+                for key in keys {
+                    if !state.draining && !self.registry.is_live(&key) {
+                        self.spawn_lane(&myself, state, key).await;
+                    }
+                }
+            }
+            SupervisorMsg::LaneIdle {
+                key,
+                lane,
+                seen_seq,
+            } => {
+                let passivate = self
+                    .registry
+                    .lanes
+                    .get(&key)
+                    .is_some_and(|e| e.lane.get_id() == lane && e.routed_seq <= seen_seq);
+                if passivate {
+                    if let Some((_, entry)) = self.registry.lanes.remove(&key) {
+                        let _ = entry.lane.send_message(LaneMsg::Stop);
+                    }
+                }
+            }
+            SupervisorMsg::LiveLanes(reply) => {
+                let _ = reply.send(self.registry.len());
+            }
+            SupervisorMsg::Drain(reply) => {
+                state.draining = true;
+                state.drain_waiters.push(reply);
+                for entry in self.registry.lanes.iter() {
+                    let _ = entry.lane.send_message(LaneMsg::Drain);
+                }
+                self.answer_drain_if_done(state);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                self.forget_lane(state, cell.get_id());
+            }
+            SupervisionEvent::ActorFailed(cell, error) => {
+                let key = self.forget_lane(state, cell.get_id());
+                tracing::error!(session_key = ?key, %error, "session lane failed; restarting it");
+                if let (Some(key), false) = (key, state.draining) {
+                    // The new lane recovers every unconsumed item from the durable inbox.
+                    self.spawn_lane(&myself, state, key).await;
+                }
+            }
+            _ => {}
+        }
+        self.answer_drain_if_done(state);
+        Ok(())
+    }
+}
+
+impl<B: Backend> Supervisor<B> {
+    async fn route(
+        &self,
+        myself: &ActorRef<SupervisorMsg<B>>,
+        state: &mut SupervisorState,
+        key: SessionKey,
+        item: B::Item,
+    ) {
+        let seq = item.seq();
+        if let Some(mut entry) = self.registry.lanes.get_mut(&key) {
+            entry.routed_seq = seq;
+            if entry.lane.send_message(LaneMsg::Enqueue(item)).is_ok() {
+                return;
+            }
+        }
+        // No live lane (or it just died): a new one recovers this item from the inbox.
+        self.registry.lanes.remove(&key);
+        self.spawn_lane(myself, state, key.clone()).await;
+        if let Some(mut entry) = self.registry.lanes.get_mut(&key) {
+            entry.routed_seq = seq;
+        }
+    }
+
+    async fn spawn_lane(
+        &self,
+        myself: &ActorRef<SupervisorMsg<B>>,
+        state: &mut SupervisorState,
+        key: SessionKey,
+    ) {
+        let lane = Lane {
+            backend: Arc::clone(&self.backend),
+            supervisor: myself.clone(),
+        };
+        match Actor::spawn_linked(None, lane, key.clone(), myself.get_cell()).await {
+            Ok((lane, _)) => {
+                state.keys_by_lane.insert(lane.get_id(), key.clone());
+                self.registry.lanes.insert(
+                    key,
+                    LaneEntry {
+                        lane,
+                        routed_seq: 0,
+                    },
+                );
+            }
+            Err(error) => {
+                // What was routed stays in the durable inbox; the next message or start retries.
+                tracing::error!(session_key = %key, %error, "could not start session lane");
+            }
+        }
+    }
+
+    fn forget_lane(&self, state: &mut SupervisorState, id: ActorId) -> Option<SessionKey> {
+        let key = state.keys_by_lane.remove(&id)?;
+        self.registry
+            .lanes
+            .remove_if(&key, |_, entry| entry.lane.get_id() == id);
+        Some(key)
+    }
+
+    fn answer_drain_if_done(&self, state: &mut SupervisorState) {
+        if state.draining && self.registry.is_empty() {
+            for waiter in state.drain_waiters.drain(..) {
+                let _ = waiter.send(());
+            }
+        }
+    }
+}
