@@ -1,1 +1,43 @@
+//! Turnstile: an actor-based runtime that hosts AI chat-agent sessions for many chats at once.
+//!
+//! Messages come in through channels, pass preflight in the supervisor, are written to a
+//! durable inbox, and are answered one turn at a time per session by that session's lane. See
+//! `ARCHITECTURE.md` for the map; the actors themselves live in the `turnstile-actors` crate.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), turnstile::Error> {
+//! let runtime = turnstile::Runtime::builder().data_dir("./turnstile-data").build().await?;
+//! let mut replies = runtime.subscribe();
+//! # let message: turnstile::inbound::InboundMessage = unimplemented!();
+//! runtime.submit(message).await?;
+//! let reply = replies.recv().await;
+//! runtime.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//! - `config`: `turnstile.toml`, every key with its default.
+//! - `error`: the error types.
+//! - `inbound`: the normalised inbound message, its validation, session keys.
+//! - `store`: sled storage — sessions, transcripts, the durable inbox, group commit.
+//! - `model`: model requests, the built-in `echo` model, token counting.
+//! - `context`: assembly of a turn's context inside its token budget, and the dump.
+//! - `runtime`: the [`Runtime`] handle, the turn engine, the actors' backend, the reply hub.
+//! - `channels`: transports that feed the supervisor (the API channel).
+//! - `server`: the axum HTTP API.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+pub mod channels;
+pub mod config;
+pub mod context;
+pub mod error;
+pub mod inbound;
+pub mod model;
+pub mod runtime;
+pub mod server;
+pub mod store;
+
+pub use config::Config;
+pub use error::Error;
+pub use runtime::{Ack, Refusal, Reply, Runtime, RuntimeBuilder};

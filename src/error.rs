@@ -1,0 +1,149 @@
+//! Error types. Each names what failed and carries enough context to act on it.
+
+use std::path::PathBuf;
+
+/// A configuration file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema (including unknown keys).
+    #[error("invalid config: {0}")]
+    Parse(String),
+    /// A value is out of range or inconsistent with another.
+    #[error("invalid config value: {0}")]
+    Invalid(String),
+}
+
+/// A storage failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// sled reported an error.
+    #[error("storage error while {context}: {source}")]
+    Sled {
+        /// What was being done.
+        context: &'static str,
+        /// sled's error.
+        source: sled::Error,
+    },
+    /// A stored value could not be decoded.
+    #[error("undecodable value in {tree}: {reason}")]
+    Decode {
+        /// The tree holding the value.
+        tree: &'static str,
+        /// Why decoding failed.
+        reason: String,
+    },
+    /// A value could not be encoded.
+    #[error("cannot encode value: {0}")]
+    Encode(String),
+    /// The data directory could not be prepared.
+    #[error("cannot use data dir {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A flush to disk failed; the write is not durable.
+    #[error("flush failed: {0}")]
+    Flush(String),
+    /// The store was written by a newer Turnstile.
+    #[error("store schema version {found} is newer than this build supports ({supported})")]
+    SchemaTooNew {
+        /// Version on disk.
+        found: u8,
+        /// Newest version this build knows.
+        supported: u8,
+    },
+}
+
+impl StoreError {
+    pub(crate) fn sled(context: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
+        move |source| StoreError::Sled { context, source }
+    }
+}
+
+/// An inbound message that fails validation. Nothing is stored for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InboundError {
+    /// A required field is empty.
+    #[error("field `{0}` must not be empty")]
+    Empty(&'static str),
+    /// A field is longer than allowed.
+    #[error("field `{field}` is too long ({len} > {max})")]
+    TooLong {
+        /// The field.
+        field: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A field contains a character that is not allowed.
+    #[error("field `{0}` contains a control character")]
+    ControlChar(&'static str),
+    /// The timestamp lies too far in the future.
+    #[error("timestamp_ms {0} lies too far in the future")]
+    FutureTimestamp(u64),
+}
+
+/// A model call that failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ModelError {
+    /// The request could not be sent or the connection failed.
+    #[error("model transport error: {0}")]
+    Transport(String),
+    /// The server answered with an error status.
+    #[error("model server answered {status}: {message}")]
+    Status {
+        /// HTTP status.
+        status: u16,
+        /// The server's message.
+        message: String,
+    },
+    /// The prompt did not fit the model's context window.
+    #[error("context too long for the model: {0}")]
+    ContextOverflow(String),
+    /// The answer could not be understood.
+    #[error("unexpected model response: {0}")]
+    Protocol(String),
+    /// The call was cancelled.
+    #[error("model call cancelled")]
+    Cancelled,
+}
+
+/// The runtime's general error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Configuration problem.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Storage problem.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Invalid inbound message.
+    #[error(transparent)]
+    Inbound(#[from] InboundError),
+    /// Model problem.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The actor system is unavailable (stopped or overloaded).
+    #[error(transparent)]
+    Actors(#[from] turnstile_actors::ActorsError),
+    /// Too much queued work; try again later.
+    #[error("over capacity: {0}")]
+    Overloaded(String),
+    /// The runtime is shutting down.
+    #[error("the runtime is shutting down")]
+    ShuttingDown,
+    /// Waiting for a reply took too long.
+    #[error("timed out waiting for {0}")]
+    Timeout(&'static str),
+}

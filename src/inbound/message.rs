@@ -1,0 +1,261 @@
+//! `InboundMessage`: one message from any channel, normalised, and its validation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::LimitsConfig;
+use crate::error::InboundError;
+
+/// Where a message was posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChatKind {
+    /// A one-to-one conversation with the bot.
+    Direct,
+    /// A group chat.
+    Group,
+    /// A broadcast channel.
+    Channel,
+}
+
+impl ChatKind {
+    /// The name used in session keys.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChatKind::Direct => "direct",
+            ChatKind::Group => "group",
+            ChatKind::Channel => "channel",
+        }
+    }
+}
+
+/// Who sent a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sender {
+    /// Platform id of the sender.
+    pub id: String,
+    /// Display name (untrusted).
+    #[serde(default)]
+    pub name: String,
+    /// True when the sender is a bot.
+    #[serde(default)]
+    pub is_bot: bool,
+}
+
+/// Metadata of an attachment (the content itself is not carried).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attachment {
+    /// MIME type or kind, e.g. `image/png`.
+    #[serde(default)]
+    pub kind: String,
+    /// File name.
+    #[serde(default)]
+    pub name: String,
+    /// Size in bytes, when known.
+    #[serde(default)]
+    pub size: Option<u64>,
+}
+
+fn default_account() -> String {
+    "default".into()
+}
+
+/// A normalised message from any channel (SPEC §2.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InboundMessage {
+    /// The platform, e.g. `telegram`.
+    pub channel: String,
+    /// The bot account on that platform. Default `default`.
+    #[serde(default = "default_account")]
+    pub account_id: String,
+    /// Direct, group or channel.
+    pub chat_kind: ChatKind,
+    /// The chat's platform id.
+    pub chat_id: String,
+    /// Thread or topic id, when the message is in one.
+    #[serde(default)]
+    pub thread_id: Option<String>,
+    /// The message's platform id (unique per chat).
+    pub message_id: String,
+    /// Who sent it.
+    pub sender: Sender,
+    /// The text.
+    pub text: String,
+    /// Ids of mentioned users.
+    #[serde(default)]
+    pub mentions: Vec<String>,
+    /// True when the bot was mentioned.
+    #[serde(default)]
+    pub mentioned_bot: bool,
+    /// The id of the message this one replies to.
+    #[serde(default)]
+    pub reply_to: Option<String>,
+    /// When it was sent, ms since the Unix epoch; 0 means "now".
+    #[serde(default)]
+    pub timestamp_ms: u64,
+    /// Attachment metadata.
+    #[serde(default)]
+    pub attachments: Vec<Attachment>,
+}
+
+/// Longest accepted id (chat, message, sender, thread, channel, account).
+pub const MAX_ID_CHARS: usize = 256;
+/// Most attachments on one message.
+pub const MAX_ATTACHMENTS: usize = 32;
+/// Most mentions on one message.
+pub const MAX_MENTIONS: usize = 256;
+
+impl InboundMessage {
+    /// Checks the message against `limits`, fills in a missing timestamp with `now_ms`, and
+    /// returns the message ready to be admitted.
+    pub fn validated(mut self, limits: &LimitsConfig, now_ms: u64) -> Result<Self, InboundError> {
+        check_id("channel", &self.channel)?;
+        check_id("account_id", &self.account_id)?;
+        check_id("chat_id", &self.chat_id)?;
+        check_id("message_id", &self.message_id)?;
+        check_id("sender.id", &self.sender.id)?;
+        if let Some(thread) = &self.thread_id {
+            check_id("thread_id", thread)?;
+        }
+        if let Some(reply_to) = &self.reply_to {
+            check_id("reply_to", reply_to)?;
+        }
+        check_len("sender.name", &self.sender.name, MAX_ID_CHARS)?;
+        let chars = self.text.chars().count();
+        if chars > limits.max_inbound_chars {
+            return Err(InboundError::TooLong {
+                field: "text",
+                len: chars,
+                max: limits.max_inbound_chars,
+            });
+        }
+        if self.text.contains('\0') {
+            return Err(InboundError::ControlChar("text"));
+        }
+        if self.mentions.len() > MAX_MENTIONS {
+            return Err(InboundError::TooLong {
+                field: "mentions",
+                len: self.mentions.len(),
+                max: MAX_MENTIONS,
+            });
+        }
+        if self.attachments.len() > MAX_ATTACHMENTS {
+            return Err(InboundError::TooLong {
+                field: "attachments",
+                len: self.attachments.len(),
+                max: MAX_ATTACHMENTS,
+            });
+        }
+        if self.timestamp_ms == 0 {
+            self.timestamp_ms = now_ms;
+        } else if self.timestamp_ms > now_ms.saturating_add(limits.max_future_skew_ms) {
+            return Err(InboundError::FutureTimestamp(self.timestamp_ms));
+        }
+        Ok(self)
+    }
+}
+
+fn check_id(field: &'static str, value: &str) -> Result<(), InboundError> {
+    if value.trim().is_empty() {
+        return Err(InboundError::Empty(field));
+    }
+    check_len(field, value, MAX_ID_CHARS)?;
+    if value.chars().any(char::is_control) {
+        return Err(InboundError::ControlChar(field));
+    }
+    Ok(())
+}
+
+fn check_len(field: &'static str, value: &str, max: usize) -> Result<(), InboundError> {
+    let len = value.chars().count();
+    if len > max {
+        return Err(InboundError::TooLong { field, len, max });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> InboundMessage {
+        serde_json::from_str(
+            r#"{"channel":"telegram","account_id":"default","chat_kind":"group","chat_id":"-100123",
+                "thread_id":null,"message_id":"4242","sender":{"id":"111","name":"Alice","is_bot":false},
+                "text":"@bot hello","mentioned_bot":true,"reply_to":null,"timestamp_ms":1764470000000}"#,
+        )
+        .unwrap()
+    }
+
+    fn check(edit: impl FnOnce(&mut InboundMessage), expected: Result<(), InboundError>) {
+        let mut m = sample();
+        edit(&mut m);
+        let got = m
+            .validated(&LimitsConfig::default(), 1_764_470_000_000)
+            .map(|_| ());
+        assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn validation_vectors() {
+        check(|_| {}, Ok(()));
+        check(
+            |m| m.message_id.clear(),
+            Err(InboundError::Empty("message_id")),
+        );
+        check(
+            |m| m.chat_id = "  ".into(),
+            Err(InboundError::Empty("chat_id")),
+        );
+        check(|m| m.channel.clear(), Err(InboundError::Empty("channel")));
+        check(
+            |m| m.sender.id.clear(),
+            Err(InboundError::Empty("sender.id")),
+        );
+        check(
+            |m| m.thread_id = Some(String::new()),
+            Err(InboundError::Empty("thread_id")),
+        );
+        check(
+            |m| m.chat_id = "a\nb".into(),
+            Err(InboundError::ControlChar("chat_id")),
+        );
+        check(
+            |m| m.text = "a\0b".into(),
+            Err(InboundError::ControlChar("text")),
+        );
+        check(
+            |m| m.text = "x".repeat(32_001),
+            Err(InboundError::TooLong {
+                field: "text",
+                len: 32_001,
+                max: 32_000,
+            }),
+        );
+        check(|m| m.text = "é".repeat(32_000), Ok(()));
+        check(
+            |m| m.timestamp_ms = 1_764_470_000_000 + 301_000,
+            Err(InboundError::FutureTimestamp(1_764_470_000_000 + 301_000)),
+        );
+        check(|m| m.timestamp_ms = 1_764_470_000_000 + 299_000, Ok(()));
+    }
+
+    #[test]
+    fn missing_timestamp_means_now() {
+        let mut m = sample();
+        m.timestamp_ms = 0;
+        let m = m.validated(&LimitsConfig::default(), 77).unwrap();
+        assert_eq!(m.timestamp_ms, 77);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected() {
+        let r: Result<InboundMessage, _> = serde_json::from_str(
+            r#"{"channel":"x","chat_kind":"direct","chat_id":"1","message_id":"1",
+                "sender":{"id":"1"},"text":"hi","bogus":1}"#,
+        );
+        assert!(r.is_err());
+    }
+}

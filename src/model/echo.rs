@@ -1,0 +1,84 @@
+//! `echo`: the built-in test double and embedded default. It needs no network and describes
+//! what it received; it is not a language model and never pretends to be one.
+
+use futures_util::future::BoxFuture;
+
+use super::{Model, ModelReply, ModelRequest, Role, Usage};
+use crate::error::ModelError;
+
+/// Longest excerpt of the last message quoted in an echo reply.
+pub const ECHO_QUOTE_CHARS: usize = 200;
+
+/// The deterministic built-in model.
+#[derive(Debug, Default, Clone)]
+pub struct EchoModel;
+
+impl Model for EchoModel {
+    fn name(&self) -> &str {
+        "echo"
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move { Ok(echo(request)) })
+    }
+}
+
+fn echo(request: &ModelRequest) -> ModelReply {
+    let last = request
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::User)
+        .map(|m| m.content.as_str())
+        .unwrap_or("");
+    let mut quote: String = last.chars().take(ECHO_QUOTE_CHARS).collect();
+    if last.chars().count() > ECHO_QUOTE_CHARS {
+        quote.push('…');
+    }
+    let text = format!(
+        "echo: received {} messages ({} tokens); last: {}",
+        request.messages.len(),
+        request.prompt_tokens,
+        quote
+    );
+    let completion_tokens = u32::try_from(text.split_whitespace().count()).unwrap_or(u32::MAX);
+    ModelReply {
+        text,
+        usage: Some(Usage {
+            prompt_tokens: request.prompt_tokens,
+            completion_tokens,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ChatMessage;
+
+    #[tokio::test]
+    async fn describes_what_it_received() {
+        let request = ModelRequest {
+            messages: vec![
+                ChatMessage {
+                    role: Role::System,
+                    content: "sys".into(),
+                },
+                ChatMessage {
+                    role: Role::User,
+                    content: "hello there".into(),
+                },
+            ],
+            prompt_tokens: 17,
+            max_output_tokens: 100,
+        };
+        let reply = EchoModel.complete(&request).await.unwrap();
+        assert_eq!(
+            reply.text,
+            "echo: received 2 messages (17 tokens); last: hello there"
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! The reply hub: every reply goes to the broadcast stream (`/v1/events`, library
+//! subscribers) and to whoever waits for the answer to one particular message (the
+//! OpenAI-compatible endpoint).
+
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use serde::Serialize;
+use tokio::sync::{broadcast, oneshot};
+
+/// One reply of the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reply {
+    /// The session it belongs to.
+    pub session_key: String,
+    /// The text.
+    pub text: String,
+    /// The message ids it answers (several when queued messages were answered together).
+    pub in_reply_to: Vec<String>,
+    /// The transcript sequence of the reply entry.
+    pub seq: u64,
+    /// True when the turn failed and this is an error notice.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub error: bool,
+}
+
+/// Fan-out of replies.
+pub struct ReplyHub {
+    stream: broadcast::Sender<Arc<Reply>>,
+    waiters: DashMap<String, oneshot::Sender<Arc<Reply>>>,
+}
+
+/// Dropping the guard stops waiting (e.g. when the HTTP client went away), so the waiter map
+/// holds only live requests.
+pub struct ReplyWaiter<'a> {
+    hub: &'a ReplyHub,
+    message_id: String,
+    rx: oneshot::Receiver<Arc<Reply>>,
+}
+
+impl ReplyWaiter<'_> {
+    /// Waits for the reply.
+    pub async fn recv(&mut self) -> Option<Arc<Reply>> {
+        (&mut self.rx).await.ok()
+    }
+}
+
+impl Drop for ReplyWaiter<'_> {
+    fn drop(&mut self) {
+        self.hub.waiters.remove(&self.message_id);
+    }
+}
+
+impl ReplyHub {
+    /// A hub whose subscribers each buffer up to `buffer` replies.
+    pub fn new(buffer: usize) -> Self {
+        let (stream, _) = broadcast::channel(buffer.max(1));
+        Self {
+            stream,
+            waiters: DashMap::new(),
+        }
+    }
+
+    /// Subscribes to every reply from now on. A subscriber more than the buffer behind misses
+    /// replies (they stay readable in the transcript).
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Reply>> {
+        self.stream.subscribe()
+    }
+
+    /// Registers interest in the reply to `message_id`; register before submitting.
+    pub fn wait_for(&self, message_id: &str) -> ReplyWaiter<'_> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters.insert(message_id.to_string(), tx);
+        ReplyWaiter {
+            hub: self,
+            message_id: message_id.to_string(),
+            rx,
+        }
+    }
+
+    /// Stops every pending waiter (they see `None`); used at shutdown.
+    pub fn close(&self) {
+        self.waiters.clear();
+    }
+
+    /// Publishes a reply.
+    pub fn publish(&self, reply: Reply) {
+        let reply = Arc::new(reply);
+        for id in &reply.in_reply_to {
+            if let Some((_, tx)) = self.waiters.remove(id) {
+                let _ = tx.send(Arc::clone(&reply));
+            }
+        }
+        let _ = self.stream.send(reply);
+    }
+}

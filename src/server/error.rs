@@ -1,0 +1,130 @@
+//! The one place errors become HTTP responses: `{"error":{"code","message"}}`, 5xx logged,
+//! internals hidden.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::error::Error;
+use crate::runtime::Refusal;
+
+/// An error answered to an HTTP client.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    retry_after_secs: Option<u64>,
+}
+
+impl ApiError {
+    /// An error with a status, a stable machine-readable code and a human message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            retry_after_secs: None,
+        }
+    }
+
+    /// 400 with `code`.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 404.
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", what)
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Inbound(e) => Self::bad_request("invalid_message", e.to_string()),
+            Error::Overloaded(m) => Self::from(Refusal::Overloaded(m)),
+            Error::ShuttingDown => Self::from(Refusal::ShuttingDown),
+            Error::Timeout(what) => Self::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "timeout",
+                format!("timed out waiting for {what}"),
+            ),
+            Error::Actors(e) => {
+                tracing::error!(error = %e, "actor system unavailable");
+                Self {
+                    retry_after_secs: Some(1),
+                    ..Self::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        "the runtime is busy; retry",
+                    )
+                }
+            }
+            other => {
+                tracing::error!(error = %other, "internal error answering a request");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error",
+                )
+            }
+        }
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::Overloaded(m) => Self {
+                retry_after_secs: Some(1),
+                ..Self::new(StatusCode::TOO_MANY_REQUESTS, "overloaded", m)
+            },
+            Refusal::ShuttingDown => Self {
+                retry_after_secs: Some(5),
+                ..Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "shutting_down",
+                    "the server is shutting down",
+                )
+            },
+            Refusal::Storage(m) => {
+                tracing::error!(error = %m, "inbox write failed");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "storage error",
+                )
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
+        let mut response = (self.status, body).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}
+
+/// Parses a JSON body, mapping failures to 400 (and an oversized body to 413).
+pub(super) fn parse_json<T: serde::de::DeserializeOwned>(
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<T, ApiError> {
+    let bytes = body.map_err(|rejection| {
+        let status = rejection.status();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(status, "payload_too_large", rejection.body_text())
+        } else {
+            ApiError::bad_request("invalid_body", rejection.body_text())
+        }
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))
+}

@@ -1,0 +1,136 @@
+//! Group commit: one flush makes every write that finished before it durable.
+//!
+//! A writer takes a ticket after its write and waits until the flushed ticket reaches it. The
+//! flusher loop wakes on demand, reads the newest ticket *before* flushing (every write with a
+//! ticket up to it has completed, so the flush covers it), flushes on a blocking thread, and
+//! publishes the ticket. Many concurrent acks thus share one fsync.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+
+use crate::config::Durability;
+use crate::error::StoreError;
+
+/// Progress of the flusher, published to waiters.
+#[derive(Debug, Clone, Default)]
+struct Flushed {
+    /// Every ticket up to this one is on disk.
+    upto: u64,
+    /// The newest failed flush: tickets up to `.0` that are not yet flushed get the error.
+    failed: Option<(u64, Arc<str>)>,
+}
+
+/// The group-commit coordinator of one sled database.
+#[derive(Clone)]
+pub struct GroupCommit {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: sled::Db,
+    mode: Durability,
+    written: AtomicU64,
+    flushed: watch::Sender<Flushed>,
+    wake: Notify,
+    stop: Notify,
+}
+
+impl GroupCommit {
+    /// Starts the flusher task for `db`. In `batched` mode it flushes every `period`; in
+    /// `strict` mode whenever a writer waits.
+    pub fn start(db: sled::Db, mode: Durability, period: Duration) -> Self {
+        let (flushed, _) = watch::channel(Flushed::default());
+        let inner = Arc::new(Inner {
+            db,
+            mode,
+            written: AtomicU64::new(0),
+            flushed,
+            wake: Notify::new(),
+            stop: Notify::new(),
+        });
+        let me = Self { inner };
+        let flusher = me.clone();
+        tokio::spawn(async move { flusher.run(period).await });
+        me
+    }
+
+    /// Call after a write: the ticket to wait on.
+    pub fn ticket(&self) -> u64 {
+        self.inner.written.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Waits until the write behind `ticket` is durable (at once in `batched` mode).
+    pub async fn wait(&self, ticket: u64) -> Result<(), StoreError> {
+        if self.inner.mode == Durability::Batched {
+            return Ok(());
+        }
+        let mut rx = self.inner.flushed.subscribe();
+        self.inner.wake.notify_one();
+        let state = rx
+            .wait_for(|f| f.upto >= ticket || f.failed.as_ref().is_some_and(|(t, _)| *t >= ticket))
+            .await
+            .map_err(|_| StoreError::Flush("flusher stopped".into()))?;
+        if state.upto >= ticket {
+            return Ok(());
+        }
+        let reason = state
+            .failed
+            .as_ref()
+            .map(|(_, e)| e.to_string())
+            .unwrap_or_default();
+        Err(StoreError::Flush(reason))
+    }
+
+    /// Flushes everything now and stops the flusher.
+    pub async fn close(&self) -> Result<(), StoreError> {
+        self.inner.stop.notify_one();
+        self.flush_now().await
+    }
+
+    async fn flush_now(&self) -> Result<(), StoreError> {
+        let target = self.inner.written.load(Ordering::Acquire);
+        let db = self.inner.db.clone();
+        let result = tokio::task::spawn_blocking(move || db.flush())
+            .await
+            .map_err(|e| StoreError::Flush(e.to_string()))
+            .and_then(|r| r.map(|_| ()).map_err(|e| StoreError::Flush(e.to_string())));
+        self.inner.flushed.send_modify(|f| match &result {
+            Ok(()) => f.upto = f.upto.max(target),
+            Err(e) => f.failed = Some((target, e.to_string().into())),
+        });
+        result
+    }
+
+    async fn run(self, period: Duration) {
+        loop {
+            let flushed_upto = self.inner.flushed.borrow().upto;
+            let pending = self.inner.written.load(Ordering::Acquire) > flushed_upto;
+            match self.inner.mode {
+                Durability::Strict if !pending => {
+                    tokio::select! {
+                        _ = self.inner.wake.notified() => {}
+                        _ = self.inner.stop.notified() => return,
+                    }
+                    continue;
+                }
+                Durability::Strict => {}
+                Durability::Batched => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(period) => {}
+                        _ = self.inner.stop.notified() => return,
+                    }
+                    if !pending && self.inner.written.load(Ordering::Acquire) <= flushed_upto {
+                        continue;
+                    }
+                }
+            }
+            if let Err(e) = self.flush_now().await {
+                tracing::error!(error = %e, "sled flush failed; writes waiting on it are not acknowledged");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
