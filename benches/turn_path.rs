@@ -18,9 +18,11 @@ fn token_counting(c: &mut Criterion) {
     let prose = "The quick brown fox jumps over the lazy dog. ".repeat(kib * 1024 / 45);
     let adversarial = "x".repeat(kib * 1024);
     let mut group = c.benchmark_group("count_tokens");
-    group.bench_with_input(BenchmarkId::new("prose", format!("{kib}KiB")), &prose, |b, t| {
-        b.iter(|| counter.count(black_box(t)))
-    });
+    group.bench_with_input(
+        BenchmarkId::new("prose", format!("{kib}KiB")),
+        &prose,
+        |b, t| b.iter(|| counter.count(black_box(t))),
+    );
     group.bench_with_input(
         BenchmarkId::new("no_whitespace", format!("{kib}KiB")),
         &adversarial,
@@ -37,12 +39,17 @@ fn assembly(c: &mut Criterion) {
             (
                 i as u64 + 1,
                 TranscriptEntry {
-                    kind: if i % 2 == 0 { EntryKind::User } else { EntryKind::Assistant },
+                    kind: if i % 2 == 0 {
+                        EntryKind::User
+                    } else {
+                        EntryKind::Assistant
+                    },
                     text: format!("message number {i} with a little bit of text in it"),
                     message_id: None,
                     sender: None,
                     timestamp_ms: i as u64,
                     tokens: 40,
+                    tool: None,
                 },
             )
         })

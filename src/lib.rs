@@ -40,4 +40,4 @@ pub mod store;
 
 pub use config::Config;
 pub use error::Error;
-pub use runtime::{Ack, Refusal, Reply, Runtime, RuntimeBuilder};
+pub use runtime::{Ack, DropReason, Refusal, Reply, Runtime, RuntimeBuilder};

@@ -105,7 +105,12 @@ impl<B: Backend> SupervisorHandle<B> {
             .await
             .map(|r| r.is_success())
             .unwrap_or(false);
-        self.actor.stop(Some("shutdown".into()));
+        // Stopping the supervisor stops its lanes; waiting lets their state (and what it
+        // holds, like a database handle) be released before the caller goes on.
+        let _ = self
+            .actor
+            .stop_and_wait(Some("shutdown".into()), Some(deadline))
+            .await;
         drained
     }
 }
@@ -113,7 +118,9 @@ impl<B: Backend> SupervisorHandle<B> {
 pub(crate) fn unwrap_call<T>(reply: ractor::rpc::CallResult<T>) -> Result<T, ActorsError> {
     match reply {
         ractor::rpc::CallResult::Success(r) => Ok(r),
-        ractor::rpc::CallResult::Timeout => Err(ActorsError::Unavailable("request timed out".into())),
+        ractor::rpc::CallResult::Timeout => {
+            Err(ActorsError::Unavailable("request timed out".into()))
+        }
         ractor::rpc::CallResult::SenderError => {
             Err(ActorsError::Unavailable("request dropped".into()))
         }

@@ -116,6 +116,7 @@ mod tests {
             sender: None,
             timestamp_ms: 0,
             tokens,
+            tool: None,
         }
     }
 

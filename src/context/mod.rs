@@ -93,10 +93,7 @@ impl Assembly {
     pub fn messages(&self) -> Vec<ChatMessage> {
         self.blocks
             .iter()
-            .map(|b| ChatMessage {
-                role: b.role,
-                content: b.content.clone(),
-            })
+            .map(|b| ChatMessage::text(b.role, b.content.clone()))
             .collect()
     }
 }

@@ -2,11 +2,13 @@
 //! it belongs to.
 
 mod message;
+mod sanitize;
 mod session_key;
 
 pub use message::{
     Attachment, ChatKind, InboundMessage, Sender, MAX_ATTACHMENTS, MAX_ID_CHARS, MAX_MENTIONS,
 };
+pub use sanitize::{sanitize_text, untrusted, untrusted_block, MAX_UNTRUSTED_CHARS};
 pub use session_key::{normalize_id, normalize_session_key, session_key, MAX_NORMALIZED_ID_CHARS};
 
 /// What a channel submits: a validated message, and optionally the session it must go to

@@ -47,6 +47,7 @@ fn echo(request: &ModelRequest) -> ModelReply {
     let completion_tokens = u32::try_from(text.split_whitespace().count()).unwrap_or(u32::MAX);
     ModelReply {
         text,
+        tool_calls: Vec::new(),
         usage: Some(Usage {
             prompt_tokens: request.prompt_tokens,
             completion_tokens,
@@ -63,15 +64,10 @@ mod tests {
     async fn describes_what_it_received() {
         let request = ModelRequest {
             messages: vec![
-                ChatMessage {
-                    role: Role::System,
-                    content: "sys".into(),
-                },
-                ChatMessage {
-                    role: Role::User,
-                    content: "hello there".into(),
-                },
+                ChatMessage::text(Role::System, "sys"),
+                ChatMessage::text(Role::User, "hello there"),
             ],
+            tools: vec![],
             prompt_tokens: 17,
             max_output_tokens: 100,
         };

@@ -26,6 +26,28 @@ pub enum Role {
     Tool,
 }
 
+/// A tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The call's id, echoed by the matching tool result.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments, as the JSON text the model produced.
+    pub arguments: String,
+}
+
+/// A tool the model may call (registered by the embedding application).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The tool's name.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON schema of its arguments.
+    pub parameters: serde_json::Value,
+}
+
 /// One message sent to a model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -33,6 +55,24 @@ pub struct ChatMessage {
     pub role: Role,
     /// What is said.
     pub content: String,
+    /// Tool calls made by an assistant message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For a `tool` message: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    /// A plain text message.
+    pub fn text(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
 }
 
 /// A request to a model.
@@ -40,6 +80,8 @@ pub struct ChatMessage {
 pub struct ModelRequest {
     /// The assembled context, in order.
     pub messages: Vec<ChatMessage>,
+    /// Tools the model may call (empty: none).
+    pub tools: Vec<ToolSpec>,
     /// Our token count of `messages`.
     pub prompt_tokens: u32,
     /// Most tokens the answer may use.
@@ -56,13 +98,18 @@ pub struct Usage {
 }
 
 /// A model's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ModelReply {
     /// The text.
     pub text: String,
+    /// Tool calls the model asked for (empty: a final answer).
+    pub tool_calls: Vec<ToolCall>,
     /// Usage, when the server reports it.
     pub usage: Option<Usage>,
 }
+
+/// Receives the text of a streamed answer as it arrives. Bounded by its channel's capacity.
+pub type DeltaSink = tokio::sync::mpsc::Sender<String>;
 
 /// Something that answers a chat request. Object-safe so the model is chosen by config.
 pub trait Model: Send + Sync + 'static {

@@ -59,6 +59,8 @@ impl Backend for TurnBackend {
         let record = InboxRecord {
             message: event.message,
             accepted_at_ms: now_ms(),
+            system_events: Vec::new(),
+            group_history: Vec::new(),
         };
         let (item, ticket) = store
             .enqueue(&key, record)

@@ -26,9 +26,44 @@ use crate::inbound::{normalize_session_key, InboundEvent, InboundMessage};
 use crate::model::{EchoModel, Encoding, Model, TokenCounter};
 use crate::store::{EntryKind, SessionRecord, Store};
 
-/// Why the runtime did not accept a message. Nothing was stored for it.
+/// Why preflight decided a message is not a turn. Each decision is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// Seen before (redelivery).
+    Duplicate,
+    /// Sent by a bot (or by this bot).
+    Bot,
+    /// Not allowed by `dm_policy` / `group_policy`.
+    Policy,
+    /// A group message that does not address the bot.
+    NoMention,
+    /// Addresses someone else (`ignore_other_mentions`).
+    OtherMention,
+    /// A platform event, queued for the next turn instead.
+    SystemEvent,
+}
+
+impl DropReason {
+    /// The name used in API answers and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Duplicate => "duplicate",
+            DropReason::Bot => "bot",
+            DropReason::Policy => "policy",
+            DropReason::NoMention => "no_mention",
+            DropReason::OtherMention => "other_mention",
+            DropReason::SystemEvent => "system_event",
+        }
+    }
+}
+
+/// Why the runtime did not accept a message. Nothing was stored for it as a turn.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    /// Preflight decided it is not a turn (not an error: answered with 200).
+    #[error("dropped: {}", .0.as_str())]
+    Dropped(DropReason),
     /// Too much is queued; retry later.
     #[error("over capacity: {0}")]
     Overloaded(String),

@@ -100,6 +100,7 @@ impl TurnEngine {
                     }),
                     timestamp_ms: m.timestamp_ms,
                     tokens: self.tokens.count(&m.text),
+                    tool: None,
                 }
             })
             .collect()
@@ -114,6 +115,7 @@ impl TurnEngine {
         let request = ModelRequest {
             prompt_tokens: assembly.budget.used,
             messages: assembly.messages(),
+            tools: Vec::new(),
             max_output_tokens: self.config.context.reserve_output_tokens,
         };
         let reply = {
@@ -131,6 +133,7 @@ impl TurnEngine {
             message_id: None,
             sender: None,
             timestamp_ms: now_ms(),
+            tool: None,
         };
         self.commit_and_publish(session_key, batch, users, assistant, false)
             .await
@@ -152,6 +155,7 @@ impl TurnEngine {
             message_id: None,
             sender: None,
             timestamp_ms: now_ms(),
+            tool: None,
         };
         self.commit_and_publish(session_key, batch, users, notice, true)
             .await

@@ -89,6 +89,11 @@ impl From<Refusal> for ApiError {
                     "the server is shutting down",
                 )
             },
+            Refusal::Dropped(reason) => {
+                // Handlers answer drops with 200 before reaching here; an endpoint with no way
+                // to say "dropped" (the OpenAI one) reports it as a client error.
+                Self::new(StatusCode::UNPROCESSABLE_ENTITY, "dropped", reason.as_str())
+            }
             Refusal::Storage(m) => {
                 tracing::error!(error = %m, "inbox write failed");
                 Self::new(

@@ -31,6 +31,8 @@ pub struct GroupCommit {
 
 struct Inner {
     db: sled::Db,
+    /// The flusher task, awaited on close so the database is released when the store drops.
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     mode: Durability,
     written: AtomicU64,
     flushed: watch::Sender<Flushed>,
@@ -45,6 +47,7 @@ impl GroupCommit {
         let (flushed, _) = watch::channel(Flushed::default());
         let inner = Arc::new(Inner {
             db,
+            task: std::sync::Mutex::new(None),
             mode,
             written: AtomicU64::new(0),
             flushed,
@@ -53,7 +56,10 @@ impl GroupCommit {
         });
         let me = Self { inner };
         let flusher = me.clone();
-        tokio::spawn(async move { flusher.run(period).await });
+        let task = tokio::spawn(async move { flusher.run(period).await });
+        if let Ok(mut slot) = me.inner.task.lock() {
+            *slot = Some(task);
+        }
         me
     }
 
@@ -87,6 +93,10 @@ impl GroupCommit {
     /// Flushes everything now and stops the flusher.
     pub async fn close(&self) -> Result<(), StoreError> {
         self.inner.stop.notify_one();
+        let task = self.inner.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(task) = task {
+            let _ = task.await;
+        }
         self.flush_now().await
     }
 

@@ -21,7 +21,10 @@ use sled::Transactional;
 
 pub use codec::{decode, encode, VALUE_VERSION};
 pub use durability::GroupCommit;
-pub use records::{EntryKind, EntrySender, InboxRecord, SessionRecord, TranscriptEntry};
+pub use records::{
+    EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent, ToolInfo,
+    TranscriptEntry,
+};
 
 use crate::config::StorageConfig;
 use crate::error::StoreError;

@@ -54,6 +54,17 @@ pub struct EntrySender {
     pub name: String,
 }
 
+/// The tool side of a `tool_call` or `tool_result` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolInfo {
+    /// The call id that pairs a call with its result.
+    pub call_id: String,
+    /// The tool's name.
+    pub name: String,
+    /// For a call: the arguments as JSON text; for a result: empty.
+    pub arguments: String,
+}
+
 /// One transcript entry. Its token count is computed once, when it is written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TranscriptEntry {
@@ -69,6 +80,32 @@ pub struct TranscriptEntry {
     pub timestamp_ms: u64,
     /// Tokens of `text` as counted when the entry was written.
     pub tokens: u32,
+    /// Tool call or result details, for those kinds.
+    pub tool: Option<ToolInfo>,
+}
+
+/// A platform event (join, rename, pin…) queued for the next turn of its session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SystemEvent {
+    /// When it happened, ms since the epoch.
+    pub timestamp_ms: u64,
+    /// What happened (untrusted text).
+    pub text: String,
+}
+
+/// A group message the bot was not addressed in, kept to show as context when it next is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryLine {
+    /// The platform message id.
+    pub message_id: String,
+    /// Sender id.
+    pub sender_id: String,
+    /// Sender display name (untrusted).
+    pub sender_name: String,
+    /// The text (untrusted).
+    pub text: String,
+    /// When it was sent, ms since the epoch.
+    pub timestamp_ms: u64,
 }
 
 /// One accepted message waiting in the durable inbox for its turn.
@@ -78,4 +115,9 @@ pub struct InboxRecord {
     pub message: InboundMessage,
     /// When it was accepted, ms since the epoch.
     pub accepted_at_ms: u64,
+    /// System events queued for this session since its last turn, oldest first.
+    pub system_events: Vec<SystemEvent>,
+    /// Pending group history of the chat (messages since the bot was last addressed), oldest
+    /// first; shown to the model as untrusted context.
+    pub group_history: Vec<HistoryLine>,
 }

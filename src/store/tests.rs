@@ -33,6 +33,8 @@ fn record(id: &str) -> InboxRecord {
             attachments: vec![],
         },
         accepted_at_ms: 1,
+        system_events: vec![],
+        group_history: vec![],
     }
 }
 
@@ -44,6 +46,7 @@ fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
         sender: None,
         timestamp_ms: 1,
         tokens: 3,
+        tool: None,
     }
 }
 
@@ -59,7 +62,10 @@ async fn inbox_pending_commit_and_reopen() {
     assert_eq!(store.queued(), 3);
 
     let pending = store.pending("k", 0, 10).unwrap();
-    assert_eq!(pending.iter().map(|i| i.seq).collect::<Vec<_>>(), [a.seq, b.seq]);
+    assert_eq!(
+        pending.iter().map(|i| i.seq).collect::<Vec<_>>(),
+        [a.seq, b.seq]
+    );
     assert_eq!(store.pending("k", a.seq, 10).unwrap().len(), 1);
     assert_eq!(store.pending("k", 0, 1).unwrap().len(), 1);
     assert_eq!(store.sessions_with_pending().unwrap(), ["k", "other"]);
@@ -67,7 +73,10 @@ async fn inbox_pending_commit_and_reopen() {
     let (rec, seqs, ticket) = store
         .commit_turn(TurnCommit {
             session_key: "k",
-            entries: vec![entry(EntryKind::User, "q"), entry(EntryKind::Assistant, "a")],
+            entries: vec![
+                entry(EntryKind::User, "q"),
+                entry(EntryKind::Assistant, "a"),
+            ],
             consumed: vec![a.seq],
             now_ms: 5,
         })
@@ -103,7 +112,9 @@ async fn concurrent_waiters_share_flushes() {
     for i in 0..64 {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
-            let (_, ticket) = store.enqueue(&format!("k{i}"), record(&i.to_string())).unwrap();
+            let (_, ticket) = store
+                .enqueue(&format!("k{i}"), record(&i.to_string()))
+                .unwrap();
             store.commit().wait(ticket).await
         }));
     }
