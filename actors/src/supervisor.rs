@@ -171,8 +171,12 @@ impl<B: Backend> Actor for Supervisor<B> {
                 let key = self.forget_lane(state, cell.get_id());
                 tracing::error!(session_key = ?key, %error, "session lane failed; restarting it");
                 if let (Some(key), false) = (key, state.draining) {
-                    // The new lane recovers every unconsumed item from the durable inbox.
-                    self.spawn_lane(&myself, state, key).await;
+                    // A route that found this lane dead has already started its replacement;
+                    // a second lane for the key would run the same items twice, concurrently.
+                    if !self.registry.is_live(&key) {
+                        // The new lane recovers every unconsumed item from the durable inbox.
+                        self.spawn_lane(&myself, state, key).await;
+                    }
                 }
             }
             _ => {}
