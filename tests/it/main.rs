@@ -1,0 +1,21 @@
+//! Integration tests: the server over real HTTP on loopback, real sled files in temporary
+//! directories, and the real `turnstile` binary as a child process.
+//!
+//! # Layout
+//! - `support`: servers (in-process and child process), the API client, the SSE reader,
+//!   `eventually`, the message builder.
+//! - `http_api`: the message → transcript → reply path and the session endpoints; many
+//!   sessions at once keep per-session order.
+//! - `openai`: `POST /v1/chat/completions`, streaming and not, session by header or `user`.
+//! - `bad_input`: every refusal is a clear 4xx and stores nothing.
+//! - `restart`: transcripts are identical across a graceful restart.
+//! - `kill9`: nothing acknowledged is lost across `kill -9` of the binary.
+//! - `shutdown`: SIGTERM stops the binary cleanly and loses nothing.
+
+mod bad_input;
+mod http_api;
+mod kill9;
+mod openai;
+mod restart;
+mod shutdown;
+mod support;
