@@ -23,6 +23,8 @@ pub struct Config {
     pub session: SessionConfig,
     /// `[lanes]`: session-lane behaviour (passivation, queues, retries).
     pub lanes: LanesConfig,
+    /// `[queue]`: what happens to messages that arrive while a turn runs.
+    pub queue: QueueConfig,
     /// `[limits]`: admission limits on inbound messages.
     pub limits: LimitsConfig,
     /// `[model]`: which model answers turns.
@@ -132,6 +134,9 @@ pub struct LanesConfig {
     pub turn_retries: u32,
     /// Most model calls running at once across all sessions. Default 64.
     pub max_concurrent_turns: usize,
+    /// Most live lanes; past it the least recently used idle lanes are passivated. Default
+    /// 10,000.
+    pub max_live_lanes: usize,
 }
 
 impl Default for LanesConfig {
@@ -141,8 +146,78 @@ impl Default for LanesConfig {
             queue_cap: 1_000,
             turn_retries: 1,
             max_concurrent_turns: 64,
+            max_live_lanes: 10_000,
         }
     }
+}
+
+/// `[queue] mode`: how messages queued during a turn become turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueModeSetting {
+    /// Coalesce everything queued into one next turn (default).
+    Collect,
+    /// One turn per message, in order.
+    Followup,
+    /// Add to the running turn before its next model call if it is in a tool loop, else
+    /// followup.
+    Steer,
+    /// Cancel the running turn and run again with the newest message in view.
+    Interrupt,
+}
+
+/// `[queue] drop`: what the cap drops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DropSetting {
+    /// Drop the oldest, keeping one 160-char line of each for the next turn (default).
+    Summarize,
+    /// Drop the oldest.
+    Oldest,
+    /// Drop the newest.
+    Newest,
+}
+
+/// `[queue]`, and `[queue.by_channel.<name>]` overrides.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueConfig {
+    /// `collect` (default) | `followup` | `steer` | `interrupt`.
+    pub mode: QueueModeSetting,
+    /// After a turn, wait until queued messages stopped arriving for this long. Default 500.
+    pub debounce_ms: u64,
+    /// Most messages waiting for a turn per session. Default 20.
+    pub cap: usize,
+    /// `summarize` (default) | `oldest` | `newest`.
+    pub drop: DropSetting,
+    /// Per-channel overrides of the keys above.
+    pub by_channel: std::collections::BTreeMap<String, QueueOverride>,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self {
+            mode: QueueModeSetting::Collect,
+            debounce_ms: 500,
+            cap: 20,
+            drop: DropSetting::Summarize,
+            by_channel: Default::default(),
+        }
+    }
+}
+
+/// `[queue.by_channel.<name>]`: any key of `[queue]` for one channel.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QueueOverride {
+    /// Overrides `queue.mode`.
+    pub mode: Option<QueueModeSetting>,
+    /// Overrides `queue.debounce_ms`.
+    pub debounce_ms: Option<u64>,
+    /// Overrides `queue.cap`.
+    pub cap: Option<usize>,
+    /// Overrides `queue.drop`.
+    pub drop: Option<DropSetting>,
 }
 
 /// `[limits]`
@@ -239,6 +314,12 @@ impl Config {
         let bad = |key: &str, why: &str| Err(ConfigError::Invalid(format!("{key}: {why}")));
         if self.lanes.queue_cap == 0 {
             return bad("lanes.queue_cap", "must be at least 1");
+        }
+        if self.queue.cap == 0 || self.queue.by_channel.values().any(|o| o.cap == Some(0)) {
+            return bad("queue.cap", "must be at least 1");
+        }
+        if self.lanes.max_live_lanes == 0 {
+            return bad("lanes.max_live_lanes", "must be at least 1");
         }
         if self.lanes.max_concurrent_turns == 0 {
             return bad("lanes.max_concurrent_turns", "must be at least 1");

@@ -2,17 +2,23 @@
 //! order the supervisor admitted the items.
 //!
 //! The lane holds state and sequences work; the turn itself is [`Backend::run_turn`], run on a
-//! task the lane spawns so the lane's mailbox stays responsive while a turn is in flight
-//! (items arriving meanwhile are queued, a drain request is noted).
+//! task the lane spawns so the lane's mailbox stays responsive while a turn is in flight:
+//! items arriving meanwhile are queued, coalesced, handed to the turn (steer) or make it stop
+//! (interrupt), per the item's [`QueuePolicy`].
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::backend::{Backend, QueueItem, SessionKey, TurnFailure};
-use crate::messages::{LaneMsg, SupervisorMsg};
+use crate::backend::{
+    Backend, DropPolicy, QueueItem, QueueMode, QueuePolicy, SessionKey, TurnBatch, TurnControl,
+    TurnError, TurnFailure,
+};
+use crate::messages::{LaneMsg, SupervisorMsg, TurnOutcome};
 
 /// The lane actor. Holds only shared, immutable collaborators; per-key state is [`LaneState`].
 pub(crate) struct Lane<B: Backend> {
@@ -22,23 +28,35 @@ pub(crate) struct Lane<B: Backend> {
 
 pub(crate) struct LaneState<I> {
     key: SessionKey,
-    /// Items waiting for a turn, oldest first; at most `queue_cap`.
+    /// Items waiting for a turn, oldest first.
     queue: VecDeque<I>,
+    /// Items the queue cap dropped; consumed (and maybe summarised) by the next turn.
+    dropped: Vec<I>,
+    drop_policy: DropPolicy,
     /// Highest sequence received (routed or recovered); anything at or below is a repeat.
     seen_seq: u64,
-    /// Highest sequence ever placed in `queue`; a refill fetches only what comes after it.
+    /// Highest sequence ever held in memory; a refill fetches only what comes after it.
     held_upto: u64,
-    /// True when items were left in the durable inbox because the queue was full.
+    /// True when items were left in the durable inbox because memory was full.
     overflow: bool,
     running: Option<Running<I>>,
+    /// True when the queued items arrived while a turn was running.
+    queued_while_busy: bool,
+    /// When the last item arrived (debounce) and when anything last happened (idle).
+    last_enqueue: Instant,
+    last_activity: Instant,
     draining: bool,
     idle_timer_armed: bool,
-    last_activity: Instant,
+    debounce_timer_armed: bool,
 }
 
 struct Running<I> {
-    batch: Vec<I>,
+    batch: TurnBatch<I>,
     attempts: u32,
+    cancel: watch::Sender<bool>,
+    steer: Option<mpsc::Sender<I>>,
+    /// Items handed to the turn through `steer`; those it does not report back are requeued.
+    steered: Vec<I>,
 }
 
 impl<B: Backend> Actor for Lane<B> {
@@ -51,16 +69,22 @@ impl<B: Backend> Actor for Lane<B> {
         _myself: ActorRef<Self::Msg>,
         key: SessionKey,
     ) -> Result<Self::State, ActorProcessingErr> {
+        let now = Instant::now();
         let mut state = LaneState {
             key,
             queue: VecDeque::new(),
+            dropped: Vec::new(),
+            drop_policy: DropPolicy::Summarize,
             seen_seq: 0,
             held_upto: 0,
             overflow: true,
             running: None,
+            queued_while_busy: false,
+            last_enqueue: now,
+            last_activity: now,
             draining: false,
             idle_timer_armed: false,
-            last_activity: Instant::now(),
+            debounce_timer_armed: false,
         };
         self.refill(&mut state).await?;
         Ok(state)
@@ -82,23 +106,16 @@ impl<B: Backend> Actor for Lane<B> {
     ) -> Result<(), ActorProcessingErr> {
         match msg {
             LaneMsg::Enqueue(item) => {
-                state.last_activity = Instant::now();
-                if item.seq() <= state.seen_seq {
-                    return Ok(());
-                }
-                state.seen_seq = item.seq();
-                if state.overflow || state.queue.len() >= self.backend.lane_settings().queue_cap {
-                    // The item is durable; it is fetched from the inbox when there is room.
-                    state.overflow = true;
-                } else {
-                    state.held_upto = item.seq();
-                    state.queue.push_back(item);
-                }
+                self.enqueue(state, item);
                 self.advance(&myself, state).await?;
             }
-            LaneMsg::TurnEnded { failure } => {
+            LaneMsg::TurnEnded(outcome) => {
                 state.last_activity = Instant::now();
-                self.turn_ended(&myself, state, failure).await?;
+                self.turn_ended(&myself, state, outcome).await;
+                self.advance(&myself, state).await?;
+            }
+            LaneMsg::DebounceCheck => {
+                state.debounce_timer_armed = false;
                 self.advance(&myself, state).await?;
             }
             LaneMsg::IdleCheck => {
@@ -109,13 +126,19 @@ impl<B: Backend> Actor for Lane<B> {
                 let timeout = self.backend.lane_settings().idle_timeout;
                 let idle_for = state.last_activity.elapsed();
                 if idle_for >= timeout {
-                    let _ = self.supervisor.send_message(SupervisorMsg::LaneIdle {
-                        key: state.key.clone(),
-                        lane: myself.get_id(),
-                        seen_seq: state.seen_seq,
-                    });
+                    self.ask_to_passivate(&myself, state);
                 } else {
-                    arm_idle_timer(&myself, state, timeout - idle_for);
+                    arm_timer(
+                        &myself,
+                        &mut state.idle_timer_armed,
+                        timeout - idle_for,
+                        || LaneMsg::IdleCheck,
+                    );
+                }
+            }
+            LaneMsg::PassivateIfIdle => {
+                if state.is_idle() {
+                    self.ask_to_passivate(&myself, state);
                 }
             }
             LaneMsg::Drain => {
@@ -132,15 +155,74 @@ impl<B: Backend> Actor for Lane<B> {
 
 impl<I: QueueItem> LaneState<I> {
     fn is_idle(&self) -> bool {
-        self.running.is_none() && self.queue.is_empty() && !self.overflow
+        self.running.is_none() && self.queue.is_empty() && self.dropped.is_empty() && !self.overflow
+    }
+
+    fn held(&self) -> usize {
+        self.queue.len() + self.dropped.len()
+    }
+
+    /// Puts items back at the front of the queue, keeping sequence order.
+    fn requeue(&mut self, items: Vec<I>) {
+        if items.is_empty() {
+            return;
+        }
+        self.queue.extend(items);
+        self.queue.make_contiguous().sort_by_key(QueueItem::seq);
     }
 }
 
 impl<B: Backend> Lane<B> {
+    fn enqueue(&self, state: &mut LaneState<B::Item>, item: B::Item) {
+        let now = Instant::now();
+        state.last_activity = now;
+        if item.seq() <= state.seen_seq {
+            return;
+        }
+        state.seen_seq = item.seq();
+        if state.overflow || state.held() >= self.backend.lane_settings().queue_cap {
+            // The item is durable; it is fetched from the inbox when there is room.
+            state.overflow = true;
+            return;
+        }
+        state.held_upto = item.seq();
+        let policy = self.backend.queue_policy(&item);
+        let Some(running) = state.running.as_mut() else {
+            // Idle lanes start at once; a lane settling a burst (debounce) keeps collecting.
+            if state.queued_while_busy {
+                state.last_enqueue = now;
+            }
+            state.queue.push_back(item);
+            if state.queued_while_busy {
+                apply_cap(state, &policy);
+            }
+            return;
+        };
+        state.last_enqueue = now;
+        state.queued_while_busy = true;
+        match policy.mode {
+            QueueMode::Steer if state.queue.is_empty() => {
+                if let Some(steer) = running.steer.as_ref() {
+                    if steer.try_send(item.clone()).is_ok() {
+                        running.steered.push(item);
+                        return;
+                    }
+                }
+                state.queue.push_back(item);
+            }
+            QueueMode::Interrupt => {
+                state.queue.push_back(item);
+                let _ = running.cancel.send(true);
+            }
+            _ => state.queue.push_back(item),
+        }
+        apply_cap(state, &policy);
+    }
+
     /// Pulls items left in the durable inbox (on start, or after an overflow) into the queue.
     async fn refill(&self, state: &mut LaneState<B::Item>) -> Result<(), ActorProcessingErr> {
         let cap = self.backend.lane_settings().queue_cap;
-        let room = cap.saturating_sub(state.queue.len());
+        let room = cap.saturating_sub(state.held());
         if !state.overflow || room == 0 {
             return Ok(());
         }
@@ -157,7 +239,7 @@ impl<B: Backend> Lane<B> {
         Ok(())
     }
 
-    /// Starts the next turn if none is running, or arms the idle timer if there is nothing to do.
+    /// Starts the next turn if none is running and the queue has settled, or arms a timer.
     async fn advance(
         &self,
         myself: &ActorRef<LaneMsg<B::Item>>,
@@ -173,80 +255,192 @@ impl<B: Backend> Lane<B> {
         if state.queue.is_empty() {
             self.refill(state).await?;
         }
-        match state.queue.pop_front() {
-            Some(item) => {
-                let batch = vec![item];
-                self.spawn_turn(myself, &state.key, batch.clone());
-                state.running = Some(Running { batch, attempts: 1 });
-            }
-            None if !state.idle_timer_armed => {
+        let Some(newest) = state.queue.back() else {
+            if !state.dropped.is_empty() {
+                // Only dropped items are left: a turn still has to consume them.
+                let batch = TurnBatch {
+                    items: Vec::new(),
+                    dropped: std::mem::take(&mut state.dropped),
+                    drop_policy: state.drop_policy,
+                    queued: true,
+                };
+                self.start(myself, state, batch, QueueMode::Followup);
+            } else if !state.idle_timer_armed {
                 let timeout = self.backend.lane_settings().idle_timeout;
-                arm_idle_timer(myself, state, timeout);
+                arm_timer(myself, &mut state.idle_timer_armed, timeout, || {
+                    LaneMsg::IdleCheck
+                });
             }
-            None => {}
+            return Ok(());
+        };
+        let policy = self.backend.queue_policy(newest);
+        if state.queued_while_busy && policy.mode != QueueMode::Interrupt {
+            let quiet = state.last_enqueue.elapsed();
+            if quiet < policy.debounce && state.queue.len() < policy.cap {
+                if !state.debounce_timer_armed {
+                    arm_timer(
+                        myself,
+                        &mut state.debounce_timer_armed,
+                        policy.debounce - quiet,
+                        || LaneMsg::DebounceCheck,
+                    );
+                }
+                return Ok(());
+            }
         }
+        let take = match policy.mode {
+            QueueMode::Collect | QueueMode::Interrupt => state.queue.len().min(policy.cap.max(1)),
+            QueueMode::Followup | QueueMode::Steer => 1,
+        };
+        let batch = TurnBatch {
+            items: state.queue.drain(..take).collect(),
+            dropped: std::mem::take(&mut state.dropped),
+            drop_policy: state.drop_policy,
+            queued: state.queued_while_busy,
+        };
+        if state.queue.is_empty() {
+            state.queued_while_busy = false;
+        }
+        self.start(myself, state, batch, policy.mode);
         Ok(())
+    }
+
+    fn start(
+        &self,
+        myself: &ActorRef<LaneMsg<B::Item>>,
+        state: &mut LaneState<B::Item>,
+        batch: TurnBatch<B::Item>,
+        mode: QueueMode,
+    ) {
+        let (cancel, steer) = self.spawn_turn(myself, &state.key, batch.clone(), mode);
+        state.running = Some(Running {
+            batch,
+            attempts: 1,
+            cancel,
+            steer,
+            steered: Vec::new(),
+        });
     }
 
     async fn turn_ended(
         &self,
         myself: &ActorRef<LaneMsg<B::Item>>,
         state: &mut LaneState<B::Item>,
-        failure: Option<TurnFailure>,
-    ) -> Result<(), ActorProcessingErr> {
+        outcome: TurnOutcome,
+    ) {
         let Some(mut running) = state.running.take() else {
-            return Ok(());
+            return;
         };
-        let Some(failure) = failure else {
-            return Ok(());
+        let failure = match outcome {
+            TurnOutcome::Done(report) => {
+                let leftover: Vec<B::Item> = std::mem::take(&mut running.steered)
+                    .into_iter()
+                    .filter(|i| !report.steered.contains(&i.seq()))
+                    .collect();
+                state.requeue(leftover);
+                return;
+            }
+            TurnOutcome::Cancelled => {
+                // Interrupted: its items run again together with what interrupted them.
+                state.requeue(std::mem::take(&mut running.steered));
+                state.requeue(running.batch.items);
+                state.dropped.extend(running.batch.dropped);
+                return;
+            }
+            TurnOutcome::Failed(failure) => failure,
         };
+        state.requeue(std::mem::take(&mut running.steered));
         tracing::warn!(session_key = %state.key, attempt = running.attempts, %failure, "turn failed");
         if state.draining {
             // Shutting down: the items stay in the durable inbox and are replayed on next start.
-            return Ok(());
+            return;
         }
         if running.attempts <= self.backend.lane_settings().turn_retries {
-            running.attempts += 1;
-            self.spawn_turn(myself, &state.key, running.batch.clone());
-            state.running = Some(running);
-            return Ok(());
+            let (cancel, steer) = self.spawn_turn(
+                myself,
+                &state.key,
+                running.batch.clone(),
+                QueueMode::Followup,
+            );
+            state.running = Some(Running {
+                attempts: running.attempts + 1,
+                cancel,
+                steer,
+                ..running
+            });
+            return;
         }
         self.backend
             .abandon_turn(state.key.clone(), running.batch, failure)
             .await;
-        Ok(())
     }
 
     fn spawn_turn(
         &self,
         myself: &ActorRef<LaneMsg<B::Item>>,
         key: &SessionKey,
-        batch: Vec<B::Item>,
-    ) {
+        batch: TurnBatch<B::Item>,
+        mode: QueueMode,
+    ) -> (watch::Sender<bool>, Option<mpsc::Sender<B::Item>>) {
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let (steer_tx, steer_rx) = if mode == QueueMode::Steer {
+            let cap = self.backend.lane_settings().queue_cap.max(1);
+            let (tx, rx) = mpsc::channel(cap);
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let control = TurnControl::new(cancel_rx, steer_rx);
         let backend = Arc::clone(&self.backend);
         let key = key.clone();
-        let turn = tokio::spawn(async move { backend.run_turn(key, batch).await });
+        let turn = tokio::spawn(async move { backend.run_turn(key, batch, control).await });
         let lane = myself.clone();
         // A second task observes the first so a panic inside the turn becomes a message to the
         // lane instead of killing the lane.
         tokio::spawn(async move {
-            let failure = match turn.await {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(TurnFailure::Error(e)),
-                Err(join) => Some(TurnFailure::Panicked(panic_text(join))),
+            let outcome = match turn.await {
+                Ok(Ok(report)) => TurnOutcome::Done(report),
+                Ok(Err(TurnError::Cancelled)) => TurnOutcome::Cancelled,
+                Ok(Err(TurnError::Failed(e))) => TurnOutcome::Failed(TurnFailure::Error(e)),
+                Err(join) => TurnOutcome::Failed(TurnFailure::Panicked(panic_text(join))),
             };
-            let _ = lane.send_message(LaneMsg::TurnEnded { failure });
+            let _ = lane.send_message(LaneMsg::TurnEnded(outcome));
+        });
+        (cancel_tx, steer_tx)
+    }
+
+    fn ask_to_passivate(&self, myself: &ActorRef<LaneMsg<B::Item>>, state: &LaneState<B::Item>) {
+        let _ = self.supervisor.send_message(SupervisorMsg::LaneIdle {
+            key: state.key.clone(),
+            lane: myself.get_id(),
+            seen_seq: state.seen_seq,
         });
     }
 }
 
-fn arm_idle_timer<I: QueueItem>(
+/// Enforces the queue cap after an item was queued during a turn.
+fn apply_cap<I: QueueItem>(state: &mut LaneState<I>, policy: &QueuePolicy) {
+    state.drop_policy = policy.drop;
+    while state.queue.len() > policy.cap.max(1) {
+        let dropped = match policy.drop {
+            DropPolicy::Summarize | DropPolicy::Oldest => state.queue.pop_front(),
+            DropPolicy::Newest => state.queue.pop_back(),
+        };
+        if let Some(item) = dropped {
+            state.dropped.push(item);
+        }
+    }
+}
+
+/// Arms a one-shot timer unless one is already pending; one timer per purpose per lane.
+fn arm_timer<I: QueueItem>(
     myself: &ActorRef<LaneMsg<I>>,
-    state: &mut LaneState<I>,
-    after: std::time::Duration,
+    armed: &mut bool,
+    after: Duration,
+    msg: impl FnOnce() -> LaneMsg<I> + Send + 'static,
 ) {
-    state.idle_timer_armed = true;
-    myself.send_after(after, || LaneMsg::IdleCheck);
+    *armed = true;
+    myself.send_after(after, msg);
 }
 
 fn panic_text(join: tokio::task::JoinError) -> String {

@@ -31,10 +31,13 @@ mod lane;
 mod messages;
 mod supervisor;
 
-pub use backend::{Backend, LaneSettings, QueueItem, SessionKey, TurnFailure};
+pub use backend::{
+    Backend, DropPolicy, LaneSettings, QueueItem, QueueMode, QueuePolicy, SessionKey, TurnBatch,
+    TurnControl, TurnError, TurnFailure, TurnReport,
+};
 pub use channel::{Channel, ChannelActor, ChannelHandle, ChannelMsg, MAX_INFLIGHT_DELIVERIES};
 pub use handle::{ActorsError, SupervisorHandle};
-pub use messages::{LaneMsg, SubmitReply, SupervisorMsg};
+pub use messages::{LaneMsg, SubmitReply, SupervisorMsg, TurnOutcome};
 pub use supervisor::{LaneRegistry, Supervisor};
 
 #[cfg(test)]

@@ -2,7 +2,18 @@
 
 use ractor::{ActorId, RpcReplyPort};
 
-use crate::backend::{Backend, SessionKey, TurnFailure};
+use crate::backend::{Backend, SessionKey, TurnFailure, TurnReport};
+
+/// How a turn ended, as its lane learns it.
+#[derive(Debug)]
+pub enum TurnOutcome {
+    /// Committed and answered.
+    Done(TurnReport),
+    /// Cancelled by the lane before committing.
+    Cancelled,
+    /// Failed or panicked.
+    Failed(TurnFailure),
+}
 
 /// What a submitter gets back from the supervisor.
 pub type SubmitReply<B> = Result<<B as Backend>::Accepted, <B as Backend>::Refused>;
@@ -37,10 +48,11 @@ pub enum LaneMsg<I> {
     /// A new durable item for this lane's session.
     Enqueue(I),
     /// The turn the lane started has ended.
-    TurnEnded {
-        /// `None` when the turn succeeded.
-        failure: Option<TurnFailure>,
-    },
+    TurnEnded(TurnOutcome),
+    /// The debounce timer fired: start the next turn if the queue has been quiet long enough.
+    DebounceCheck,
+    /// Sent by the supervisor when there are too many live lanes: ask to passivate now if idle.
+    PassivateIfIdle,
     /// The idle timer fired: passivate if nothing happened for the idle timeout.
     IdleCheck,
     /// Finish the running turn, start no other, then stop.

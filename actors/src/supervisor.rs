@@ -5,7 +5,7 @@
 //! lanes see. `Backend::admit` only starts a durable write; the submitter awaits durability
 //! outside the actor, so one slow flush never stalls routing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -60,6 +60,37 @@ impl<I> LaneRegistry<I> {
     }
 }
 
+/// Extra lanes asked to passivate beyond the excess, since some of them may be busy.
+const SHED_SLACK: usize = 8;
+
+/// Least-recently-used order of live lanes: O(log n) per touch.
+#[derive(Default)]
+struct Recency {
+    tick: u64,
+    by_tick: BTreeMap<u64, SessionKey>,
+    by_key: HashMap<SessionKey, u64>,
+}
+
+impl Recency {
+    fn touch(&mut self, key: &SessionKey) {
+        self.tick += 1;
+        if let Some(old) = self.by_key.insert(key.clone(), self.tick) {
+            self.by_tick.remove(&old);
+        }
+        self.by_tick.insert(self.tick, key.clone());
+    }
+
+    fn forget(&mut self, key: &SessionKey) {
+        if let Some(old) = self.by_key.remove(key) {
+            self.by_tick.remove(&old);
+        }
+    }
+
+    fn oldest(&self, n: usize) -> Vec<SessionKey> {
+        self.by_tick.values().take(n).cloned().collect()
+    }
+}
+
 /// The supervisor actor.
 pub struct Supervisor<B: Backend> {
     backend: Arc<B>,
@@ -76,6 +107,8 @@ impl<B: Backend> Supervisor<B> {
 /// The supervisor's private state.
 pub struct SupervisorState {
     keys_by_lane: HashMap<ActorId, SessionKey>,
+    /// Recency of use per live lane, for passivating the least recently used first.
+    recency: Recency,
     draining: bool,
     drain_waiters: Vec<RpcReplyPort<()>>,
 }
@@ -92,6 +125,7 @@ impl<B: Backend> Actor for Supervisor<B> {
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(SupervisorState {
             keys_by_lane: HashMap::new(),
+            recency: Recency::default(),
             draining: false,
             drain_waiters: Vec::new(),
         })
@@ -140,6 +174,7 @@ impl<B: Backend> Actor for Supervisor<B> {
                     if let Some((_, entry)) = self.registry.lanes.remove(&key) {
                         let _ = entry.lane.send_message(LaneMsg::Stop);
                     }
+                    state.recency.forget(&key);
                 }
             }
             SupervisorMsg::LiveLanes(reply) => {
@@ -195,6 +230,7 @@ impl<B: Backend> Supervisor<B> {
         item: B::Item,
     ) {
         let seq = item.seq();
+        state.recency.touch(&key);
         if let Some(mut entry) = self.registry.lanes.get_mut(&key) {
             entry.routed_seq = seq;
             if entry.lane.send_message(LaneMsg::Enqueue(item)).is_ok() {
@@ -222,13 +258,15 @@ impl<B: Backend> Supervisor<B> {
         match Actor::spawn_linked(None, lane, key.clone(), myself.get_cell()).await {
             Ok((lane, _)) => {
                 state.keys_by_lane.insert(lane.get_id(), key.clone());
+                state.recency.touch(&key);
                 self.registry.lanes.insert(
-                    key,
+                    key.clone(),
                     LaneEntry {
                         lane,
                         routed_seq: 0,
                     },
                 );
+                self.shed_lanes(state, &key);
             }
             Err(error) => {
                 // What was routed stays in the durable inbox; the next message or start retries.
@@ -242,7 +280,29 @@ impl<B: Backend> Supervisor<B> {
         self.registry
             .lanes
             .remove_if(&key, |_, entry| entry.lane.get_id() == id);
+        if !self.registry.is_live(&key) {
+            state.recency.forget(&key);
+        }
         Some(key)
+    }
+
+    /// Past `max_live_lanes`, asks the least recently used lanes to passivate if idle. Busy
+    /// ones decline and count as used now, so the next request asks others.
+    fn shed_lanes(&self, state: &mut SupervisorState, just_spawned: &SessionKey) {
+        let max = self.backend.lane_settings().max_live_lanes;
+        let excess = self.registry.len().saturating_sub(max);
+        if excess == 0 {
+            return;
+        }
+        for key in state.recency.oldest(excess + SHED_SLACK) {
+            if key == *just_spawned {
+                continue;
+            }
+            if let Some(entry) = self.registry.lanes.get(&key) {
+                let _ = entry.lane.send_message(LaneMsg::PassivateIfIdle);
+            }
+            state.recency.touch(&key);
+        }
     }
 
     fn answer_drain_if_done(&self, state: &mut SupervisorState) {

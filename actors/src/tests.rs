@@ -21,6 +21,7 @@ mod fake;
 mod lanes;
 mod lifecycle;
 mod model;
+mod queue;
 
 use fake::{Event, Fake};
 
@@ -34,6 +35,7 @@ fn settings() -> LaneSettings {
         queue_cap: 1_000,
         turn_retries: 1,
         rpc_timeout: Duration::from_secs(5),
+        max_live_lanes: 10_000,
     }
 }
 

@@ -3,10 +3,14 @@
 
 use std::sync::Arc;
 
-use turnstile_actors::{Backend, LaneSettings, QueueItem, SessionKey, TurnFailure};
+use turnstile_actors::{
+    Backend, DropPolicy, LaneSettings, QueueItem, QueueMode, QueuePolicy, SessionKey, TurnBatch,
+    TurnControl, TurnError, TurnFailure, TurnReport,
+};
 
 use super::turn::{now_ms, TurnEngine};
 use super::Refusal;
+use crate::config::{DropSetting, QueueConfig, QueueModeSetting};
 use crate::inbound::{normalize_session_key, session_key, InboundEvent};
 use crate::store::{InboxItem, InboxRecord};
 
@@ -89,14 +93,25 @@ impl Backend for TurnBackend {
             .map_err(|e| e.to_string())
     }
 
-    async fn run_turn(&self, key: SessionKey, batch: Vec<InboxItem>) -> Result<(), String> {
-        self.engine
-            .run(&key, &batch)
-            .await
-            .map_err(|e| e.to_string())
+    fn queue_policy(&self, item: &InboxItem) -> QueuePolicy {
+        queue_policy(&self.engine.config.queue, &item.record.message.channel)
     }
 
-    async fn abandon_turn(&self, key: SessionKey, batch: Vec<InboxItem>, failure: TurnFailure) {
+    async fn run_turn(
+        &self,
+        key: SessionKey,
+        batch: TurnBatch<InboxItem>,
+        control: TurnControl<InboxItem>,
+    ) -> Result<TurnReport, TurnError> {
+        self.engine.run(&key, &batch, control).await
+    }
+
+    async fn abandon_turn(
+        &self,
+        key: SessionKey,
+        batch: TurnBatch<InboxItem>,
+        failure: TurnFailure,
+    ) {
         tracing::error!(session_key = %key, %failure, "turn abandoned after retries");
         if let Err(e) = self
             .engine
@@ -105,5 +120,58 @@ impl Backend for TurnBackend {
         {
             tracing::error!(session_key = %key, error = %e, "could not record the abandoned turn; it stays in the inbox");
         }
+    }
+}
+
+/// The queue policy for messages of `channel`: `[queue]` with `[queue.by_channel.<channel>]`
+/// applied on top.
+pub fn queue_policy(config: &QueueConfig, channel: &str) -> QueuePolicy {
+    let o = config.by_channel.get(channel);
+    let mode = o.and_then(|o| o.mode).unwrap_or(config.mode);
+    let drop = o.and_then(|o| o.drop).unwrap_or(config.drop);
+    QueuePolicy {
+        mode: match mode {
+            QueueModeSetting::Collect => QueueMode::Collect,
+            QueueModeSetting::Followup => QueueMode::Followup,
+            QueueModeSetting::Steer => QueueMode::Steer,
+            QueueModeSetting::Interrupt => QueueMode::Interrupt,
+        },
+        debounce: std::time::Duration::from_millis(
+            o.and_then(|o| o.debounce_ms).unwrap_or(config.debounce_ms),
+        ),
+        cap: o.and_then(|o| o.cap).unwrap_or(config.cap),
+        drop: match drop {
+            DropSetting::Summarize => DropPolicy::Summarize,
+            DropSetting::Oldest => DropPolicy::Oldest,
+            DropSetting::Newest => DropPolicy::Newest,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn per_channel_overrides_apply_on_top() {
+        let config = Config::parse(
+            "[queue]\nmode = \"followup\"\ncap = 5\n[queue.by_channel.telegram]\nmode = \"interrupt\"\ndebounce_ms = 0\n",
+        )
+        .unwrap();
+        let web = queue_policy(&config.queue, "webhook");
+        assert_eq!(
+            (web.mode, web.cap, web.debounce.as_millis()),
+            (QueueMode::Followup, 5, 500)
+        );
+        let tg = queue_policy(&config.queue, "telegram");
+        assert_eq!(
+            (tg.mode, tg.cap, tg.debounce.as_millis()),
+            (QueueMode::Interrupt, 5, 0)
+        );
+        assert_eq!(
+            queue_policy(&Config::default().queue, "x"),
+            QueuePolicy::default()
+        );
     }
 }

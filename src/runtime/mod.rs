@@ -2,6 +2,7 @@
 //! actors behind it stay private.
 
 mod backend;
+mod batch;
 mod replies;
 mod turn;
 
@@ -14,7 +15,8 @@ use serde::Serialize;
 use tokio::sync::{broadcast, Semaphore};
 use turnstile_actors::{ChannelHandle, LaneSettings, SupervisorHandle};
 
-pub use backend::{Accepted, TurnBackend};
+pub use backend::{queue_policy, Accepted, TurnBackend};
+pub use batch::{render_current, DROPPED_LINE_CHARS, QUEUED_HEADER};
 pub use replies::{Reply, ReplyHub, ReplyWaiter};
 pub use turn::TurnEngine;
 
@@ -191,6 +193,7 @@ impl RuntimeBuilder {
                 queue_cap: config.lanes.queue_cap,
                 turn_retries: config.lanes.turn_retries,
                 rpc_timeout: Duration::from_secs(10),
+                max_live_lanes: config.lanes.max_live_lanes,
             },
         });
         let (supervisor, _) = SupervisorHandle::start(backend).await?;

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
+use turnstile_actors::{TurnBatch, TurnControl, TurnError, TurnReport};
 
+use super::batch::render_current;
 use super::replies::{Reply, ReplyHub};
 use crate::config::Config;
 use crate::context::{assemble, Assembly, AssemblyInput, TokenBudget};
@@ -85,9 +87,11 @@ impl TurnEngine {
         }))
     }
 
-    fn user_entries(&self, batch: &[InboxItem]) -> Vec<TranscriptEntry> {
+    /// One user entry per message the batch consumes (answered or dropped), in order: every
+    /// acknowledged message is kept in the transcript.
+    fn user_entries(&self, batch: &TurnBatch<InboxItem>) -> Vec<TranscriptEntry> {
         batch
-            .iter()
+            .all_items()
             .map(|item| {
                 let m = &item.record.message;
                 TranscriptEntry {
@@ -106,12 +110,24 @@ impl TurnEngine {
             .collect()
     }
 
-    /// Runs one turn for `batch` (oldest first).
-    pub async fn run(&self, session_key: &str, batch: &[InboxItem]) -> Result<(), Error> {
+    /// Runs one turn for `batch`. Cancellation (interrupt mode) aborts the model call; nothing
+    /// is committed then.
+    pub async fn run(
+        &self,
+        session_key: &str,
+        batch: &TurnBatch<InboxItem>,
+        mut control: TurnControl<InboxItem>,
+    ) -> Result<TurnReport, TurnError> {
+        let failed = |e: Error| TurnError::Failed(e.to_string());
         let users = self.user_entries(batch);
-        let current: Vec<(String, u32)> =
-            users.iter().map(|e| (e.text.clone(), e.tokens)).collect();
-        let assembly = self.assemble(session_key, &current)?;
+        let text = render_current(batch);
+        let tokens = match batch.items.as_slice() {
+            [_] if batch.dropped.is_empty() => users.last().map(|e| e.tokens).unwrap_or(0),
+            _ => self.tokens.count(&text),
+        };
+        let assembly = self
+            .assemble(session_key, &[(text, tokens)])
+            .map_err(|e| failed(e.into()))?;
         let request = ModelRequest {
             prompt_tokens: assembly.budget.used,
             messages: assembly.messages(),
@@ -119,12 +135,14 @@ impl TurnEngine {
             max_output_tokens: self.config.context.reserve_output_tokens,
         };
         let reply = {
-            let _permit = self
-                .model_permits
-                .acquire()
-                .await
-                .map_err(|_| ModelError::Cancelled)?;
-            self.model.complete(&request).await?
+            let _permit = tokio::select! {
+                permit = self.model_permits.acquire() => permit.map_err(|_| failed(ModelError::Cancelled.into()))?,
+                _ = control.cancelled() => return Err(TurnError::Cancelled),
+            };
+            tokio::select! {
+                reply = self.model.complete(&request) => reply.map_err(|e| failed(e.into()))?,
+                _ = control.cancelled() => return Err(TurnError::Cancelled),
+            }
         };
         let assistant = TranscriptEntry {
             kind: EntryKind::Assistant,
@@ -137,13 +155,15 @@ impl TurnEngine {
         };
         self.commit_and_publish(session_key, batch, users, assistant, false)
             .await
+            .map_err(failed)?;
+        Ok(TurnReport::default())
     }
 
     /// Answers a turn that failed past its retries with an error notice and consumes its items.
     pub async fn abandon(
         &self,
         session_key: &str,
-        batch: &[InboxItem],
+        batch: &TurnBatch<InboxItem>,
         reason: &str,
     ) -> Result<(), Error> {
         let users = self.user_entries(batch);
@@ -164,7 +184,7 @@ impl TurnEngine {
     async fn commit_and_publish(
         &self,
         session_key: &str,
-        batch: &[InboxItem],
+        batch: &TurnBatch<InboxItem>,
         mut entries: Vec<TranscriptEntry>,
         answer: TranscriptEntry,
         error: bool,
@@ -174,7 +194,7 @@ impl TurnEngine {
         let (_, seqs, ticket) = self.store.commit_turn(TurnCommit {
             session_key,
             entries,
-            consumed: batch.iter().map(|i| i.seq).collect(),
+            consumed: batch.all_items().map(|i| i.seq).collect(),
             now_ms: now_ms(),
         })?;
         self.store.commit().wait(ticket).await?;
@@ -182,7 +202,7 @@ impl TurnEngine {
             session_key: session_key.to_string(),
             text,
             in_reply_to: batch
-                .iter()
+                .all_items()
                 .map(|i| i.record.message.message_id.clone())
                 .collect(),
             seq: seqs.last().copied().unwrap_or_default(),

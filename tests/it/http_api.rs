@@ -6,7 +6,10 @@ use std::collections::HashMap;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use crate::support::{encode_key, eventually, group_key, start_server, Entry, Msg, PATIENCE};
+use crate::support::{
+    data_dir, encode_key, eventually, group_key, one_turn_per_message, start_server,
+    start_server_with, Entry, Msg, PATIENCE,
+};
 
 /// The fields `GET /v1/sessions` and `GET /v1/sessions/{key}` promise (SPEC §9a).
 fn assert_session_object(session: &Value, key: &str, entries: u64) {
@@ -141,7 +144,7 @@ fn check_conversation(key: &str, entries: &[Entry], sent: &[String]) {
 async fn many_sessions_at_once_keep_order() {
     const SESSIONS: usize = 50;
     const MESSAGES: usize = 10;
-    let server = start_server().await;
+    let server = start_server_with(data_dir(), one_turn_per_message).await;
 
     let mut tasks = Vec::new();
     for s in 0..SESSIONS {

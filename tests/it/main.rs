@@ -16,6 +16,7 @@ mod bad_input;
 mod http_api;
 mod kill9;
 mod openai;
+mod queue;
 mod restart;
 mod shutdown;
 mod support;

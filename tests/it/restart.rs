@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::support::{eventually, start_server, start_server_in, Api, Msg, PATIENCE};
+use crate::support::{
+    data_dir, eventually, one_turn_per_message, start_server_with, Api, Msg, PATIENCE,
+};
 
 /// Every session and its whole transcript, as the API shows them.
 async fn snapshot(api: &Api) -> BTreeMap<String, (Value, Vec<Value>)> {
@@ -25,7 +27,7 @@ async fn snapshot(api: &Api) -> BTreeMap<String, (Value, Vec<Value>)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transcripts_are_identical_after_a_restart() {
-    let server = start_server().await;
+    let server = start_server_with(data_dir(), one_turn_per_message).await;
     let dir = server.dir.clone();
     for chat in ["a", "b", "c"] {
         for m in 0..4 {
@@ -52,7 +54,7 @@ async fn transcripts_are_identical_after_a_restart() {
     let before = snapshot(&server.api).await;
     server.stop().await;
 
-    let server = start_server_in(dir.clone()).await;
+    let server = start_server_with(dir.clone(), one_turn_per_message).await;
     let after = snapshot(&server.api).await;
     assert_eq!(before, after);
 

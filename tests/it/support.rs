@@ -435,20 +435,31 @@ pub async fn start_server() -> TestServer {
     start_server_with(data_dir(), |_| {}).await
 }
 
-/// A server with the default configuration on `dir` (e.g. the dir of a stopped server).
-pub async fn start_server_in(dir: Arc<TempDir>) -> TestServer {
-    start_server_with(dir, |_| {}).await
+/// Config edit for tests that count one reply per message: `followup` queueing, no debounce
+/// (the default `collect` mode answers messages queued during a turn together).
+pub fn one_turn_per_message(config: &mut Config) {
+    config.queue.mode = turnstile::config::QueueModeSetting::Followup;
+    config.queue.debounce_ms = 0;
 }
 
 /// A server on `dir` whose configuration `edit` adjusts.
 pub async fn start_server_with(dir: Arc<TempDir>, edit: impl FnOnce(&mut Config)) -> TestServer {
+    start_server_full(dir, edit, None).await
+}
+
+/// A server on `dir` with a config edit and, optionally, a test model instead of `echo`.
+pub async fn start_server_full(
+    dir: Arc<TempDir>,
+    edit: impl FnOnce(&mut Config),
+    model: Option<Arc<dyn turnstile::model::Model>>,
+) -> TestServer {
     let mut config = Config::with_data_dir(dir.path());
     edit(&mut config);
-    let runtime = Runtime::builder()
-        .config(config)
-        .build()
-        .await
-        .expect("building the runtime");
+    let mut builder = Runtime::builder().config(config);
+    if let Some(model) = model {
+        builder = builder.model(model);
+    }
+    let runtime = builder.build().await.expect("building the runtime");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("binding a loopback port");

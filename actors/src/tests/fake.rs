@@ -4,6 +4,7 @@
 //! Behaviour is steered by whitespace-separated directives in an item's text, so a test reads
 //! as the list of messages it sends:
 //! - `sleep=MS`: the turn sleeps that long before finishing;
+//! - `hang-once=MS`: like `sleep`, on the item's first attempt only;
 //! - `panic` / `error`: every attempt of the turn panics / returns an error;
 //! - `panic-once` / `error-once`: only the first attempt does;
 //! - `admit-delay=MS`: `admit` blocks the supervisor's task that long (a stand-in for a slow
@@ -16,7 +17,10 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
-use crate::{Backend, Channel, LaneSettings, QueueItem, SessionKey, TurnFailure};
+use crate::{
+    Backend, Channel, LaneSettings, QueueItem, QueueMode, QueuePolicy, SessionKey, TurnBatch,
+    TurnControl, TurnError, TurnFailure, TurnReport,
+};
 
 /// One queued message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +96,8 @@ struct InFlight {
 /// The in-memory backend.
 pub(super) struct Fake {
     settings: LaneSettings,
+    /// The queue policy for every item; followup without debounce unless a test says otherwise.
+    policy: Mutex<QueuePolicy>,
     next_seq: AtomicU64,
     inbox: Mutex<BTreeMap<(SessionKey, u64), Item>>,
     log: Mutex<Vec<Entry>>,
@@ -101,12 +107,21 @@ pub(super) struct Fake {
     pending_calls: Mutex<Vec<(SessionKey, u64, usize, usize)>>,
     /// Injected `pending` failures still to happen, per key.
     fail_pending: Mutex<HashMap<SessionKey, u32>>,
+    /// Every batch started: key, answered seqs, dropped seqs, queued flag.
+    batches: Mutex<Vec<(SessionKey, Vec<u64>, Vec<u64>, bool)>>,
+    /// Turns that saw their cancellation.
+    cancelled: AtomicUsize,
 }
 
 impl Fake {
     pub(super) fn new(settings: LaneSettings) -> Self {
         Self {
             settings,
+            policy: Mutex::new(QueuePolicy {
+                mode: QueueMode::Followup,
+                debounce: Duration::ZERO,
+                ..QueuePolicy::default()
+            }),
             next_seq: AtomicU64::new(1),
             inbox: Mutex::new(BTreeMap::new()),
             log: Mutex::new(Vec::new()),
@@ -114,7 +129,25 @@ impl Fake {
             attempts: Mutex::new(HashMap::new()),
             pending_calls: Mutex::new(Vec::new()),
             fail_pending: Mutex::new(HashMap::new()),
+            batches: Mutex::new(Vec::new()),
+            cancelled: AtomicUsize::new(0),
         }
+    }
+
+    /// Sets the queue policy for every item.
+    pub(super) fn set_policy(&self, policy: QueuePolicy) {
+        *self.policy.lock().unwrap() = policy;
+    }
+
+    /// The batches started for `key`: (answered seqs, dropped seqs, queued flag), in order.
+    pub(super) fn batches(&self, key: &str) -> Vec<(Vec<u64>, Vec<u64>, bool)> {
+        self.batches
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, ..)| &**k == key)
+            .map(|(_, a, d, q)| (a.clone(), d.clone(), *q))
+            .collect()
     }
 
     /// Writes an item to the inbox without the supervisor, as if left by a previous run.
@@ -245,6 +278,11 @@ impl Fake {
         self.pending_calls.lock().unwrap().clone()
     }
 
+    /// Turns that stopped because they were cancelled.
+    pub(super) fn cancelled(&self) -> usize {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
     /// Highest number of turns of one key that ever ran at once.
     pub(super) fn max_in_flight_per_key(&self) -> usize {
         self.in_flight.lock().unwrap().max_per_key
@@ -365,8 +403,24 @@ impl Backend for Fake {
         Ok(items)
     }
 
-    async fn run_turn(&self, key: SessionKey, batch: Vec<Item>) -> Result<(), String> {
-        let seqs: Vec<u64> = batch.iter().map(|i| i.seq).collect();
+    fn queue_policy(&self, _item: &Item) -> QueuePolicy {
+        *self.policy.lock().unwrap()
+    }
+
+    async fn run_turn(
+        &self,
+        key: SessionKey,
+        batch: TurnBatch<Item>,
+        mut control: TurnControl<Item>,
+    ) -> Result<TurnReport, TurnError> {
+        self.batches.lock().unwrap().push((
+            key.clone(),
+            batch.items.iter().map(|i| i.seq).collect(),
+            batch.dropped.iter().map(|i| i.seq).collect(),
+            batch.queued,
+        ));
+        let all: Vec<Item> = batch.all_items().cloned().collect();
+        let seqs: Vec<u64> = all.iter().map(|i| i.seq).collect();
         self.push(Entry::Start {
             key: key.clone(),
             seqs: seqs.clone(),
@@ -381,12 +435,22 @@ impl Backend for Fake {
                 first_attempt &= *n == 1;
             }
         }
-        for item in &batch {
-            if let Some(ms) = directive(&item.text, "sleep") {
-                tokio::time::sleep(Duration::from_millis(ms)).await;
+        for item in &batch.items {
+            let first_try = self.attempts.lock().unwrap().get(&item.seq) == Some(&1);
+            let sleep = directive(&item.text, "sleep")
+                .or_else(|| directive(&item.text, "hang-once").filter(|_| first_try));
+            if let Some(ms) = sleep {
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+                    _ = control.cancelled() => {
+                        self.cancelled.fetch_add(1, Ordering::SeqCst);
+                        self.push(Entry::End { key, seqs, ok: false });
+                        return Err(TurnError::Cancelled);
+                    }
+                }
             }
         }
-        let wants = |flag: &str| batch.iter().any(|i| has_flag(&i.text, flag));
+        let wants = |flag: &str| batch.items.iter().any(|i| has_flag(&i.text, flag));
         if wants("panic") || (first_attempt && wants("panic-once")) {
             panic!("boom in turn {seqs:?}");
         }
@@ -396,22 +460,32 @@ impl Backend for Fake {
                 seqs: seqs.clone(),
                 ok: false,
             });
-            return Err(format!("error in turn {seqs:?}"));
+            return Err(TurnError::Failed(format!("error in turn {seqs:?}")));
         }
-        self.consume(&batch);
+        // A "tool loop": a turn that asks for it takes in what was steered to it meanwhile.
+        let mut report = TurnReport::default();
+        let mut consumed = all;
+        if wants("steerable") {
+            for item in control.take_steered() {
+                report.steered.push(item.seq);
+                consumed.push(item);
+            }
+        }
+        self.consume(&consumed);
         self.push(Entry::End {
             key,
-            seqs,
+            seqs: consumed.iter().map(|i| i.seq).collect(),
             ok: true,
         });
-        Ok(())
+        Ok(report)
     }
 
-    async fn abandon_turn(&self, key: SessionKey, batch: Vec<Item>, failure: TurnFailure) {
-        self.consume(&batch);
+    async fn abandon_turn(&self, key: SessionKey, batch: TurnBatch<Item>, failure: TurnFailure) {
+        let all: Vec<Item> = batch.all_items().cloned().collect();
+        self.consume(&all);
         self.push(Entry::Abandon {
             key,
-            seqs: batch.iter().map(|i| i.seq).collect(),
+            seqs: all.iter().map(|i| i.seq).collect(),
             failure,
         });
     }
