@@ -93,6 +93,9 @@ struct InFlight {
     max_total: usize,
 }
 
+/// A started batch: key, answered seqs, dropped seqs, queued flag.
+type BatchRecord = (SessionKey, Vec<u64>, Vec<u64>, bool);
+
 /// The in-memory backend.
 pub(super) struct Fake {
     settings: LaneSettings,
@@ -108,7 +111,7 @@ pub(super) struct Fake {
     /// Injected `pending` failures still to happen, per key.
     fail_pending: Mutex<HashMap<SessionKey, u32>>,
     /// Every batch started: key, answered seqs, dropped seqs, queued flag.
-    batches: Mutex<Vec<(SessionKey, Vec<u64>, Vec<u64>, bool)>>,
+    batches: Mutex<Vec<BatchRecord>>,
     /// Turns that saw their cancellation.
     cancelled: AtomicUsize,
 }
