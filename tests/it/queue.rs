@@ -171,3 +171,111 @@ async fn a_panicking_turn_is_retried_then_answered_with_an_error_and_the_session
     assert_eq!(reply["in_reply_to"], serde_json::json!(["m2"]));
     assert_eq!(reply["text"], serde_json::json!("seen: hello again"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_inbox_answers_429_with_retry_after_and_stores_nothing_more() {
+    let model = ScriptedModel::new(Duration::from_secs(2));
+    let server = start_server_full(
+        data_dir(),
+        |c| c.storage.max_queued_messages = 3,
+        Some(model.clone() as Arc<dyn Model>),
+    )
+    .await;
+    for i in 0..3 {
+        server
+            .send(&Msg::group("full", &format!("m{i}"), "hello"))
+            .await;
+    }
+    let client = crate::support::http_client();
+    let response = client
+        .post(server.url("/v1/messages"))
+        .json(Msg::group("full", "m3", "one too many").json())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert!(response.headers().contains_key("retry-after"));
+    let body: serde_json::Value = response.json().await.expect("json body");
+    assert_eq!(body["error"]["code"], "overloaded");
+
+    // Once the queue drains, the refused message is accepted when retried; it was not stored.
+    eventually(PATIENCE, "room in the inbox again", || {
+        let api = server.api.clone();
+        async move {
+            let (status, _) = api
+                .post_message(Msg::group("full", "m3", "retry").json())
+                .await;
+            (status == reqwest::StatusCode::ACCEPTED)
+                .then_some(())
+                .ok_or_else(|| format!("status {status}"))
+        }
+    })
+    .await;
+    eventually(PATIENCE, "all four answered", || {
+        let api = server.api.clone();
+        async move {
+            let entries = api.transcript(&group_key("full")).await.unwrap_or_default();
+            let users: Vec<&str> = entries
+                .iter()
+                .filter(|e| e.kind == "user")
+                .filter_map(|e| e.message_id.as_deref())
+                .collect();
+            let answered = entries.last().is_some_and(|e| e.kind == "assistant");
+            (users == ["m0", "m1", "m2", "m3"] && answered)
+                .then_some(())
+                .ok_or_else(|| format!("{users:?}"))
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lanes_passivate_under_load_and_come_back_without_loss() {
+    let server = start_server_full(
+        data_dir(),
+        |c| {
+            c.lanes.max_live_lanes = 8;
+            c.lanes.idle_timeout_ms = 50;
+        },
+        None,
+    )
+    .await;
+    let mut tasks = Vec::new();
+    for s in 0..40 {
+        let api = server.api.clone();
+        tasks.push(tokio::spawn(async move {
+            for m in 0..5 {
+                api.send(&Msg::group(&format!("p{s}"), &format!("m{m}"), "hi"))
+                    .await;
+                tokio::time::sleep(Duration::from_millis(5 * (s % 7) as u64)).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("sender");
+    }
+    for s in 0..40 {
+        let key = group_key(&format!("p{s}"));
+        eventually(
+            PATIENCE,
+            "every message of the session stored and answered",
+            || {
+                let api = server.api.clone();
+                let key = key.clone();
+                async move {
+                    let entries = api.transcript(&key).await.unwrap_or_default();
+                    let users: Vec<String> = entries
+                        .iter()
+                        .filter(|e| e.kind == "user")
+                        .filter_map(|e| e.message_id.clone())
+                        .collect();
+                    let answered = entries.last().is_some_and(|e| e.kind == "assistant");
+                    (users == ["m0", "m1", "m2", "m3", "m4"] && answered)
+                        .then_some(())
+                        .ok_or_else(|| format!("{key}: {users:?}"))
+                }
+            },
+        )
+        .await;
+    }
+}
