@@ -147,3 +147,19 @@ pub enum Error {
     #[error("timed out waiting for {0}")]
     Timeout(&'static str),
 }
+
+impl Error {
+    /// A short stable name for the kind of error, for counters and reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Config(_) => "config",
+            Error::Store(_) => "store",
+            Error::Inbound(_) => "invalid_message",
+            Error::Model(_) => "model",
+            Error::Actors(_) => "unavailable",
+            Error::Overloaded(_) => "overloaded",
+            Error::ShuttingDown => "shutting_down",
+            Error::Timeout(_) => "timeout",
+        }
+    }
+}

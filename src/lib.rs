@@ -25,6 +25,8 @@
 //! - `runtime`: the [`Runtime`] handle, the turn engine, the actors' backend, the reply hub.
 //! - `channels`: transports that feed the supervisor (the API channel).
 //! - `server`: the axum HTTP API.
+//! - `loadtest`: bounded load against a server or an in-process runtime, with latency
+//!   histograms.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
@@ -33,6 +35,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod inbound;
+pub mod loadtest;
 pub mod model;
 pub mod runtime;
 pub mod server;

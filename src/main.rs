@@ -33,6 +33,8 @@ enum Command {
         #[arg(long)]
         listen: Option<SocketAddr>,
     },
+    /// Bounded load against a server (or an in-process runtime), with a latency report.
+    Loadtest(LoadtestArgs),
     /// Chat interactively with a running server.
     Chat {
         /// The server's base URL.
@@ -42,6 +44,49 @@ enum Command {
         #[arg(long, default_value = "cli")]
         session: String,
     },
+}
+
+#[derive(clap::Args)]
+struct LoadtestArgs {
+    /// The server's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:7878")]
+    url: String,
+    /// Load a runtime inside this process instead of a server.
+    #[arg(long)]
+    in_process: bool,
+    /// Data dir for --in-process (default: a fresh temporary dir, removed afterwards).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Durability for --in-process: strict or batched.
+    #[arg(long, default_value = "strict")]
+    durability: String,
+    /// Distinct sessions.
+    #[arg(long, default_value_t = 100)]
+    sessions: usize,
+    /// Messages per session.
+    #[arg(long, default_value_t = 10)]
+    messages: usize,
+    /// Concurrent senders.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Mix in group chats (several senders, some messages not addressed to the bot).
+    #[arg(long)]
+    group_mix: bool,
+    /// Stop sending after this many seconds.
+    #[arg(long, default_value_t = 120)]
+    max_seconds: u64,
+    /// Wait at most this many seconds for outstanding replies.
+    #[arg(long, default_value_t = 30)]
+    drain_seconds: u64,
+    /// PID of a local server, to report its memory.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// Environment variable holding the server's bearer token, if it needs one.
+    #[arg(long)]
+    api_key_env: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,6 +109,7 @@ fn main() -> anyhow::Result<()> {
             listen,
         } => runtime.block_on(serve(config, data_dir, listen)),
         Command::Chat { url, session } => runtime.block_on(chat(url, session)),
+        Command::Loadtest(args) => runtime.block_on(loadtest(args)),
     }
 }
 
@@ -91,6 +137,80 @@ async fn serve(
     turnstile::server::serve(listener, runtime, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+async fn loadtest(args: LoadtestArgs) -> anyhow::Result<()> {
+    use turnstile::loadtest::{self, HttpTarget, InProcessTarget, LoadSpec};
+    let spec = LoadSpec {
+        sessions: args.sessions,
+        messages: args.messages,
+        concurrency: args.concurrency,
+        group_mix: args.group_mix,
+        max_duration: std::time::Duration::from_secs(args.max_seconds),
+        drain: std::time::Duration::from_secs(args.drain_seconds),
+        progress: !args.json,
+        run_id: format!(
+            "lt{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0)
+        ),
+    };
+    let report = if args.in_process {
+        let temp = match &args.data_dir {
+            Some(_) => None,
+            None => Some(tempfile_dir()?),
+        };
+        let dir = args
+            .data_dir
+            .clone()
+            .or_else(|| temp.clone())
+            .context("no data dir")?;
+        let mut config = Config::with_data_dir(&dir);
+        config.storage.durability = match args.durability.as_str() {
+            "strict" => turnstile::config::Durability::Strict,
+            "batched" => turnstile::config::Durability::Batched,
+            other => anyhow::bail!("--durability must be strict or batched, not {other:?}"),
+        };
+        // The report counts every reply; a small per-subscriber buffer would drop some.
+        config.server.events_buffer = 1 << 16;
+        let runtime = Runtime::builder().config(config).build().await?;
+        let report = loadtest::run(InProcessTarget::new(runtime.clone()), spec).await;
+        runtime.shutdown().await?;
+        drop(runtime);
+        if let Some(dir) = temp {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        report
+    } else {
+        let token = match &args.api_key_env {
+            Some(var) => Some(std::env::var(var).with_context(|| format!("${var} is not set"))?),
+            None => None,
+        };
+        let target = HttpTarget::new(&args.url, args.server_pid, token)?;
+        loadtest::run(std::sync::Arc::new(target), spec).await
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
+/// A fresh directory under the system temp dir for a throwaway data dir.
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "turnstile-loadtest-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
 }
 
 async fn shutdown_signal() {

@@ -15,6 +15,7 @@
 mod bad_input;
 mod http_api;
 mod kill9;
+mod loadtest;
 mod openai;
 mod queue;
 mod restart;

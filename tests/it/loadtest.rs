@@ -1,0 +1,68 @@
+//! `turnstile loadtest`: the library driver against a test server, and the real binary against
+//! the real binary, both bounded and small.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use turnstile::loadtest::{self, HttpTarget, LoadSpec};
+
+use crate::support::{data_dir, spawn_binary, start_server};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_driver_counts_every_ack_and_reply() {
+    let server = start_server().await;
+    let target = HttpTarget::new(&server.url(""), None, None).expect("client");
+    let spec = LoadSpec {
+        sessions: 6,
+        messages: 5,
+        concurrency: 3,
+        group_mix: false,
+        max_duration: Duration::from_secs(60),
+        drain: Duration::from_secs(30),
+        progress: false,
+        run_id: "it".into(),
+    };
+    let report = loadtest::run(Arc::new(target), spec).await;
+    assert_eq!(report.sent, 30);
+    assert_eq!(report.accepted, 30, "{report}");
+    assert_eq!(report.replied, 30, "{report}");
+    assert_eq!(report.unanswered, 0);
+    assert!(report.errors.is_empty(), "{report}");
+    assert_eq!(report.ack_latency.count, 30);
+    assert_eq!(report.turn_latency.count, 30);
+    assert!(report.turn_latency.max_ms > 0.0);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_loads_the_binary_and_prints_json() {
+    let dir = data_dir();
+    let server = spawn_binary(dir.path()).await;
+    let url = server.api.url("");
+    let pid = server.pid().to_string();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_turnstile"))
+            .args(["loadtest", "--url", &url, "--sessions", "4"])
+            .args(["--messages", "3", "--concurrency", "2", "--json"])
+            .args(["--server-pid", &pid])
+            .stdin(Stdio::null())
+            .output()
+    })
+    .await
+    .expect("the loadtest task")
+    .expect("running turnstile loadtest");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("the report is JSON");
+    assert_eq!(report["accepted"], 12, "{report}");
+    assert_eq!(report["replied"], 12, "{report}");
+    assert!(report["rss_bytes"].as_u64().unwrap_or(0) > 0, "{report}");
+    for key in ["p50_ms", "p90_ms", "p99_ms", "max_ms"] {
+        assert!(report["turn_latency"][key].is_number(), "{report}");
+    }
+}
