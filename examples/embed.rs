@@ -2,7 +2,7 @@
 //!
 //! Run with `cargo run --example embed`.
 
-use turnstile::inbound::{ChatKind, InboundMessage, Sender};
+use turnstile::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
 use turnstile::Runtime;
 
 #[tokio::main]
@@ -19,13 +19,18 @@ async fn main() -> Result<(), turnstile::Error> {
         chat_id: "42".into(),
         thread_id: None,
         message_id: "m1".into(),
-        sender: Sender { id: "alice".into(), name: "Alice".into(), is_bot: false },
+        sender: Sender {
+            id: "alice".into(),
+            name: "Alice".into(),
+            is_bot: false,
+        },
         text: "Hello, Turnstile!".into(),
         mentions: vec![],
         mentioned_bot: false,
         reply_to: None,
         timestamp_ms: 0,
         attachments: vec![],
+        kind: MessageKind::Message,
     };
     match runtime.submit(message).await? {
         Ok(ack) => println!("accepted into session {}", ack.session_key),
