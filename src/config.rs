@@ -515,6 +515,46 @@ mod tests {
     }
 
     #[test]
+    fn session_and_preflight_sections() {
+        let c = Config::parse(
+            r#"
+[session]
+dm_scope = "per-account-channel-peer"
+scope = "global"
+[session.identity_links]
+alice = ["telegram:1", "2"]
+[preflight]
+allow_bots = "mentions"
+dm_policy = "allowlist"
+group_policy = "disabled"
+mention_patterns = ['\bbot\b']
+[preflight.channels.discord]
+allow_bots = true
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.session.dm_scope, DmScope::PerAccountChannelPeer);
+        assert_eq!(c.session.scope, SessionScope::Global);
+        assert_eq!(c.session.identity_links["alice"].len(), 2);
+        assert_eq!(c.preflight.allow_bots, AllowBots::Mentions);
+        assert_eq!(c.preflight.dm_policy, AccessPolicy::Allowlist);
+        assert_eq!(
+            c.preflight.channels["discord"].allow_bots,
+            Some(AllowBots::Yes)
+        );
+        assert!(c.preflight.require_mention);
+        assert!(Config::parse("[session]\ndm_scope = \"per-chat\"\n").is_err());
+        assert!(Config::parse("[preflight]\ndedupe_max_keys = 0\n").is_err());
+        assert!(Config::parse("[preflight]\ndm_policy = \"closed\"\n").is_err());
+        // The config round-trips through TOML (allow_bots as a bool or a word).
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(
+            Config::parse(&text).unwrap().preflight.allow_bots,
+            AllowBots::Mentions
+        );
+    }
+
+    #[test]
     fn values_are_checked() {
         assert!(Config::parse("[lanes]\nqueue_cap = 0\n").is_err());
         assert!(Config::parse("[model]\nprovider = \"openai\"\n").is_err());

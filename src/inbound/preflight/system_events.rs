@@ -30,13 +30,14 @@ impl SystemEventQueues {
         }
     }
 
-    /// Queues `msg` (a system event) for `session_key`, unless it repeats the event queued
-    /// just before it.
+    /// Queues `msg` (a system event) for `session_key`, unless it is empty or repeats the
+    /// event queued just before it.
     pub(super) fn push(&mut self, session_key: &str, msg: &InboundMessage) {
-        if self.max_per_session == 0 {
+        let text = msg.text.trim();
+        if self.max_per_session == 0 || text.is_empty() {
             return;
         }
-        let text = super::cap_chars(msg.text.trim(), MAX_SYSTEM_EVENT_CHARS);
+        let text = super::cap_chars(text, MAX_SYSTEM_EVENT_CHARS);
         let queue = self
             .queues
             .get_or_insert_with(Arc::from(session_key), VecDeque::new);

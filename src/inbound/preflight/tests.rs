@@ -498,7 +498,8 @@ fn system_events_are_queued_for_the_next_turn() {
         ("e2", "Bob joined"),
         ("e3", "Carol joined"),
         ("e4", "Bob joined"),
-        ("e5", "Topic renamed"),
+        ("e5", "  "),
+        ("e6", "Topic renamed"),
     ] {
         assert_eq!(submit(&p, &event(id, text)), Err(DropReason::SystemEvent));
     }
@@ -511,7 +512,7 @@ fn system_events_are_queued_for_the_next_turn() {
     assert_eq!(a.system_events[0].timestamp_ms, NOW);
     // Handed over once.
     assert!(submit(&p, &group("3")).unwrap().system_events.is_empty());
-    assert_eq!(p.stats().system_event, 5);
+    assert_eq!(p.stats().system_event, 6);
     assert_eq!(p.state_sizes().1, 0);
 }
 
