@@ -2,7 +2,7 @@
 //!
 //! Run with `cargo run --example embed`.
 
-use turnstile::inbound::{ChatKind, InboundMessage, Sender};
+use turnstile::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
 use turnstile::Runtime;
 
 #[tokio::main]
@@ -30,6 +30,7 @@ async fn main() -> Result<(), turnstile::Error> {
         reply_to: None,
         timestamp_ms: 0,
         attachments: vec![],
+        kind: MessageKind::Message,
     };
     match runtime.submit(message).await? {
         Ok(ack) => println!("accepted into session {}", ack.session_key),

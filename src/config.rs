@@ -3,6 +3,7 @@
 //! Unknown keys are an error (a typo must not silently fall back to a default). Secrets are
 //! never written here: the file names environment variables that hold them.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,6 +32,8 @@ pub struct Config {
     pub model: ModelConfig,
     /// `[context]`: how a turn's context is assembled.
     pub context: ContextConfig,
+    /// `[preflight]`: which inbound messages become turns.
+    pub preflight: PreflightConfig,
 }
 
 /// `[server]`
@@ -105,18 +108,57 @@ impl Default for StorageConfig {
     }
 }
 
+/// How direct messages map to sessions (`[session] dm_scope`), as in OpenClaw.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DmScope {
+    /// Every direct message shares `agent:<agent>:main` (continuity across channels).
+    #[default]
+    Main,
+    /// One session per peer across channels: `agent:<agent>:direct:<peer>`.
+    PerPeer,
+    /// One session per channel and peer: `agent:<agent>:<channel>:direct:<peer>`.
+    PerChannelPeer,
+    /// One session per bot account, channel and peer:
+    /// `agent:<agent>:<channel>:<account>:direct:<peer>`.
+    PerAccountChannelPeer,
+}
+
+/// Whether messages get per-chat sessions (`[session] scope`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionScope {
+    /// Session keys are derived per sender/chat (default).
+    #[default]
+    PerSender,
+    /// Everything goes to the one session `global`.
+    Global,
+}
+
 /// `[session]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SessionConfig {
-    /// The agent id used in session keys. Default `main`.
+    /// The agent id used in session keys (normalised: lowercase, `[a-z0-9_-]`). Default `main`.
     pub agent_id: String,
+    /// `main` (default) | `per-peer` | `per-channel-peer` | `per-account-channel-peer`.
+    pub dm_scope: DmScope,
+    /// `per-sender` (default) | `global` (everything in the session `global`).
+    pub scope: SessionScope,
+    /// `[session.identity_links]`: canonical name → the peers that are that person, each
+    /// `peer` or `channel:peer`, e.g. `alice = ["telegram:111", "discord:222"]`. A linked peer's
+    /// direct messages use the canonical name as the peer (ignored under `dm_scope = "main"`).
+    /// A peer may be listed under one name only. Default empty.
+    pub identity_links: BTreeMap<String, Vec<String>>,
 }
 
 impl Default for SessionConfig {
     fn default() -> Self {
         Self {
             agent_id: "main".into(),
+            dm_scope: DmScope::Main,
+            scope: SessionScope::PerSender,
+            identity_links: BTreeMap::new(),
         }
     }
 }
@@ -292,6 +334,167 @@ impl Default for ContextConfig {
     }
 }
 
+/// Whether messages from other bots are answered (`[preflight] allow_bots`): `false`, `true`
+/// or `"mentions"`. The bot's own messages are always dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "AllowBotsToml", into = "AllowBotsToml")]
+pub enum AllowBots {
+    /// Other bots are ignored (default).
+    #[default]
+    No,
+    /// Other bots are treated like people.
+    Yes,
+    /// Other bots are answered only when they explicitly mention this bot (implicit mentions
+    /// do not count, so two bots cannot loop by replying to each other).
+    Mentions,
+}
+
+/// The TOML shape of [`AllowBots`]: a boolean or the string `"mentions"`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+enum AllowBotsToml {
+    Flag(bool),
+    Word(String),
+}
+
+impl TryFrom<AllowBotsToml> for AllowBots {
+    type Error = String;
+
+    fn try_from(raw: AllowBotsToml) -> Result<Self, String> {
+        match raw {
+            AllowBotsToml::Flag(false) => Ok(AllowBots::No),
+            AllowBotsToml::Flag(true) => Ok(AllowBots::Yes),
+            AllowBotsToml::Word(w) => match w.as_str() {
+                "false" => Ok(AllowBots::No),
+                "true" => Ok(AllowBots::Yes),
+                "mentions" => Ok(AllowBots::Mentions),
+                other => Err(format!(
+                    "allow_bots: expected false, true or \"mentions\", found {other:?}"
+                )),
+            },
+        }
+    }
+}
+
+impl From<AllowBots> for AllowBotsToml {
+    fn from(v: AllowBots) -> Self {
+        match v {
+            AllowBots::No => AllowBotsToml::Flag(false),
+            AllowBots::Yes => AllowBotsToml::Flag(true),
+            AllowBots::Mentions => AllowBotsToml::Word("mentions".into()),
+        }
+    }
+}
+
+/// Who may talk to the bot in direct messages, or in which groups it answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessPolicy {
+    /// Everyone / every group (default).
+    #[default]
+    Open,
+    /// Only the listed senders (`allow_from`) / chats (`group_allow_from`).
+    Allowlist,
+    /// Nobody / no group.
+    Disabled,
+}
+
+/// `[preflight]`: the decisions taken before a message becomes a turn (SPEC §2.3). Every
+/// message passes, in order: dedupe, bots, policy, (system events), mention gating; each
+/// decision is counted by reason.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PreflightConfig {
+    /// This bot's own user ids, each `id` (any channel) or `channel:id`. Messages from them are
+    /// always dropped (the platform echoing the bot's replies) and remembered as bot messages,
+    /// so a reply to one counts as a mention; a mention of one of them mentions the bot.
+    /// Default empty.
+    pub bot_user_ids: Vec<String>,
+    /// In groups and channels, answer only messages that address the bot. Default true.
+    pub require_mention: bool,
+    /// `false` (default) | `true` | `"mentions"`: whether other bots are answered.
+    pub allow_bots: AllowBots,
+    /// `open` (default) | `allowlist` (only `allow_from`) | `disabled`: direct messages.
+    pub dm_policy: AccessPolicy,
+    /// `open` (default) | `allowlist` (only `group_allow_from`) | `disabled`: groups and
+    /// channels.
+    pub group_policy: AccessPolicy,
+    /// Senders allowed under `dm_policy = "allowlist"`: `id` or `channel:id`, `"*"` for all.
+    /// Phone numbers on phone channels are compared in E.164. Default empty.
+    pub allow_from: Vec<String>,
+    /// Chats allowed under `group_policy = "allowlist"`: `chat_id` or `channel:chat_id`, `"*"`
+    /// for all. Default empty.
+    pub group_allow_from: Vec<String>,
+    /// Regexes (case-insensitive) that count as mentioning the bot, e.g. `"\\bturnstile\\b"`.
+    /// Compiled once at start. Default empty.
+    pub mention_patterns: Vec<String>,
+    /// In groups, drop messages that mention someone and do not address the bot (reason
+    /// `other_mention`). Default false.
+    pub ignore_other_mentions: bool,
+    /// How long a message id is remembered for dedupe, in ms (in memory and on disk).
+    /// Default 1,200,000 (20 min).
+    pub dedupe_ttl_ms: u64,
+    /// Most message ids remembered in memory (the oldest are forgotten first; older ones are
+    /// still found on disk if they were accepted). Default 5,000.
+    pub dedupe_max_keys: usize,
+    /// Unaddressed group messages kept per chat as pending history (0 keeps none). Default 50.
+    pub history_limit: usize,
+    /// Chats with pending history kept at once; the least recently used is forgotten first.
+    /// Default 1,000.
+    pub history_max_chats: usize,
+    /// System events queued per session until its next turn (0 keeps none). Default 20.
+    pub max_system_events: usize,
+    /// `[preflight.channels.<channel>]`: per-channel overrides of `require_mention`,
+    /// `allow_bots`, `dm_policy`, `group_policy`, `allow_from`, `group_allow_from`,
+    /// `mention_patterns`, `ignore_other_mentions`. Default none.
+    pub channels: BTreeMap<String, PreflightOverride>,
+}
+
+impl Default for PreflightConfig {
+    fn default() -> Self {
+        Self {
+            bot_user_ids: Vec::new(),
+            require_mention: true,
+            allow_bots: AllowBots::No,
+            dm_policy: AccessPolicy::Open,
+            group_policy: AccessPolicy::Open,
+            allow_from: Vec::new(),
+            group_allow_from: Vec::new(),
+            mention_patterns: Vec::new(),
+            ignore_other_mentions: false,
+            dedupe_ttl_ms: 20 * 60 * 1_000,
+            dedupe_max_keys: 5_000,
+            history_limit: 50,
+            history_max_chats: 1_000,
+            max_system_events: 20,
+            channels: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[preflight.channels.<channel>]`: each key set here replaces the `[preflight]` value for
+/// messages of that channel; unset keys inherit it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PreflightOverride {
+    /// Overrides `require_mention`.
+    pub require_mention: Option<bool>,
+    /// Overrides `allow_bots`.
+    pub allow_bots: Option<AllowBots>,
+    /// Overrides `dm_policy`.
+    pub dm_policy: Option<AccessPolicy>,
+    /// Overrides `group_policy`.
+    pub group_policy: Option<AccessPolicy>,
+    /// Overrides `allow_from`.
+    pub allow_from: Option<Vec<String>>,
+    /// Overrides `group_allow_from`.
+    pub group_allow_from: Option<Vec<String>>,
+    /// Overrides `mention_patterns`.
+    pub mention_patterns: Option<Vec<String>>,
+    /// Overrides `ignore_other_mentions`.
+    pub ignore_other_mentions: Option<bool>,
+}
+
 impl Config {
     /// Reads and validates a TOML file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
@@ -339,6 +542,14 @@ impl Config {
                 "must be larger than context.reserve_output_tokens",
             );
         }
+        if self.preflight.dedupe_max_keys == 0 {
+            return bad("preflight.dedupe_max_keys", "must be at least 1");
+        }
+        if self.preflight.history_max_chats == 0 {
+            return bad("preflight.history_max_chats", "must be at least 1");
+        }
+        crate::inbound::SessionKeys::new(&self.session)?;
+        crate::inbound::Preflight::new(self)?;
         match self.model.provider.as_str() {
             "echo" => {}
             "openai" if !self.model.base_url.is_empty() => {}
@@ -382,6 +593,46 @@ mod tests {
         let err = Config::parse("[storage]\nmax_dsk_bytes = 3\n").unwrap_err();
         assert!(err.to_string().contains("max_dsk_bytes"), "{err}");
         assert!(Config::parse("[nope]\n").is_err());
+    }
+
+    #[test]
+    fn session_and_preflight_sections() {
+        let c = Config::parse(
+            r#"
+[session]
+dm_scope = "per-account-channel-peer"
+scope = "global"
+[session.identity_links]
+alice = ["telegram:1", "2"]
+[preflight]
+allow_bots = "mentions"
+dm_policy = "allowlist"
+group_policy = "disabled"
+mention_patterns = ['\bbot\b']
+[preflight.channels.discord]
+allow_bots = true
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.session.dm_scope, DmScope::PerAccountChannelPeer);
+        assert_eq!(c.session.scope, SessionScope::Global);
+        assert_eq!(c.session.identity_links["alice"].len(), 2);
+        assert_eq!(c.preflight.allow_bots, AllowBots::Mentions);
+        assert_eq!(c.preflight.dm_policy, AccessPolicy::Allowlist);
+        assert_eq!(
+            c.preflight.channels["discord"].allow_bots,
+            Some(AllowBots::Yes)
+        );
+        assert!(c.preflight.require_mention);
+        assert!(Config::parse("[session]\ndm_scope = \"per-chat\"\n").is_err());
+        assert!(Config::parse("[preflight]\ndedupe_max_keys = 0\n").is_err());
+        assert!(Config::parse("[preflight]\ndm_policy = \"closed\"\n").is_err());
+        // The config round-trips through TOML (allow_bots as a bool or a word).
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(
+            Config::parse(&text).unwrap().preflight.allow_bots,
+            AllowBots::Mentions
+        );
     }
 
     #[test]

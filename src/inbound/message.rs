@@ -28,6 +28,18 @@ impl ChatKind {
     }
 }
 
+/// Whether a message is something someone said or a platform event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageKind {
+    /// Something someone said: a candidate for a turn (default).
+    #[default]
+    Message,
+    /// A platform event (a join, a rename, a pin…), with `text` describing it. Never a turn by
+    /// itself: preflight queues it for the session's next turn.
+    SystemEvent,
+}
+
 /// Who sent a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -98,6 +110,9 @@ pub struct InboundMessage {
     /// Attachment metadata.
     #[serde(default)]
     pub attachments: Vec<Attachment>,
+    /// `message` (default) or `system_event`.
+    #[serde(default)]
+    pub kind: MessageKind,
 }
 
 /// Longest accepted id (chat, message, sender, thread, channel, account).

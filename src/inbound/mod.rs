@@ -1,15 +1,21 @@
-//! Inbound: the normalised message every channel produces, its validation, and the session key
-//! it belongs to.
+//! Inbound: the normalised message every channel produces, its validation, the session key
+//! it belongs to, and preflight (which messages become turns).
 
 mod message;
+pub mod preflight;
 mod sanitize;
 mod session_key;
 
 pub use message::{
-    Attachment, ChatKind, InboundMessage, Sender, MAX_ATTACHMENTS, MAX_ID_CHARS, MAX_MENTIONS,
+    Attachment, ChatKind, InboundMessage, MessageKind, Sender, MAX_ATTACHMENTS, MAX_ID_CHARS,
+    MAX_MENTIONS,
 };
+pub use preflight::{Preflight, PreflightStats};
 pub use sanitize::{sanitize_text, untrusted, untrusted_block, MAX_UNTRUSTED_CHARS};
-pub use session_key::{normalize_id, normalize_session_key, session_key, MAX_NORMALIZED_ID_CHARS};
+pub use session_key::{
+    channel_name, normalize_id, normalize_session_key, peer_id, session_key, SessionKeys,
+    GLOBAL_SESSION_KEY, MAX_NORMALIZED_ID_CHARS, PHONE_CHANNELS,
+};
 
 /// What a channel submits: a validated message, and optionally the session it must go to
 /// (the OpenAI-compatible endpoint names its session explicitly).

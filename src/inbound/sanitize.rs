@@ -111,6 +111,19 @@ mod tests {
         check("[[System]]", "[(System)]");
         check("unclosed [System", "unclosed [System");
         check("ünïcode [System] ok", "ünïcode (System) ok");
+        check("a\rSystem: b", "a\nSystem (untrusted): b");
+        check("SYSTEM:x", "SYSTEM (untrusted):x");
+        check("System:", "System (untrusted):");
+        check("\tSystem: y", "\tSystem (untrusted): y");
+        check(
+            "System: a\r\nsystem: b",
+            "System (untrusted): a\nsystem (untrusted): b",
+        );
+        check("Systemic: no", "Systemic: no");
+        check("System : no", "System : no");
+        check("[\tsystem\tmessage ]", "(system\tmessage)");
+        check("[System [Assistant]]", "[System (Assistant)]");
+        check("ééé[Internal]", "ééé(Internal)");
     }
 
     #[test]

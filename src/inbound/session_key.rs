@@ -1,9 +1,39 @@
-//! Session keys: which conversation a message belongs to (OpenClaw-compatible, SPEC §2.2).
+//! Session keys: which conversation a message belongs to (OpenClaw-compatible, SPEC §2.2), so
+//! OpenClaw users keep their sessions when they migrate.
+//!
+//! The rules, all applied by [`SessionKeys::key`]:
+//! - `[session] scope = "global"` sends everything to the one session `global`.
+//! - Direct messages follow `dm_scope`: `main` → `agent:<agent>:main`; `per-peer` →
+//!   `agent:<agent>:direct:<peer>`; `per-channel-peer` → `agent:<agent>:<channel>:direct:<peer>`;
+//!   `per-account-channel-peer` → `agent:<agent>:<channel>:<account>:direct:<peer>`. The peer
+//!   is the sender's id; `identity_links` replace it by a canonical name (not under `main`).
+//! - Groups and channels: `agent:<agent>:<channel>:<group|channel>:<chat_id>` (no account).
+//! - A message with a `thread_id` gets `:thread:<thread_id>` appended — except a Telegram group
+//!   or channel message, whose `thread_id` is its forum topic: the chat id becomes
+//!   `<chat_id>:topic:<thread_id>` (OpenClaw's Telegram peer id), with no thread suffix. Telegram
+//!   reply chains in ordinary groups carry no `thread_id`, so they stay in the chat's session.
+//! - Phone-number peers on phone channels (`whatsapp`, `signal`, `sms`) are E.164:
+//!   `whatsapp:+1 (555) 123-4567` → `+15551234567` (see [`peer_id`]).
+//! - The agent id is normalised with [`normalize_id`], the account id too (empty → `default`);
+//!   channel, chat, thread and peer ids are trimmed; the whole key is lowercased.
+
+use std::collections::HashMap;
 
 use super::message::{ChatKind, InboundMessage};
+use crate::config::{DmScope, SessionConfig, SessionScope};
+use crate::error::ConfigError;
 
 /// Longest normalised id.
 pub const MAX_NORMALIZED_ID_CHARS: usize = 64;
+
+/// Channels whose peers are phone numbers when they look like one (see [`peer_id`]).
+pub const PHONE_CHANNELS: [&str; 3] = ["whatsapp", "signal", "sms"];
+
+/// Fewest and most digits of a phone number (E.164 allows at most 15).
+const PHONE_DIGITS: std::ops::RangeInclusive<usize> = 7..=15;
+
+/// The session key of everything under `scope = "global"`.
+pub const GLOBAL_SESSION_KEY: &str = "global";
 
 /// Normalises an agent or account id: trimmed, lowercased, runs of characters outside
 /// `[a-z0-9_-]` become `-`, leading and trailing `-` stripped, cut to 64 chars; empty gives
@@ -33,28 +63,241 @@ pub fn normalize_id(raw: &str, fallback: &str) -> String {
     }
 }
 
-/// The session key of `msg` for `agent_id`, with the default DM scope (`main`): every direct
-/// message shares `agent:<agent>:main`; groups and channels get
-/// `agent:<agent>:<channel>:<group|channel>:<chat_id>`, with `:thread:<id>` for threads.
-pub fn session_key(agent_id: &str, msg: &InboundMessage) -> String {
-    let agent = normalize_id(agent_id, "main");
-    let key = match msg.chat_kind {
-        ChatKind::Direct => format!("agent:{agent}:main"),
-        kind => {
-            let mut key = format!(
-                "agent:{agent}:{}:{}:{}",
-                msg.channel.trim(),
-                kind.as_str(),
-                msg.chat_id.trim()
-            );
-            if let Some(thread) = &msg.thread_id {
-                key.push_str(":thread:");
-                key.push_str(thread.trim());
-            }
-            key
+/// The channel name as used in keys: trimmed and lowercased, `unknown` when empty.
+pub fn channel_name(raw: &str) -> String {
+    let c = raw.trim().to_lowercase();
+    if c.is_empty() {
+        "unknown".into()
+    } else {
+        c
+    }
+}
+
+/// A peer (sender) id as used in keys, allow lists and identity links: trimmed and lowercased;
+/// on a phone channel ([`PHONE_CHANNELS`]) an id that looks like a phone number becomes E.164.
+///
+/// "Looks like a phone number": after an optional `<channel>:` or `tel:` prefix (and, on
+/// WhatsApp, an `@s.whatsapp.net` / `@c.us` suffix), only digits, an optional leading `+` and
+/// the separators ` -.()`, with 7 to 15 digits. The result is `+` and the digits, so numbers
+/// are expected in international form (a leading `+` is added, no country code is guessed).
+/// Anything else (Signal UUIDs, group JIDs, user names) is kept as it is.
+pub fn peer_id(channel: &str, raw: &str) -> String {
+    let raw = raw.trim();
+    let channel = channel.trim();
+    if PHONE_CHANNELS
+        .iter()
+        .any(|c| c.eq_ignore_ascii_case(channel))
+    {
+        if let Some(phone) = e164(channel, raw) {
+            return phone;
         }
-    };
-    key.to_lowercase()
+    }
+    raw.to_lowercase()
+}
+
+/// `raw` as E.164 if it looks like a phone number of `channel`.
+fn e164(channel: &str, raw: &str) -> Option<String> {
+    let mut s = raw;
+    for prefix in [channel, "tel"] {
+        s = strip_prefix_ignore_case(s, prefix, ':').unwrap_or(s);
+    }
+    if channel.eq_ignore_ascii_case("whatsapp") {
+        for suffix in ["@s.whatsapp.net", "@c.us"] {
+            let bytes = s.as_bytes();
+            if bytes.len() > suffix.len()
+                && bytes[bytes.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+            {
+                // The suffix starts with an ASCII byte, so the cut is on a char boundary.
+                s = &s[..s.len() - suffix.len()];
+            }
+        }
+    }
+    let s = s.trim();
+    let body = s.strip_prefix('+').unwrap_or(s);
+    let mut digits = String::with_capacity(16);
+    for c in body.chars() {
+        match c {
+            '0'..='9' => digits.push(c),
+            ' ' | '-' | '.' | '(' | ')' => {}
+            _ => return None,
+        }
+        if digits.len() > *PHONE_DIGITS.end() {
+            return None;
+        }
+    }
+    PHONE_DIGITS
+        .contains(&digits.len())
+        .then(|| format!("+{digits}"))
+}
+
+/// `s` without a leading `prefix` (ASCII, any case) followed by `sep`, if it has one.
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str, sep: char) -> Option<&'a str> {
+    let bytes = s.as_bytes();
+    let n = prefix.len();
+    if bytes.len() > n
+        && bytes[..n].eq_ignore_ascii_case(prefix.as_bytes())
+        && s[n..].starts_with(sep)
+    {
+        return Some(&s[n + sep.len_utf8()..]);
+    }
+    None
+}
+
+/// Normalises an entry of an allow list or identity link: `peer` or `channel:peer`. The peer
+/// part goes through [`peer_id`] for its channel; a bare entry starting with `+` is read as a
+/// phone number.
+pub(crate) fn normalize_peer_entry(entry: &str) -> String {
+    let entry = entry.trim();
+    if let Some((channel, peer)) = entry.split_once(':') {
+        let channel = channel_name(channel);
+        return format!("{channel}:{}", peer_id(&channel, peer));
+    }
+    if entry.starts_with('+') {
+        return peer_id(PHONE_CHANNELS[0], entry);
+    }
+    entry.to_lowercase()
+}
+
+/// Derives session keys from messages under one `[session]` configuration. Built once; cheap
+/// to use per message.
+#[derive(Debug, Clone)]
+pub struct SessionKeys {
+    agent: String,
+    dm_scope: DmScope,
+    scope: SessionScope,
+    /// Normalised `peer` or `channel:peer` → canonical name.
+    links: HashMap<String, String>,
+}
+
+impl SessionKeys {
+    /// Checks and compiles `config`: an empty canonical name, or a peer linked to two names,
+    /// is an error.
+    pub fn new(config: &SessionConfig) -> Result<Self, ConfigError> {
+        let mut links = HashMap::new();
+        for (name, peers) in &config.identity_links {
+            let canonical = name.trim().to_lowercase();
+            if canonical.is_empty() {
+                return Err(ConfigError::Invalid(
+                    "session.identity_links: a canonical name is empty".into(),
+                ));
+            }
+            for peer in peers {
+                let entry = normalize_peer_entry(peer);
+                if entry.is_empty() || entry.ends_with(':') {
+                    return Err(ConfigError::Invalid(format!(
+                        "session.identity_links.{name}: empty peer {peer:?}"
+                    )));
+                }
+                if let Some(other) = links.insert(entry, canonical.clone()) {
+                    if other != canonical {
+                        return Err(ConfigError::Invalid(format!(
+                            "session.identity_links: {peer:?} is linked to both {other:?} and {canonical:?}"
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(Self {
+            agent: normalize_id(&config.agent_id, "main"),
+            dm_scope: config.dm_scope,
+            scope: config.scope,
+            links,
+        })
+    }
+
+    /// Keys for `agent_id` with every other setting at its default.
+    pub fn for_agent(agent_id: &str) -> Self {
+        Self {
+            agent: normalize_id(agent_id, "main"),
+            dm_scope: DmScope::Main,
+            scope: SessionScope::PerSender,
+            links: HashMap::new(),
+        }
+    }
+
+    /// The normalised agent id.
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// The session key of `msg`.
+    pub fn key(&self, msg: &InboundMessage) -> String {
+        if self.scope == SessionScope::Global {
+            return GLOBAL_SESSION_KEY.into();
+        }
+        let agent = &self.agent;
+        let channel = channel_name(&msg.channel);
+        let thread = msg
+            .thread_id
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty());
+        let (mut key, thread) = match msg.chat_kind {
+            ChatKind::Direct => (self.direct_key(&channel, msg), thread),
+            kind => {
+                let chat = msg.chat_id.trim();
+                let chat = if chat.is_empty() { "unknown" } else { chat };
+                match thread {
+                    Some(topic) if channel == "telegram" => (
+                        format!(
+                            "agent:{agent}:{channel}:{}:{chat}:topic:{topic}",
+                            kind.as_str()
+                        ),
+                        None,
+                    ),
+                    _ => (
+                        format!("agent:{agent}:{channel}:{}:{chat}", kind.as_str()),
+                        thread,
+                    ),
+                }
+            }
+        };
+        if let Some(thread) = thread {
+            key.push_str(":thread:");
+            key.push_str(thread);
+        }
+        key.to_lowercase()
+    }
+
+    fn direct_key(&self, channel: &str, msg: &InboundMessage) -> String {
+        let agent = &self.agent;
+        if self.dm_scope == DmScope::Main {
+            return format!("agent:{agent}:main");
+        }
+        let mut peer = peer_id(channel, &msg.sender.id);
+        if let Some(canonical) = self.linked(channel, &peer) {
+            peer = canonical.to_string();
+        }
+        if peer.is_empty() {
+            return format!("agent:{agent}:main");
+        }
+        match self.dm_scope {
+            DmScope::Main => format!("agent:{agent}:main"),
+            DmScope::PerPeer => format!("agent:{agent}:direct:{peer}"),
+            DmScope::PerChannelPeer => format!("agent:{agent}:{channel}:direct:{peer}"),
+            DmScope::PerAccountChannelPeer => {
+                let account = normalize_id(&msg.account_id, "default");
+                format!("agent:{agent}:{channel}:{account}:direct:{peer}")
+            }
+        }
+    }
+
+    /// The canonical name `peer` of `channel` is linked to, if any.
+    fn linked(&self, channel: &str, peer: &str) -> Option<&str> {
+        if self.links.is_empty() || peer.is_empty() {
+            return None;
+        }
+        self.links
+            .get(peer)
+            .or_else(|| self.links.get(&format!("{channel}:{peer}")))
+            .map(String::as_str)
+    }
+}
+
+/// The session key of `msg` for `agent_id`, with every other `[session]` setting at its
+/// default (`dm_scope = "main"`, `scope = "per-sender"`, no identity links).
+pub fn session_key(agent_id: &str, msg: &InboundMessage) -> String {
+    SessionKeys::for_agent(agent_id).key(msg)
 }
 
 /// Normalises a session key given explicitly (by API clients or in URLs): trimmed and
@@ -64,22 +307,4 @@ pub fn normalize_session_key(raw: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn id_normalisation() {
-        for (raw, want) in [
-            ("Main", "main"),
-            ("  Sales Bot  ", "sales-bot"),
-            ("a!!b", "a-b"),
-            ("--x--", "x"),
-            ("", "main"),
-            ("***", "main"),
-            ("ok_id-1", "ok_id-1"),
-        ] {
-            assert_eq!(normalize_id(raw, "main"), want, "{raw:?}");
-        }
-        assert_eq!(normalize_id(&"a".repeat(100), "main").len(), 64);
-    }
-}
+mod tests;

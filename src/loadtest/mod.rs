@@ -77,6 +77,7 @@ pub fn message(spec: &LoadSpec, s: usize, m: usize) -> InboundMessage {
         reply_to: None,
         timestamp_ms: 0,
         attachments: Vec::new(),
+        kind: crate::inbound::MessageKind::Message,
     }
 }
 

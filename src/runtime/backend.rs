@@ -11,8 +11,9 @@ use turnstile_actors::{
 use super::turn::{now_ms, TurnEngine};
 use super::Refusal;
 use crate::config::{DropSetting, QueueConfig, QueueModeSetting};
-use crate::inbound::{normalize_session_key, session_key, InboundEvent};
-use crate::store::{InboxItem, InboxRecord};
+use crate::inbound::preflight::Verdict;
+use crate::inbound::{normalize_session_key, InboundEvent, Preflight, SessionKeys};
+use crate::store::{DedupeMark, InboxItem, InboxRecord};
 
 impl QueueItem for InboxItem {
     fn seq(&self) -> u64 {
@@ -35,6 +36,10 @@ pub struct Accepted {
 pub struct TurnBackend {
     pub(crate) engine: Arc<TurnEngine>,
     pub(crate) settings: LaneSettings,
+    /// Session keys from `[session]`.
+    pub(crate) keys: SessionKeys,
+    /// Preflight from `[preflight]`; shared with the `Runtime` handle (stats, bot messages).
+    pub(crate) preflight: Arc<Preflight>,
 }
 
 impl Backend for TurnBackend {
@@ -49,26 +54,42 @@ impl Backend for TurnBackend {
 
     fn admit(&self, event: InboundEvent) -> Result<(SessionKey, InboxItem, Accepted), Refusal> {
         let store = &self.engine.store;
+        let explicit = event.session_key.is_some();
+        let key: SessionKey = match &event.session_key {
+            Some(explicit) => normalize_session_key(explicit),
+            None => self.keys.key(&event.message),
+        }
+        .into();
+        let now = now_ms();
+        let admission = match self
+            .preflight
+            .decide(&event.message, &key, explicit, now, store)
+            .map_err(|e| Refusal::Storage(e.to_string()))?
+        {
+            Verdict::Accept(admission) => admission,
+            Verdict::Drop(reason) => return Err(Refusal::Dropped(reason)),
+        };
         let cap = self.engine.config.storage.max_queued_messages;
         if store.queued() >= cap {
             return Err(Refusal::Overloaded(format!(
                 "{cap} messages are already queued"
             )));
         }
-        let key: SessionKey = match &event.session_key {
-            Some(explicit) => normalize_session_key(explicit),
-            None => session_key(&self.engine.config.session.agent_id, &event.message),
-        }
-        .into();
         let record = InboxRecord {
             message: event.message,
-            accepted_at_ms: now_ms(),
-            system_events: Vec::new(),
-            group_history: Vec::new(),
+            accepted_at_ms: now,
+            system_events: admission.system_events.clone(),
+            group_history: admission.group_history.clone(),
+        };
+        let mark = DedupeMark {
+            key: &admission.dedupe_key,
+            expires_at_ms: admission.dedupe_expires_at_ms,
+            now_ms: now,
         };
         let (item, ticket) = store
-            .enqueue(&key, record)
+            .enqueue_deduped(&key, record, Some(mark))
             .map_err(|e| Refusal::Storage(e.to_string()))?;
+        self.preflight.confirm(&admission, now);
         let accepted = Accepted {
             session_key: key.clone(),
             seq: item.seq,
@@ -103,7 +124,12 @@ impl Backend for TurnBackend {
         batch: TurnBatch<InboxItem>,
         control: TurnControl<InboxItem>,
     ) -> Result<TurnReport, TurnError> {
-        self.engine.run(&key, &batch, control).await
+        let report = self.engine.run(&key, &batch, control).await?;
+        // The reply is published: later messages in these threads address the bot.
+        for item in batch.all_items() {
+            self.preflight.record_reply(&item.record.message);
+        }
+        Ok(report)
     }
 
     async fn abandon_turn(

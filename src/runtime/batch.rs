@@ -84,6 +84,7 @@ mod tests {
                     reply_to: None,
                     timestamp_ms: 1,
                     attachments: vec![],
+                    kind: crate::inbound::MessageKind::Message,
                 },
                 accepted_at_ms: 1,
                 system_events: vec![],

@@ -24,7 +24,9 @@ use crate::channels::ApiChannel;
 use crate::config::Config;
 use crate::context::Assembly;
 use crate::error::Error;
-use crate::inbound::{normalize_session_key, InboundEvent, InboundMessage};
+use crate::inbound::{
+    normalize_session_key, InboundEvent, InboundMessage, Preflight, PreflightStats, SessionKeys,
+};
 use crate::model::{EchoModel, Encoding, Model, TokenCounter};
 use crate::store::{EntryKind, SessionRecord, Store};
 
@@ -186,7 +188,10 @@ impl RuntimeBuilder {
             config: Arc::clone(&config),
             model_permits: Semaphore::new(config.lanes.max_concurrent_turns),
         });
+        let preflight = Arc::new(Preflight::new(&config)?);
         let backend = Arc::new(TurnBackend {
+            keys: SessionKeys::new(&config.session)?,
+            preflight: Arc::clone(&preflight),
             engine: Arc::clone(&engine),
             settings: LaneSettings {
                 idle_timeout: config.idle_timeout(),
@@ -207,6 +212,7 @@ impl RuntimeBuilder {
             inner: Arc::new(Inner {
                 config,
                 engine,
+                preflight,
                 supervisor,
                 api,
                 closing: AtomicBool::new(false),
@@ -234,6 +240,7 @@ pub struct Runtime {
 struct Inner {
     config: Arc<Config>,
     engine: Arc<TurnEngine>,
+    preflight: Arc<Preflight>,
     supervisor: SupervisorHandle<TurnBackend>,
     api: ChannelHandle<TurnBackend, ApiChannel>,
     closing: AtomicBool,
@@ -363,6 +370,25 @@ impl Runtime {
         Ok(Some(self.inner.engine.assemble(key, &[])?))
     }
 
+    /// Preflight decisions so far, by outcome.
+    pub fn preflight_stats(&self) -> PreflightStats {
+        self.inner.preflight.stats()
+    }
+
+    /// Tells preflight that the bot posted `message_id` in a chat (a channel reports the
+    /// platform id of a reply it delivered), so a reply to that message addresses the bot.
+    pub fn record_bot_message(
+        &self,
+        channel: &str,
+        account_id: &str,
+        chat_id: &str,
+        message_id: &str,
+    ) {
+        self.inner
+            .preflight
+            .record_bot_message(channel, account_id, chat_id, message_id);
+    }
+
     /// Number of live session lanes.
     pub fn live_lanes(&self) -> usize {
         self.inner.supervisor.registry().len()
@@ -399,3 +425,6 @@ impl Runtime {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

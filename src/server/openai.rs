@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use super::error::{parse_json, ApiError};
 use super::AppState;
-use crate::inbound::{ChatKind, InboundMessage, Sender};
+use crate::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
 
 /// Most characters sent in one streamed chunk.
 pub(super) const STREAM_CHUNK_CHARS: usize = 64;
@@ -118,6 +118,7 @@ pub(super) async fn chat_completions(
         reply_to: None,
         timestamp_ms: 0,
         attachments: Vec::new(),
+        kind: MessageKind::Message,
     };
     let runtime = state.runtime.clone();
     let timeout = Duration::from_millis(runtime.config().server.reply_timeout_ms);

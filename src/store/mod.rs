@@ -2,10 +2,11 @@
 //!
 //! Trees: `sessions` (session key → [`SessionRecord`]), `transcript` (session id + seq →
 //! [`TranscriptEntry`]), `inbox` (session key + NUL + inbox seq → [`InboxRecord`]), `meta`
-//! (schema version). A turn's commit touches `sessions`, `transcript` and `inbox` in one
+//! (schema version), `dedupe` (preflight dedupe key → expiry ms, see `dedupe.rs`). A turn's commit touches `sessions`, `transcript` and `inbox` in one
 //! transaction, so a turn is either wholly stored and consumed or not at all.
 
 mod codec;
+mod dedupe;
 mod durability;
 mod keys;
 mod records;
@@ -20,6 +21,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
 pub use codec::{decode, encode, VALUE_VERSION};
+pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
 pub use durability::GroupCommit;
 pub use records::{
     EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent, ToolInfo,
@@ -44,6 +46,9 @@ struct StoreInner {
     sessions: sled::Tree,
     transcript: sled::Tree,
     inbox: sled::Tree,
+    dedupe: sled::Tree,
+    /// Where the incremental prune of `dedupe` continues (see `dedupe.rs`).
+    dedupe_cursor: std::sync::Mutex<Vec<u8>>,
     commit: GroupCommit,
     queued: AtomicUsize,
     data_dir: PathBuf,
@@ -112,23 +117,28 @@ impl Store {
         let sessions = open("sessions")?;
         let transcript = open("transcript")?;
         let inbox = open("inbox")?;
+        let dedupe = open("dedupe")?;
         let queued = AtomicUsize::new(inbox.len());
         let commit = GroupCommit::start(
             db.clone(),
             config.durability,
             Duration::from_millis(config.flush_every_ms.max(1)),
         );
-        Ok(Self {
+        let store = Self {
             inner: Arc::new(StoreInner {
                 db,
                 sessions,
                 transcript,
                 inbox,
+                dedupe,
+                dedupe_cursor: std::sync::Mutex::new(Vec::new()),
                 commit,
                 queued,
                 data_dir,
             }),
-        })
+        };
+        store.prune_dedupe(dedupe::wall_clock_ms(), DEDUPE_PRUNE_ON_OPEN)?;
+        Ok(store)
     }
 
     /// The data directory.
@@ -153,27 +163,7 @@ impl Store {
         session_key: &str,
         record: InboxRecord,
     ) -> Result<(InboxItem, u64), StoreError> {
-        // Sequences start at 1: lanes treat 0 as "nothing seen yet".
-        let seq = self
-            .inner
-            .db
-            .generate_id()
-            .map_err(StoreError::sled("allocating an inbox sequence"))?
-            .saturating_add(1);
-        let bytes = encode(&record)?;
-        self.inner
-            .inbox
-            .insert(keys::inbox_key(session_key, seq), bytes)
-            .map_err(StoreError::sled("writing the inbox"))?;
-        self.inner.queued.fetch_add(1, Ordering::Relaxed);
-        let ticket = self.inner.commit.ticket();
-        Ok((
-            InboxItem {
-                seq,
-                record: Arc::new(record),
-            },
-            ticket,
-        ))
+        self.enqueue_deduped(session_key, record, None)
     }
 
     /// Unconsumed inbox items of one session with `seq > after`, oldest first, at most `limit`.

@@ -1,6 +1,6 @@
 use super::*;
 use crate::config::{Durability, StorageConfig};
-use crate::inbound::{ChatKind, InboundMessage, Sender};
+use crate::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
 
 fn config(dir: &std::path::Path) -> StorageConfig {
     StorageConfig {
@@ -31,6 +31,7 @@ fn record(id: &str) -> InboxRecord {
             reply_to: None,
             timestamp_ms: 1,
             attachments: vec![],
+            kind: MessageKind::Message,
         },
         accepted_at_ms: 1,
         system_events: vec![],
@@ -143,4 +144,108 @@ async fn newer_schema_is_refused() {
         Store::open(&config(dir.path())),
         Err(StoreError::SchemaTooNew { .. })
     ));
+}
+
+/// Opens the store again once the previous handle's background I/O (sled's thread pool) has
+/// let go of the file lock.
+async fn reopen(dir: &std::path::Path) -> Store {
+    let started = std::time::Instant::now();
+    loop {
+        match Store::open(&config(dir)) {
+            Ok(store) => return store,
+            Err(_) if started.elapsed() < std::time::Duration::from_secs(10) => {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("cannot reopen: {e}"),
+        }
+    }
+}
+
+fn mark(key: &str, now_ms: u64, ttl: u64) -> DedupeMark<'_> {
+    DedupeMark {
+        key,
+        expires_at_ms: now_ms + ttl,
+        now_ms,
+    }
+}
+
+#[tokio::test]
+async fn dedupe_keys_are_written_with_the_inbox_entry_and_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    let now = super::dedupe::wall_clock_ms();
+    let (item, ticket) = store
+        .enqueue_deduped("k", record("1"), Some(mark("t|d|main|c||1", now, 60_000)))
+        .unwrap();
+    store.commit().wait(ticket).await.unwrap();
+    assert!(store.dedupe_seen("t|d|main|c||1", now).unwrap());
+    assert!(!store.dedupe_seen("t|d|main|c||2", now).unwrap());
+    // Answering the message consumes the inbox entry, not the dedupe key.
+    let (_, _, ticket) = store
+        .commit_turn(TurnCommit {
+            session_key: "k",
+            entries: vec![entry(EntryKind::User, "q")],
+            consumed: vec![item.seq],
+            now_ms: 2,
+        })
+        .unwrap();
+    store.commit().wait(ticket).await.unwrap();
+    store.close().await.unwrap();
+    drop(store);
+
+    let store = reopen(dir.path()).await;
+    assert!(store.dedupe_seen("t|d|main|c||1", now + 59_999).unwrap());
+    assert!(
+        !store.dedupe_seen("t|d|main|c||1", now + 60_000).unwrap(),
+        "expired"
+    );
+    // The plain enqueue remembers nothing.
+    store.enqueue("k", record("3")).unwrap();
+    assert_eq!(store.dedupe_len(), 1);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn expired_dedupe_keys_are_pruned_on_open_and_with_bounded_work_per_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    // Ten keys that expired long ago (the open-time prune uses the wall clock).
+    for i in 0..10 {
+        store
+            .enqueue_deduped(
+                "k",
+                record(&i.to_string()),
+                Some(mark(&format!("old{i}"), 1, 1)),
+            )
+            .unwrap();
+    }
+    // Writes at time 1 visit a few keys each but find nothing expired yet.
+    assert_eq!(store.dedupe_len(), 10);
+    // A later write at time 100 visits DEDUPE_PRUNE_PER_WRITE entries (its own among them
+    // perhaps), no more.
+    store
+        .enqueue_deduped("k", record("new"), Some(mark("zz-new", 100, 1_000_000)))
+        .unwrap();
+    let removed = 11 - store.dedupe_len();
+    assert!(
+        (DEDUPE_PRUNE_PER_WRITE - 1..=DEDUPE_PRUNE_PER_WRITE).contains(&removed),
+        "{removed}"
+    );
+    // A prune call with a budget resumes and wraps around, keeping live keys.
+    assert_eq!(store.prune_dedupe(100, 100).unwrap(), 10 - removed);
+    assert_eq!(store.dedupe_len(), 1);
+    assert!(store.dedupe_seen("zz-new", 100).unwrap());
+    store.close().await.unwrap();
+    drop(store);
+
+    // On open, everything expired by the wall clock goes.
+    let store = reopen(dir.path()).await;
+    store
+        .enqueue_deduped("k", record("x"), Some(mark("soon", 1, 1)))
+        .unwrap();
+    store.close().await.unwrap();
+    drop(store);
+    let store = reopen(dir.path()).await;
+    assert_eq!(store.dedupe_len(), 0);
+    store.close().await.unwrap();
 }

@@ -1,0 +1,361 @@
+//! Preflight (SPEC §2.3): which inbound messages become turns. Runs in the supervisor's
+//! admission (`TurnBackend::admit`), before anything is written to the inbox.
+//!
+//! In order, each decision counted by reason ([`Preflight::stats`]):
+//! 1. **Dedupe** (`dedupe.rs`): a key seen within `dedupe_ttl_ms` → `duplicate`.
+//! 2. **Bots** (`policy.rs`): this bot's own messages (`bot_user_ids`) → `bot`, always; other
+//!    bots (`sender.is_bot`) per `allow_bots`.
+//! 3. **Policy** (`policy.rs`): `dm_policy` with `allow_from`, `group_policy` with
+//!    `group_allow_from` → `policy`.
+//! 4. **System events** (`system_events.rs`): `kind = "system_event"` → queued for the
+//!    session's next turn, answered `system_event`. They skip the other-bot check (a platform
+//!    event is not bot chatter) and mention gating (an event never mentions anyone).
+//! 5. **Mention gating** (`mentions.rs`), in groups and channels: `ignore_other_mentions` →
+//!    `other_mention`; `require_mention` and not addressed → `no_mention`, and the message goes
+//!    to the chat's **pending group history** (`group_history.rs`).
+//! 6. **Accepted**: the session's queued system events and (in groups) the chat's pending
+//!    history ride along on the inbox record.
+//!
+//! Messages submitted with an explicit session key (the OpenAI-compatible endpoint, whose
+//! authenticated client named its session and addresses the bot by definition) pass only
+//! dedupe and system events.
+//!
+//! Deciding does not consume anything: [`Preflight::decide`] peeks at the queued events and
+//! history, and [`Preflight::confirm`] clears them (and remembers the dedupe key) once the
+//! inbox write succeeded, so a failed write loses nothing. The two must be called by one
+//! admitter at a time, in that order (the supervisor admits one message at a time).
+//!
+//! All state is bounded: see the constants of each module and the `[preflight]` keys.
+
+mod dedupe;
+mod group_history;
+mod lru;
+mod mentions;
+mod policy;
+mod system_events;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use serde::Serialize;
+
+pub use dedupe::{dedupe_key, DurableDedupe, MemoryOnly};
+pub use group_history::MAX_HISTORY_LINE_CHARS;
+pub use mentions::{MAX_BOT_MESSAGE_IDS, MAX_BOT_THREADS};
+pub use system_events::{MAX_SYSTEM_EVENT_CHARS, MAX_SYSTEM_EVENT_SESSIONS};
+
+use self::dedupe::DedupeCache;
+use self::group_history::{history_key, GroupHistory};
+use self::mentions::{chat_ref, chat_ref_of, BotActivity};
+use self::policy::{IdKind, IdSet, RuleBook};
+use self::system_events::SystemEventQueues;
+use crate::config::Config;
+use crate::error::{ConfigError, StoreError};
+use crate::inbound::session_key::normalize_id;
+use crate::inbound::{ChatKind, InboundMessage, MessageKind};
+use crate::runtime::DropReason;
+use crate::store::{HistoryLine, SystemEvent};
+
+/// What preflight decided about a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A turn: write it to the inbox with what the admission carries, then
+    /// [`Preflight::confirm`].
+    Accept(Admission),
+    /// Not a turn.
+    Drop(DropReason),
+}
+
+/// An accepted message's extras, to store on its inbox record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    /// The dedupe key, to remember durably with the inbox entry.
+    pub dedupe_key: String,
+    /// When the dedupe entry expires, ms since the epoch.
+    pub dedupe_expires_at_ms: u64,
+    /// System events queued for the session since its last turn, oldest first.
+    pub system_events: Vec<SystemEvent>,
+    /// The chat's pending history (group messages that did not address the bot), oldest first.
+    pub group_history: Vec<HistoryLine>,
+    session_key: String,
+    history_key: Option<String>,
+}
+
+/// Preflight decisions so far, by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PreflightStats {
+    /// Accepted as turns (confirmed).
+    pub accepted: u64,
+    /// Dropped as `duplicate`.
+    pub duplicate: u64,
+    /// Dropped as `bot`.
+    pub bot: u64,
+    /// Dropped as `policy`.
+    pub policy: u64,
+    /// Dropped as `no_mention`.
+    pub no_mention: u64,
+    /// Dropped as `other_mention`.
+    pub other_mention: u64,
+    /// Queued as `system_event`.
+    pub system_event: u64,
+}
+
+impl PreflightStats {
+    /// How many were dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        match reason {
+            DropReason::Duplicate => self.duplicate,
+            DropReason::Bot => self.bot,
+            DropReason::Policy => self.policy,
+            DropReason::NoMention => self.no_mention,
+            DropReason::OtherMention => self.other_mention,
+            DropReason::SystemEvent => self.system_event,
+        }
+    }
+}
+
+/// One counter per outcome, lock-free so stats can be read while admission runs.
+#[derive(Debug, Default)]
+struct Counters {
+    accepted: AtomicU64,
+    duplicate: AtomicU64,
+    bot: AtomicU64,
+    policy: AtomicU64,
+    no_mention: AtomicU64,
+    other_mention: AtomicU64,
+    system_event: AtomicU64,
+}
+
+impl Counters {
+    fn dropped(&self, reason: DropReason) -> &AtomicU64 {
+        match reason {
+            DropReason::Duplicate => &self.duplicate,
+            DropReason::Bot => &self.bot,
+            DropReason::Policy => &self.policy,
+            DropReason::NoMention => &self.no_mention,
+            DropReason::OtherMention => &self.other_mention,
+            DropReason::SystemEvent => &self.system_event,
+        }
+    }
+}
+
+/// The mutable part, behind one mutex. Admission is serial, so it is uncontended; the mutex
+/// only makes [`Preflight`] `Sync` for the shared backend and for `record_*` calls from turns.
+#[derive(Debug)]
+struct State {
+    dedupe: DedupeCache,
+    events: SystemEventQueues,
+    history: GroupHistory,
+    activity: BotActivity,
+}
+
+/// Preflight: the rules compiled from `[preflight]` and their bounded state.
+#[derive(Debug)]
+pub struct Preflight {
+    agent: String,
+    rules: RuleBook,
+    bot_ids: IdSet,
+    dedupe_ttl_ms: u64,
+    state: Mutex<State>,
+    counters: Counters,
+}
+
+/// At most `max` characters of `text` (an ellipsis marks a cut).
+pub(crate) fn cap_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_string(),
+        Some((cut, _)) => {
+            let mut s = text[..cut].to_string();
+            s.push('…');
+            s
+        }
+    }
+}
+
+impl Preflight {
+    /// Compiles `config.preflight` (for agent `config.session.agent_id`); an invalid mention
+    /// pattern is an error.
+    pub fn new(config: &Config) -> Result<Self, ConfigError> {
+        let p = &config.preflight;
+        Ok(Self {
+            agent: normalize_id(&config.session.agent_id, "main"),
+            rules: RuleBook::compile(p)?,
+            bot_ids: IdSet::new(&p.bot_user_ids, IdKind::Sender),
+            dedupe_ttl_ms: p.dedupe_ttl_ms,
+            state: Mutex::new(State {
+                dedupe: DedupeCache::new(p.dedupe_ttl_ms, p.dedupe_max_keys),
+                events: SystemEventQueues::new(p.max_system_events),
+                history: GroupHistory::new(p.history_limit, p.history_max_chats),
+                activity: BotActivity::new(),
+            }),
+            counters: Counters::default(),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Nothing in the state can be left half-updated by a panic that matters more than
+        // refusing every later message would.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Decides about `msg` (validated), routed to `session_key`. `explicit_session` says the
+    /// submitter named the session (see the module doc). `durable` is looked up when the
+    /// dedupe key is not in memory. Counts drops; acceptances are counted by
+    /// [`Preflight::confirm`].
+    pub fn decide(
+        &self,
+        msg: &InboundMessage,
+        session_key: &str,
+        explicit_session: bool,
+        now_ms: u64,
+        durable: &dyn DurableDedupe,
+    ) -> Result<Verdict, StoreError> {
+        let key = dedupe_key(&self.agent, msg);
+        let mut state = self.state();
+        if state.dedupe.seen(&key, now_ms) {
+            return Ok(self.dropped(DropReason::Duplicate));
+        }
+        if durable.seen(&key, now_ms)? {
+            state.dedupe.insert(&key, now_ms);
+            return Ok(self.dropped(DropReason::Duplicate));
+        }
+        match self.screen(&mut state, msg, session_key, explicit_session) {
+            Err(reason) => {
+                state.dedupe.insert(&key, now_ms);
+                Ok(self.dropped(reason))
+            }
+            Ok(history_key) => Ok(Verdict::Accept(Admission {
+                dedupe_expires_at_ms: now_ms.saturating_add(self.dedupe_ttl_ms),
+                dedupe_key: key,
+                system_events: state.events.peek(session_key),
+                group_history: history_key
+                    .as_deref()
+                    .map(|k| state.history.peek(k))
+                    .unwrap_or_default(),
+                session_key: session_key.to_string(),
+                history_key,
+            })),
+        }
+    }
+
+    /// Steps 2 to 5. `Ok` carries the pending-history key of an accepted group message.
+    fn screen(
+        &self,
+        state: &mut State,
+        msg: &InboundMessage,
+        session_key: &str,
+        explicit_session: bool,
+    ) -> Result<Option<String>, DropReason> {
+        if explicit_session {
+            if msg.kind == MessageKind::SystemEvent {
+                state.events.push(session_key, msg);
+                return Err(DropReason::SystemEvent);
+            }
+            return Ok(None);
+        }
+        if self.bot_ids.contains_sender(&msg.channel, &msg.sender.id) {
+            // The platform echoing the bot's own message: remember it for implicit mentions.
+            state.activity.bot_message(&chat_ref(msg), &msg.message_id);
+            return Err(DropReason::Bot);
+        }
+        let rules = self.rules.for_channel(&msg.channel);
+        if msg.sender.is_bot && msg.kind == MessageKind::Message {
+            let explicit = mentions::explicit_mention(rules, &self.bot_ids, msg);
+            if !policy::other_bot_allowed(rules.allow_bots, explicit) {
+                return Err(DropReason::Bot);
+            }
+        }
+        if !rules.allows(msg) {
+            return Err(DropReason::Policy);
+        }
+        if msg.kind == MessageKind::SystemEvent {
+            state.events.push(session_key, msg);
+            return Err(DropReason::SystemEvent);
+        }
+        if msg.chat_kind == ChatKind::Direct {
+            return Ok(None);
+        }
+        let addressed = mentions::explicit_mention(rules, &self.bot_ids, msg)
+            || state.activity.implicit_mention(msg);
+        if !addressed {
+            if rules.ignore_other_mentions && mentions::mentions_someone_else(&self.bot_ids, msg) {
+                return Err(DropReason::OtherMention);
+            }
+            if rules.require_mention {
+                state.history.push(&history_key(msg), msg);
+                return Err(DropReason::NoMention);
+            }
+        }
+        Ok(Some(history_key(msg)))
+    }
+
+    fn dropped(&self, reason: DropReason) -> Verdict {
+        self.counters
+            .dropped(reason)
+            .fetch_add(1, Ordering::Relaxed);
+        Verdict::Drop(reason)
+    }
+
+    /// Records that `admission`'s message was written to the inbox: remembers its dedupe key,
+    /// clears the session's queued system events and the chat's pending history it carried,
+    /// and counts it as accepted.
+    pub fn confirm(&self, admission: &Admission, now_ms: u64) {
+        let mut state = self.state();
+        state.dedupe.insert(&admission.dedupe_key, now_ms);
+        if !admission.system_events.is_empty() {
+            state.events.clear(&admission.session_key);
+        }
+        if let Some(key) = &admission.history_key {
+            state.history.clear(key);
+        }
+        self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records that the bot sent `message_id` in a chat (e.g. a channel reporting the platform
+    /// id of a reply it delivered), so a reply to it counts as a mention.
+    pub fn record_bot_message(
+        &self,
+        channel: &str,
+        account_id: &str,
+        chat_id: &str,
+        message_id: &str,
+    ) {
+        let chat = chat_ref_of(channel, account_id, chat_id);
+        self.state().activity.bot_message(&chat, message_id);
+    }
+
+    /// Records that the bot answered `msg` (called when its reply is published), so later
+    /// messages in the same thread count as addressing the bot.
+    pub fn record_reply(&self, msg: &InboundMessage) {
+        self.state().activity.answered(msg);
+    }
+
+    /// Decisions so far.
+    pub fn stats(&self) -> PreflightStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        PreflightStats {
+            accepted: get(&c.accepted),
+            duplicate: get(&c.duplicate),
+            bot: get(&c.bot),
+            policy: get(&c.policy),
+            no_mention: get(&c.no_mention),
+            other_mention: get(&c.other_mention),
+            system_event: get(&c.system_event),
+        }
+    }
+
+    /// Sizes of the bounded state: (dedupe keys in memory, sessions with queued system events,
+    /// chats with pending history).
+    pub fn state_sizes(&self) -> (usize, usize, usize) {
+        let state = self.state();
+        (
+            state.dedupe.len(),
+            state.events.sessions(),
+            state.history.chats(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

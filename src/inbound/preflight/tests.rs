@@ -1,0 +1,704 @@
+//! Each preflight rule alone, around one `check(config, message, expected)` function.
+
+use super::*;
+use crate::inbound::{Sender, SessionKeys};
+
+const NOW: u64 = 1_000_000;
+
+/// `[preflight]` keys in TOML (the section header is added here).
+fn preflight(keys: &str) -> Preflight {
+    let config = Config::parse(&format!("[preflight]\n{keys}")).unwrap();
+    Preflight::new(&config).unwrap()
+}
+
+fn base(kind: ChatKind, chat: &str, id: &str) -> InboundMessage {
+    InboundMessage {
+        channel: "telegram".into(),
+        account_id: "default".into(),
+        chat_kind: kind,
+        chat_id: chat.into(),
+        thread_id: None,
+        message_id: id.into(),
+        sender: Sender {
+            id: "111".into(),
+            name: "Alice".into(),
+            is_bot: false,
+        },
+        text: format!("text {id}"),
+        mentions: vec![],
+        mentioned_bot: false,
+        reply_to: None,
+        timestamp_ms: NOW,
+        attachments: vec![],
+        kind: MessageKind::Message,
+    }
+}
+
+/// A group message that addresses the bot.
+fn group(id: &str) -> InboundMessage {
+    InboundMessage {
+        mentioned_bot: true,
+        ..base(ChatKind::Group, "-100", id)
+    }
+}
+
+/// A group message that does not address the bot.
+fn chatter(id: &str) -> InboundMessage {
+    base(ChatKind::Group, "-100", id)
+}
+
+fn dm(id: &str) -> InboundMessage {
+    base(ChatKind::Direct, "111", id)
+}
+
+fn event(id: &str, text: &str) -> InboundMessage {
+    InboundMessage {
+        kind: MessageKind::SystemEvent,
+        text: text.into(),
+        ..chatter(id)
+    }
+}
+
+fn key_of(msg: &InboundMessage) -> String {
+    SessionKeys::for_agent("main").key(msg)
+}
+
+/// Decides at `now`; an acceptance is confirmed (as after a successful inbox write).
+fn submit_at(p: &Preflight, msg: &InboundMessage, now: u64) -> Result<Admission, DropReason> {
+    match p
+        .decide(msg, &key_of(msg), false, now, &MemoryOnly)
+        .unwrap()
+    {
+        Verdict::Accept(a) => {
+            p.confirm(&a, now);
+            Ok(a)
+        }
+        Verdict::Drop(r) => Err(r),
+    }
+}
+
+fn submit(p: &Preflight, msg: &InboundMessage) -> Result<Admission, DropReason> {
+    submit_at(p, msg, NOW)
+}
+
+/// One message against a fresh preflight with `keys`.
+fn check(keys: &str, msg: InboundMessage, expected: Result<(), DropReason>) {
+    let p = preflight(keys);
+    let got = submit(&p, &msg).map(|_| ());
+    assert_eq!(got, expected, "keys {keys:?}, message {msg:?}");
+}
+
+#[test]
+fn dedupe_drops_redeliveries() {
+    let p = preflight("");
+    assert!(submit(&p, &group("1")).is_ok());
+    assert_eq!(submit(&p, &group("1")), Err(DropReason::Duplicate));
+    // Another chat, thread, channel or account with the same message id is another message.
+    for other in [
+        InboundMessage {
+            chat_id: "-200".into(),
+            ..group("1")
+        },
+        InboundMessage {
+            thread_id: Some("5".into()),
+            ..group("1")
+        },
+        InboundMessage {
+            channel: "discord".into(),
+            ..group("1")
+        },
+        InboundMessage {
+            account_id: "work".into(),
+            ..group("1")
+        },
+    ] {
+        assert!(submit(&p, &other).is_ok(), "{other:?}");
+    }
+    // A dropped message is remembered too, so it is not buffered twice.
+    assert_eq!(submit(&p, &chatter("2")), Err(DropReason::NoMention));
+    assert_eq!(submit(&p, &chatter("2")), Err(DropReason::Duplicate));
+    assert_eq!(p.stats().duplicate, 2);
+}
+
+#[test]
+fn dedupe_forgets_after_the_ttl_and_past_max_keys() {
+    let p = preflight("dedupe_ttl_ms = 100\ndedupe_max_keys = 2\n");
+    assert!(submit_at(&p, &group("1"), NOW).is_ok());
+    assert_eq!(
+        submit_at(&p, &group("1"), NOW + 99),
+        Err(DropReason::Duplicate)
+    );
+    assert!(submit_at(&p, &group("1"), NOW + 100).is_ok());
+    assert!(submit_at(&p, &group("2"), NOW + 101).is_ok());
+    assert!(submit_at(&p, &group("3"), NOW + 102).is_ok());
+    assert_eq!(p.state_sizes().0, 2);
+    assert!(
+        submit_at(&p, &group("1"), NOW + 103).is_ok(),
+        "evicted past max_keys"
+    );
+}
+
+#[test]
+fn dedupe_asks_the_durable_layer_on_a_memory_miss() {
+    struct Remembers(String);
+    impl DurableDedupe for Remembers {
+        fn seen(&self, key: &str, _now: u64) -> Result<bool, StoreError> {
+            Ok(key == self.0)
+        }
+    }
+    let p = preflight("");
+    let msg = group("7");
+    let durable = Remembers(dedupe_key("main", &msg));
+    let decide = |m: &InboundMessage| p.decide(m, &key_of(m), false, NOW, &durable).unwrap();
+    assert_eq!(decide(&msg), Verdict::Drop(DropReason::Duplicate));
+    assert!(matches!(decide(&group("8")), Verdict::Accept(_)));
+    assert_eq!(
+        dedupe_key("main", &msg),
+        "telegram|default|main|-100||7",
+        "channel|account|agent|peer|thread|message_id"
+    );
+}
+
+#[test]
+fn an_unconfirmed_acceptance_is_not_remembered() {
+    let p = preflight("");
+    let msg = group("1");
+    let v = p
+        .decide(&msg, &key_of(&msg), false, NOW, &MemoryOnly)
+        .unwrap();
+    assert!(matches!(v, Verdict::Accept(_)));
+    // The inbox write failed: no confirm. A retry must not be a duplicate.
+    assert!(submit(&p, &msg).is_ok());
+    assert_eq!(p.stats().accepted, 1);
+}
+
+#[test]
+fn bots() {
+    let own = |m: InboundMessage| InboundMessage {
+        sender: Sender {
+            id: "999".into(),
+            name: "me".into(),
+            is_bot: true,
+        },
+        ..m
+    };
+    let other = |m: InboundMessage| InboundMessage {
+        sender: Sender {
+            id: "555".into(),
+            name: "OtherBot".into(),
+            is_bot: true,
+        },
+        ..m
+    };
+    // The bot's own messages: always dropped, by bare or channel-scoped id.
+    for keys in [
+        "bot_user_ids = [\"999\"]\nallow_bots = true\nrequire_mention = false",
+        "bot_user_ids = [\"Telegram:999\"]\nallow_bots = true",
+    ] {
+        check(keys, own(group("1")), Err(DropReason::Bot));
+        check(keys, own(dm("1")), Err(DropReason::Bot));
+    }
+    check(
+        "bot_user_ids = [\"discord:999\"]\nallow_bots = true",
+        own(group("1")),
+        Ok(()),
+    );
+    // Other bots per allow_bots.
+    check("", other(group("1")), Err(DropReason::Bot));
+    check("", other(dm("1")), Err(DropReason::Bot));
+    check(
+        "allow_bots = false",
+        other(group("1")),
+        Err(DropReason::Bot),
+    );
+    check("allow_bots = true", other(group("1")), Ok(()));
+    check("allow_bots = \"mentions\"", other(group("1")), Ok(()));
+    check(
+        "allow_bots = \"mentions\"",
+        other(chatter("1")),
+        Err(DropReason::Bot),
+    );
+    check(
+        "allow_bots = \"mentions\"\nmention_patterns = [\"@helper\"]",
+        InboundMessage {
+            text: "@Helper ping".into(),
+            ..other(chatter("1"))
+        },
+        Ok(()),
+    );
+    check(
+        "allow_bots = \"mentions\"\nrequire_mention = false",
+        other(dm("1")),
+        Err(DropReason::Bot),
+    );
+    // People are never dropped as bots.
+    check("", group("1"), Ok(()));
+    assert!(Config::parse("[preflight]\nallow_bots = \"sometimes\"").is_err());
+}
+
+#[test]
+fn a_reply_to_the_bot_does_not_let_other_bots_in() {
+    let p = preflight("bot_user_ids = [\"999\"]\nallow_bots = \"mentions\"");
+    p.record_bot_message("telegram", "default", "-100", "b1");
+    let m = InboundMessage {
+        reply_to: Some("b1".into()),
+        sender: Sender {
+            id: "555".into(),
+            name: "OtherBot".into(),
+            is_bot: true,
+        },
+        ..chatter("1")
+    };
+    assert_eq!(submit(&p, &m), Err(DropReason::Bot));
+}
+
+#[test]
+fn policy() {
+    let from = |channel: &str, sender: &str, m: InboundMessage| InboundMessage {
+        channel: channel.into(),
+        sender: Sender {
+            id: sender.into(),
+            name: String::new(),
+            is_bot: false,
+        },
+        ..m
+    };
+    check("dm_policy = \"open\"", dm("1"), Ok(()));
+    check("dm_policy = \"disabled\"", dm("1"), Err(DropReason::Policy));
+    check(
+        "dm_policy = \"allowlist\"",
+        dm("1"),
+        Err(DropReason::Policy),
+    );
+    let list = "dm_policy = \"allowlist\"\nallow_from = [\"telegram:111\", \"222\", \"whatsapp:+1 (555) 123-4567\"]";
+    check(list, dm("1"), Ok(()));
+    check(
+        list,
+        from("discord", "111", dm("1")),
+        Err(DropReason::Policy),
+    );
+    check(list, from("discord", "222", dm("1")), Ok(()));
+    check(list, from("whatsapp", "+15551234567", dm("1")), Ok(()));
+    check(
+        list,
+        from("whatsapp", "+15551234568", dm("1")),
+        Err(DropReason::Policy),
+    );
+    check(
+        "dm_policy = \"allowlist\"\nallow_from = [\"*\"]",
+        from("x", "anyone", dm("1")),
+        Ok(()),
+    );
+    // dm_policy does not gate groups, group_policy does not gate DMs.
+    check("dm_policy = \"disabled\"", group("1"), Ok(()));
+    check(
+        "group_policy = \"disabled\"",
+        group("1"),
+        Err(DropReason::Policy),
+    );
+    check("group_policy = \"disabled\"", dm("1"), Ok(()));
+    let groups = "group_policy = \"allowlist\"\ngroup_allow_from = [\"-100\", \"discord:G1\"]";
+    check(groups, group("1"), Ok(()));
+    check(
+        groups,
+        InboundMessage {
+            chat_id: "-200".into(),
+            ..group("1")
+        },
+        Err(DropReason::Policy),
+    );
+    check(
+        groups,
+        InboundMessage {
+            chat_id: "g1".into(),
+            ..from("discord", "1", group("1"))
+        },
+        Ok(()),
+    );
+    check(
+        groups,
+        InboundMessage {
+            chat_kind: ChatKind::Channel,
+            ..group("1")
+        },
+        Ok(()),
+    );
+}
+
+#[test]
+fn per_channel_overrides() {
+    let keys = "group_policy = \"disabled\"\n[preflight.channels.Discord]\ngroup_policy = \"open\"\nrequire_mention = false\n";
+    let discord = |m: InboundMessage| InboundMessage {
+        channel: "discord".into(),
+        ..m
+    };
+    check(keys, group("1"), Err(DropReason::Policy));
+    check(keys, discord(chatter("1")), Ok(()));
+    // Unset keys inherit: require_mention stays true on telegram.
+    let keys = "[preflight.channels.discord]\nrequire_mention = false\n";
+    check(keys, chatter("1"), Err(DropReason::NoMention));
+    check(keys, discord(chatter("1")), Ok(()));
+    assert!(Config::parse("[preflight.channels.x]\nbogus = 1\n").is_err());
+}
+
+#[test]
+fn mention_gating() {
+    check("", chatter("1"), Err(DropReason::NoMention));
+    check("", group("1"), Ok(()));
+    check("require_mention = false", chatter("1"), Ok(()));
+    check(
+        "",
+        InboundMessage {
+            chat_kind: ChatKind::Channel,
+            ..chatter("1")
+        },
+        Err(DropReason::NoMention),
+    );
+    // Direct messages are never mention-gated.
+    check("", dm("1"), Ok(()));
+    // Patterns, case-insensitive.
+    let pat = "mention_patterns = [\"\\\\bturnstile\\\\b\", \"^hey bot\"]";
+    for (text, want) in [
+        ("hello TurnStile!", Ok(())),
+        ("hey bot, hi", Ok(())),
+        ("turnstiles", Err(DropReason::NoMention)),
+        ("say hey bot", Err(DropReason::NoMention)),
+    ] {
+        check(
+            pat,
+            InboundMessage {
+                text: text.into(),
+                ..chatter("1")
+            },
+            want,
+        );
+    }
+    // One of the bot's ids in `mentions`.
+    check(
+        "bot_user_ids = [\"999\"]",
+        InboundMessage {
+            mentions: vec!["999".into()],
+            ..chatter("1")
+        },
+        Ok(()),
+    );
+    assert!(Config::parse("[preflight]\nmention_patterns = [\"(\"]").is_err());
+    assert!(Config::parse("[preflight.channels.x]\nmention_patterns = [\"[\"]").is_err());
+}
+
+#[test]
+fn ignore_other_mentions() {
+    let bob = |m: InboundMessage| InboundMessage {
+        mentions: vec!["bob".into()],
+        ..m
+    };
+    check("", bob(chatter("1")), Err(DropReason::NoMention));
+    check(
+        "ignore_other_mentions = true",
+        bob(chatter("1")),
+        Err(DropReason::OtherMention),
+    );
+    check(
+        "ignore_other_mentions = true\nrequire_mention = false",
+        bob(chatter("1")),
+        Err(DropReason::OtherMention),
+    );
+    check(
+        "ignore_other_mentions = true\nrequire_mention = false",
+        chatter("1"),
+        Ok(()),
+    );
+    // Addressing the bot as well wins.
+    check("ignore_other_mentions = true", bob(group("1")), Ok(()));
+    // Mentioning only the bot is not someone else.
+    check(
+        "ignore_other_mentions = true\nrequire_mention = false\nbot_user_ids = [\"999\"]",
+        InboundMessage {
+            mentions: vec!["999".into()],
+            ..chatter("1")
+        },
+        Ok(()),
+    );
+}
+
+#[test]
+fn implicit_mention_by_replying_to_the_bot() {
+    let p = preflight("bot_user_ids = [\"999\"]");
+    let reply_to = |id: &str, to: &str| InboundMessage {
+        reply_to: Some(to.into()),
+        ..chatter(id)
+    };
+    assert_eq!(submit(&p, &reply_to("1", "b1")), Err(DropReason::NoMention));
+    // The platform echoes the bot's message b1 (dropped as the bot's own)…
+    let echo = InboundMessage {
+        sender: Sender {
+            id: "999".into(),
+            name: "me".into(),
+            is_bot: true,
+        },
+        ..chatter("b1")
+    };
+    assert_eq!(submit(&p, &echo), Err(DropReason::Bot));
+    // …so a reply to it addresses the bot, in that chat only.
+    assert!(submit(&p, &reply_to("2", "b1")).is_ok());
+    let elsewhere = InboundMessage {
+        chat_id: "-200".into(),
+        ..reply_to("3", "b1")
+    };
+    assert_eq!(submit(&p, &elsewhere), Err(DropReason::NoMention));
+    // A channel can report what it delivered.
+    p.record_bot_message("Telegram", "default", "-200", "b2");
+    assert_eq!(submit(&p, &reply_to("4", "b2")), Err(DropReason::NoMention));
+    let there = InboundMessage {
+        chat_id: "-200".into(),
+        ..reply_to("5", "b2")
+    };
+    assert!(submit(&p, &there).is_ok());
+}
+
+#[test]
+fn implicit_mention_in_a_thread_the_bot_answered_in() {
+    let p = preflight("");
+    let in_thread = |m: InboundMessage, t: &str| InboundMessage {
+        channel: "slack".into(),
+        thread_id: Some(t.into()),
+        ..m
+    };
+    assert_eq!(
+        submit(&p, &in_thread(chatter("1"), "t1")),
+        Err(DropReason::NoMention)
+    );
+    let asked = in_thread(group("2"), "t1");
+    assert!(submit(&p, &asked).is_ok());
+    p.record_reply(&asked);
+    assert!(submit(&p, &in_thread(chatter("3"), "t1")).is_ok());
+    assert_eq!(
+        submit(&p, &in_thread(chatter("4"), "t2")),
+        Err(DropReason::NoMention)
+    );
+    // A Telegram forum topic is a chat of its own, not a thread the bot joined.
+    let topic = InboundMessage {
+        thread_id: Some("42".into()),
+        ..group("5")
+    };
+    assert!(submit(&p, &topic).is_ok());
+    p.record_reply(&topic);
+    let later = InboundMessage {
+        thread_id: Some("42".into()),
+        ..chatter("6")
+    };
+    assert_eq!(submit(&p, &later), Err(DropReason::NoMention));
+}
+
+#[test]
+fn system_events_are_queued_for_the_next_turn() {
+    let p = preflight("max_system_events = 3");
+    for (id, text) in [
+        ("e1", "Bob joined"),
+        ("e2", "Bob joined"),
+        ("e3", "Carol joined"),
+        ("e4", "Bob joined"),
+        ("e5", "  "),
+        ("e6", "Topic renamed"),
+    ] {
+        assert_eq!(submit(&p, &event(id, text)), Err(DropReason::SystemEvent));
+    }
+    // An unaddressed message does not take them.
+    assert_eq!(submit(&p, &chatter("1")), Err(DropReason::NoMention));
+    let a = submit(&p, &group("2")).unwrap();
+    let texts: Vec<&str> = a.system_events.iter().map(|e| e.text.as_str()).collect();
+    // Consecutive duplicates skipped, at most 3 kept (the oldest dropped).
+    assert_eq!(texts, ["Carol joined", "Bob joined", "Topic renamed"]);
+    assert_eq!(a.system_events[0].timestamp_ms, NOW);
+    // Handed over once.
+    assert!(submit(&p, &group("3")).unwrap().system_events.is_empty());
+    assert_eq!(p.stats().system_event, 6);
+    assert_eq!(p.state_sizes().1, 0);
+}
+
+#[test]
+fn system_events_stay_queued_until_confirmed_and_per_session() {
+    let p = preflight("");
+    assert_eq!(
+        submit(&p, &event("e1", "pinned")),
+        Err(DropReason::SystemEvent)
+    );
+    let m = group("1");
+    let Verdict::Accept(first) = p.decide(&m, &key_of(&m), false, NOW, &MemoryOnly).unwrap() else {
+        panic!("accepted expected");
+    };
+    assert_eq!(first.system_events.len(), 1);
+    // Not confirmed (the write failed): still there for the retry.
+    assert_eq!(submit(&p, &m).unwrap().system_events.len(), 1);
+    // Another session does not see them.
+    assert_eq!(
+        submit(&p, &event("e2", "pinned")),
+        Err(DropReason::SystemEvent)
+    );
+    let other = InboundMessage {
+        chat_id: "-200".into(),
+        ..group("2")
+    };
+    assert!(submit(&p, &other).unwrap().system_events.is_empty());
+    // Events in a chat the policy refuses are dropped as policy; the bot's own are bot.
+    check(
+        "group_policy = \"disabled\"",
+        event("e", "x"),
+        Err(DropReason::Policy),
+    );
+    check(
+        "bot_user_ids = [\"111\"]",
+        event("e", "x"),
+        Err(DropReason::Bot),
+    );
+    // Other bots' events are still events.
+    check(
+        "",
+        InboundMessage {
+            sender: Sender {
+                id: "5".into(),
+                name: "b".into(),
+                is_bot: true,
+            },
+            ..event("e", "x")
+        },
+        Err(DropReason::SystemEvent),
+    );
+    check(
+        "max_system_events = 0",
+        event("e", "x"),
+        Err(DropReason::SystemEvent),
+    );
+}
+
+#[test]
+fn explicit_sessions_pass_only_dedupe_and_system_events() {
+    let p = preflight("dm_policy = \"disabled\"\nbot_user_ids = [\"111\"]");
+    let decide = |m: &InboundMessage| p.decide(m, "my-session", true, NOW, &MemoryOnly).unwrap();
+    let Verdict::Accept(a) = decide(&chatter("1")) else {
+        panic!("explicit sessions skip bots, policy and mentions");
+    };
+    p.confirm(&a, NOW);
+    assert_eq!(decide(&chatter("1")), Verdict::Drop(DropReason::Duplicate));
+    assert_eq!(
+        decide(&event("e1", "x")),
+        Verdict::Drop(DropReason::SystemEvent)
+    );
+    let Verdict::Accept(a) = decide(&dm("2")) else {
+        panic!("accepted expected");
+    };
+    assert_eq!(a.system_events.len(), 1);
+    assert!(a.group_history.is_empty());
+}
+
+#[test]
+fn group_history_is_attached_to_the_next_addressed_message_and_cleared() {
+    let p = preflight("history_limit = 2");
+    for id in ["1", "2", "3"] {
+        assert_eq!(submit(&p, &chatter(id)), Err(DropReason::NoMention));
+    }
+    let a = submit(&p, &group("4")).unwrap();
+    let ids: Vec<&str> = a
+        .group_history
+        .iter()
+        .map(|l| l.message_id.as_str())
+        .collect();
+    assert_eq!(ids, ["2", "3"], "the newest history_limit lines");
+    assert_eq!(a.group_history[0].sender_name, "Alice");
+    assert_eq!(a.group_history[0].text, "text 2");
+    assert!(submit(&p, &group("5")).unwrap().group_history.is_empty());
+    assert_eq!(p.state_sizes().2, 0);
+}
+
+#[test]
+fn group_history_is_per_chat_and_thread_and_bounded() {
+    let p = preflight("history_max_chats = 2");
+    let in_chat = |chat: &str, m: InboundMessage| InboundMessage {
+        chat_id: chat.into(),
+        ..m
+    };
+    assert!(submit(&p, &in_chat("a", chatter("1"))).is_err());
+    assert!(submit(&p, &in_chat("b", chatter("2"))).is_err());
+    let threaded = InboundMessage {
+        channel: "slack".into(),
+        thread_id: Some("t".into()),
+        ..in_chat("b", chatter("3"))
+    };
+    assert!(submit(&p, &threaded).is_err());
+    // Three buffers for two places: chat `a`, the least recently used, is forgotten.
+    assert_eq!(p.state_sizes().2, 2);
+    assert!(submit(&p, &in_chat("a", group("4")))
+        .unwrap()
+        .group_history
+        .is_empty());
+    let b = submit(&p, &in_chat("b", group("5"))).unwrap();
+    assert_eq!(b.group_history.len(), 1);
+    assert_eq!(b.group_history[0].message_id, "2");
+    // Long texts are capped.
+    let long = InboundMessage {
+        text: "x".repeat(5_000),
+        ..chatter("6")
+    };
+    assert!(submit(&p, &long).is_err());
+    let c = submit(&p, &group("7")).unwrap();
+    assert_eq!(
+        c.group_history[0].text.chars().count(),
+        MAX_HISTORY_LINE_CHARS + 1
+    );
+    // Direct messages carry no group history; history_limit = 0 keeps none.
+    assert!(submit(&p, &dm("8")).unwrap().group_history.is_empty());
+    let p = preflight("history_limit = 0");
+    assert!(submit(&p, &chatter("1")).is_err());
+    assert!(submit(&p, &group("2")).unwrap().group_history.is_empty());
+}
+
+#[test]
+fn stats_count_every_decision() {
+    let p = preflight(
+        "bot_user_ids = [\"999\"]\ndm_policy = \"disabled\"\nignore_other_mentions = true",
+    );
+    let _ = submit(&p, &group("1"));
+    let _ = submit(&p, &group("1"));
+    let _ = submit(&p, &dm("2"));
+    let _ = submit(&p, &chatter("3"));
+    let _ = submit(
+        &p,
+        &InboundMessage {
+            mentions: vec!["x".into()],
+            ..chatter("4")
+        },
+    );
+    let _ = submit(&p, &event("5", "joined"));
+    let _ = submit(
+        &p,
+        &InboundMessage {
+            sender: Sender {
+                id: "999".into(),
+                name: String::new(),
+                is_bot: true,
+            },
+            ..group("6")
+        },
+    );
+    let s = p.stats();
+    assert_eq!(
+        s,
+        PreflightStats {
+            accepted: 1,
+            duplicate: 1,
+            bot: 1,
+            policy: 1,
+            no_mention: 1,
+            other_mention: 1,
+            system_event: 1,
+        }
+    );
+    assert_eq!(s.dropped(DropReason::NoMention), 1);
+}
+
+#[test]
+fn cap_chars_cuts_on_char_boundaries() {
+    assert_eq!(cap_chars("héllo", 2), "hé…");
+    assert_eq!(cap_chars("hé", 2), "hé");
+    assert_eq!(cap_chars("", 0), "");
+}

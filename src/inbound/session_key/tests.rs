@@ -1,0 +1,339 @@
+//! Session-key vectors: one `check(config, message, expected_key)` per rule of SPEC §2.2.
+
+use super::*;
+use crate::inbound::Sender;
+
+/// A message on `channel` of `kind` in `chat` from `sender`; adjust fields with struct update.
+fn msg(channel: &str, kind: ChatKind, chat: &str, sender: &str) -> InboundMessage {
+    InboundMessage {
+        channel: channel.into(),
+        account_id: "default".into(),
+        chat_kind: kind,
+        chat_id: chat.into(),
+        thread_id: None,
+        message_id: "m1".into(),
+        sender: Sender {
+            id: sender.into(),
+            name: "Someone".into(),
+            is_bot: false,
+        },
+        text: "hi".into(),
+        mentions: vec![],
+        mentioned_bot: false,
+        reply_to: None,
+        timestamp_ms: 1,
+        attachments: vec![],
+        kind: Default::default(),
+    }
+}
+
+fn dm(channel: &str, sender: &str) -> InboundMessage {
+    msg(channel, ChatKind::Direct, sender, sender)
+}
+
+fn group(channel: &str, chat: &str) -> InboundMessage {
+    msg(channel, ChatKind::Group, chat, "111")
+}
+
+fn thread(mut m: InboundMessage, id: &str) -> InboundMessage {
+    m.thread_id = Some(id.into());
+    m
+}
+
+fn account(mut m: InboundMessage, id: &str) -> InboundMessage {
+    m.account_id = id.into();
+    m
+}
+
+/// `config` is the body of a `[session]` table in TOML.
+fn check(config: &str, m: InboundMessage, expected: &str) {
+    let parsed: SessionConfig = toml::from_str(config).unwrap();
+    let keys = SessionKeys::new(&parsed).unwrap();
+    assert_eq!(keys.key(&m), expected, "config {config:?}, message {m:?}");
+}
+
+const PER_PEER: &str = r#"dm_scope = "per-peer""#;
+const PER_CHANNEL: &str = r#"dm_scope = "per-channel-peer""#;
+const PER_ACCOUNT: &str = r#"dm_scope = "per-account-channel-peer""#;
+const LINKS: &str = r#"
+dm_scope = "per-peer"
+[identity_links]
+Alice = ["telegram:111", "222", "WhatsApp:+1 (555) 123-4567"]
+"#;
+
+#[test]
+fn direct_message_scopes() {
+    check("", dm("telegram", "111"), "agent:main:main");
+    check("", dm("discord", "999"), "agent:main:main");
+    check(r#"dm_scope = "main""#, dm("slack", "U1"), "agent:main:main");
+    check(PER_PEER, dm("telegram", "111"), "agent:main:direct:111");
+    check(PER_PEER, dm("discord", "111"), "agent:main:direct:111");
+    check(
+        PER_CHANNEL,
+        dm("telegram", "111"),
+        "agent:main:telegram:direct:111",
+    );
+    check(
+        PER_ACCOUNT,
+        dm("telegram", "111"),
+        "agent:main:telegram:default:direct:111",
+    );
+    check(
+        PER_ACCOUNT,
+        account(dm("telegram", "111"), "Work Bot"),
+        "agent:main:telegram:work-bot:direct:111",
+    );
+    check(
+        PER_ACCOUNT,
+        account(dm("telegram", "111"), "  "),
+        "agent:main:telegram:default:direct:111",
+    );
+    check(PER_PEER, dm("slack", " UserX "), "agent:main:direct:userx");
+}
+
+#[test]
+fn agent_ids_are_normalised() {
+    check(
+        r#"agent_id = "Sales Bot""#,
+        dm("t", "1"),
+        "agent:sales-bot:main",
+    );
+    check(r#"agent_id = """#, dm("t", "1"), "agent:main:main");
+    check(
+        r#"agent_id = "--Ops!!Team--""#,
+        group("slack", "C1"),
+        "agent:ops-team:slack:group:c1",
+    );
+}
+
+#[test]
+fn groups_and_channels() {
+    check(
+        "",
+        group("telegram", "-100123"),
+        "agent:main:telegram:group:-100123",
+    );
+    check(
+        "",
+        msg("discord", ChatKind::Channel, "123", "u"),
+        "agent:main:discord:channel:123",
+    );
+    // No account id and no dm_scope in group keys.
+    check(
+        PER_ACCOUNT,
+        account(group("slack", "C1"), "work"),
+        "agent:main:slack:group:c1",
+    );
+    check(
+        "",
+        group(" Telegram ", " -100 "),
+        "agent:main:telegram:group:-100",
+    );
+    check(
+        "",
+        group("Slack", "CHAN-ABC"),
+        "agent:main:slack:group:chan-abc",
+    );
+    // Group chat ids on phone channels are not phone numbers.
+    check(
+        "",
+        group("whatsapp", "12036304@g.us"),
+        "agent:main:whatsapp:group:12036304@g.us",
+    );
+    check(
+        "",
+        group("whatsapp", "15551234567"),
+        "agent:main:whatsapp:group:15551234567",
+    );
+}
+
+#[test]
+fn threads_and_telegram_topics() {
+    check(
+        "",
+        thread(msg("slack", ChatKind::Channel, "C1", "u"), "1700.1"),
+        "agent:main:slack:channel:c1:thread:1700.1",
+    );
+    check(
+        "",
+        thread(group("discord", "G"), "T9"),
+        "agent:main:discord:group:g:thread:t9",
+    );
+    check(
+        "",
+        thread(group("telegram", "-100123"), "42"),
+        "agent:main:telegram:group:-100123:topic:42",
+    );
+    check(
+        "",
+        thread(msg("telegram", ChatKind::Channel, "-100777", "u"), "1"),
+        "agent:main:telegram:channel:-100777:topic:1",
+    );
+    check(
+        PER_PEER,
+        thread(dm("telegram", "111"), "7"),
+        "agent:main:direct:111:thread:7",
+    );
+    check(
+        "",
+        thread(dm("slack", "U1"), "T1"),
+        "agent:main:main:thread:t1",
+    );
+    check(
+        "",
+        thread(group("slack", "C1"), "  "),
+        "agent:main:slack:group:c1",
+    );
+}
+
+#[test]
+fn global_scope() {
+    check(r#"scope = "global""#, dm("telegram", "111"), "global");
+    check(r#"scope = "global""#, group("telegram", "-1"), "global");
+    check(
+        "scope = \"global\"\ndm_scope = \"per-peer\"",
+        thread(group("slack", "C1"), "t"),
+        "global",
+    );
+    check(r#"scope = "per-sender""#, dm("t", "1"), "agent:main:main");
+}
+
+#[test]
+fn identity_links() {
+    check(LINKS, dm("telegram", "111"), "agent:main:direct:alice");
+    // A bare peer matches on every channel.
+    check(LINKS, dm("discord", "222"), "agent:main:direct:alice");
+    check(
+        &LINKS.replace("per-peer", "per-channel-peer"),
+        dm("discord", "222"),
+        "agent:main:discord:direct:alice",
+    );
+    // A channel-scoped peer matches only on its channel.
+    check(LINKS, dm("discord", "111"), "agent:main:direct:111");
+    // Phone numbers are compared in E.164.
+    check(
+        LINKS,
+        dm("whatsapp", "whatsapp:+15551234567"),
+        "agent:main:direct:alice",
+    );
+    // Ignored under `main`, and never applied to groups.
+    check(
+        &LINKS.replace("per-peer", "main"),
+        dm("telegram", "111"),
+        "agent:main:main",
+    );
+    check(
+        LINKS,
+        group("telegram", "111"),
+        "agent:main:telegram:group:111",
+    );
+}
+
+#[test]
+fn phone_numbers_become_e164() {
+    check(
+        PER_PEER,
+        dm("whatsapp", "whatsapp:+1 (555) 123-4567"),
+        "agent:main:direct:+15551234567",
+    );
+    check(
+        PER_CHANNEL,
+        dm("WhatsApp", "+1 555-123-4567"),
+        "agent:main:whatsapp:direct:+15551234567",
+    );
+    check(
+        PER_PEER,
+        dm("whatsapp", "15551234567@s.whatsapp.net"),
+        "agent:main:direct:+15551234567",
+    );
+    check(
+        PER_PEER,
+        dm("signal", "+44 20 7946 0958"),
+        "agent:main:direct:+442079460958",
+    );
+    check(
+        PER_PEER,
+        dm("sms", "tel:5551234567"),
+        "agent:main:direct:+5551234567",
+    );
+    // Not phone numbers: a Signal UUID, too many digits, a non-phone channel, letters.
+    check(
+        PER_PEER,
+        dm("signal", "A1B2C3D4-0000-4000-8000-00000000000F"),
+        "agent:main:direct:a1b2c3d4-0000-4000-8000-00000000000f",
+    );
+    check(
+        PER_PEER,
+        dm("whatsapp", "+1234567890123456"),
+        "agent:main:direct:+1234567890123456",
+    );
+    check(
+        PER_PEER,
+        dm("telegram", "5551234567"),
+        "agent:main:direct:5551234567",
+    );
+    check(
+        PER_PEER,
+        dm("sms", "INFO-SERVICE"),
+        "agent:main:direct:info-service",
+    );
+    check(PER_PEER, dm("sms", "12345"), "agent:main:direct:12345");
+}
+
+#[test]
+fn peer_ids_never_panic_on_odd_input() {
+    for raw in [
+        "é:+1",
+        "smé:1",
+        "whatsapp:",
+        "@c.us",
+        "é@c.us",
+        "+",
+        "ー@s.whatsapp.net",
+    ] {
+        for channel in ["whatsapp", "sms", "signal", "telegram"] {
+            let _ = peer_id(channel, raw);
+            let _ = normalize_peer_entry(raw);
+        }
+    }
+}
+
+#[test]
+fn bad_identity_links_are_config_errors() {
+    let bad = |toml: &str| {
+        let c: SessionConfig = toml::from_str(toml).unwrap();
+        SessionKeys::new(&c).unwrap_err().to_string()
+    };
+    let e = bad("[identity_links]\nalice = [\"telegram:1\"]\nbob = [\"Telegram:1\"]\n");
+    assert!(e.contains("both"), "{e}");
+    assert!(bad("[identity_links]\n\" \" = [\"1\"]\n").contains("empty"));
+    assert!(bad("[identity_links]\nalice = [\"telegram:\"]\n").contains("empty"));
+    // The same peer twice under one name is fine.
+    let c: SessionConfig = toml::from_str("[identity_links]\nalice = [\"1\", \"1\"]\n").unwrap();
+    assert!(SessionKeys::new(&c).is_ok());
+}
+
+#[test]
+fn id_normalisation() {
+    for (raw, want) in [
+        ("Main", "main"),
+        ("  Sales Bot  ", "sales-bot"),
+        ("a!!b", "a-b"),
+        ("--x--", "x"),
+        ("", "main"),
+        ("***", "main"),
+        ("ok_id-1", "ok_id-1"),
+    ] {
+        assert_eq!(normalize_id(raw, "main"), want, "{raw:?}");
+    }
+    assert_eq!(normalize_id(&"a".repeat(100), "main").len(), 64);
+}
+
+#[test]
+fn the_default_helper_matches_the_default_config() {
+    let m = thread(group("Telegram", "-5"), "3");
+    assert_eq!(
+        session_key("Main", &m),
+        SessionKeys::new(&SessionConfig::default()).unwrap().key(&m)
+    );
+}

@@ -1,0 +1,168 @@
+//! The durable half of preflight's dedupe: the `dedupe` tree maps a dedupe key to the time it
+//! expires (ms since the epoch). An accepted message's key is written in the same transaction
+//! as its inbox entry, so after a restart a redelivered message that is still in the inbox, or
+//! was already answered, is recognised.
+//!
+//! The tree is bounded by the TTL: expired entries are removed on open (at most
+//! [`DEDUPE_PRUNE_ON_OPEN`] visited) and a little at every write ([`DEDUPE_PRUNE_PER_WRITE`]
+//! visited, resuming where the last prune stopped and wrapping around). Visiting more entries
+//! per write than one write adds keeps the tree within a small factor of the live entries.
+
+use std::sync::Arc;
+
+use sled::transaction::{ConflictableTransactionError, TransactionError};
+use sled::Transactional;
+
+use super::{decode, encode, keys, InboxItem, InboxRecord, Store};
+use crate::error::StoreError;
+
+/// Entries visited by the prune that runs when the store opens.
+pub const DEDUPE_PRUNE_ON_OPEN: usize = 200_000;
+/// Entries visited by the prune that follows each deduped write.
+pub const DEDUPE_PRUNE_PER_WRITE: usize = 8;
+
+/// A dedupe key to remember durably with an inbox write.
+#[derive(Debug, Clone, Copy)]
+pub struct DedupeMark<'a> {
+    /// The preflight dedupe key.
+    pub key: &'a str,
+    /// When the entry expires, ms since the epoch.
+    pub expires_at_ms: u64,
+    /// Now, ms since the epoch (prunes entries expired before it).
+    pub now_ms: u64,
+}
+
+pub(super) fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl Store {
+    /// Like [`Store::enqueue`], and when `dedupe` is given, remembers its key in the same
+    /// transaction (so the group-commit ticket covers both).
+    pub fn enqueue_deduped(
+        &self,
+        session_key: &str,
+        record: InboxRecord,
+        dedupe: Option<DedupeMark<'_>>,
+    ) -> Result<(InboxItem, u64), StoreError> {
+        let inner = &self.inner;
+        // Sequences start at 1: lanes treat 0 as "nothing seen yet".
+        let seq = inner
+            .db
+            .generate_id()
+            .map_err(StoreError::sled("allocating an inbox sequence"))?
+            .saturating_add(1);
+        let bytes = encode(&record)?;
+        let inbox_key = keys::inbox_key(session_key, seq);
+        match dedupe {
+            None => {
+                inner
+                    .inbox
+                    .insert(inbox_key, bytes)
+                    .map_err(StoreError::sled("writing the inbox"))?;
+            }
+            Some(mark) => {
+                let expiry = encode(&mark.expires_at_ms)?;
+                (&inner.inbox, &inner.dedupe)
+                    .transaction(|(inbox, dedupe)| {
+                        inbox.insert(inbox_key.as_slice(), bytes.as_slice())?;
+                        dedupe.insert(mark.key.as_bytes(), expiry.as_slice())?;
+                        Ok::<_, ConflictableTransactionError<StoreError>>(())
+                    })
+                    .map_err(|e| match e {
+                        TransactionError::Abort(e) => e,
+                        TransactionError::Storage(source) => StoreError::Sled {
+                            context: "writing the inbox",
+                            source,
+                        },
+                    })?;
+            }
+        }
+        inner
+            .queued
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ticket = inner.commit.ticket();
+        if let Some(mark) = dedupe {
+            if let Err(e) = self.prune_dedupe(mark.now_ms, DEDUPE_PRUNE_PER_WRITE) {
+                tracing::warn!(error = %e, "pruning expired dedupe keys failed; retried on the next write");
+            }
+        }
+        Ok((
+            InboxItem {
+                seq,
+                record: Arc::new(record),
+            },
+            ticket,
+        ))
+    }
+
+    /// True when `key` was remembered and has not expired at `now_ms`.
+    pub fn dedupe_seen(&self, key: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let Some(bytes) = self
+            .inner
+            .dedupe
+            .get(key.as_bytes())
+            .map_err(StoreError::sled("reading dedupe keys"))?
+        else {
+            return Ok(false);
+        };
+        let expires: u64 = decode("dedupe", &bytes)?;
+        Ok(expires > now_ms)
+    }
+
+    /// Removes expired dedupe entries among the next `budget` entries after the prune cursor
+    /// (wrapping around once at the end of the tree). Returns how many it removed.
+    pub fn prune_dedupe(&self, now_ms: u64, budget: usize) -> Result<usize, StoreError> {
+        let inner = &self.inner;
+        let mut cursor = inner
+            .dedupe_cursor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut visited = 0;
+        let mut removed = 0;
+        let mut wrapped = cursor.is_empty();
+        while visited < budget {
+            let start: &[u8] = &cursor;
+            let mut next = None;
+            for kv in inner
+                .dedupe
+                .range::<&[u8], _>((std::ops::Bound::Excluded(start), std::ops::Bound::Unbounded))
+                .take(budget - visited)
+            {
+                let (k, v) = kv.map_err(StoreError::sled("scanning dedupe keys"))?;
+                visited += 1;
+                // An undecodable value cannot say when it expires: drop it like an expired one.
+                let expired = decode::<u64>("dedupe", &v).map_or(true, |t| t <= now_ms);
+                if expired {
+                    // Only if unchanged: a key re-remembered meanwhile stays.
+                    let swapped = inner
+                        .dedupe
+                        .compare_and_swap(&k, Some(&v), None as Option<&[u8]>)
+                        .map_err(StoreError::sled("pruning dedupe keys"))?;
+                    if swapped.is_ok() {
+                        removed += 1;
+                    }
+                }
+                next = Some(k);
+            }
+            match next {
+                Some(k) => *cursor = k.to_vec(),
+                None if wrapped => break,
+                None => {
+                    // Reached the end: continue from the start, once.
+                    cursor.clear();
+                    wrapped = true;
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Number of remembered dedupe keys (expired ones not yet pruned included).
+    pub fn dedupe_len(&self) -> usize {
+        self.inner.dedupe.len()
+    }
+}
