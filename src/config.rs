@@ -461,6 +461,28 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_config_block_is_valid_and_shows_the_defaults() {
+        let readme = include_str!("../README.md");
+        let block = readme
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap();
+        let parsed = Config::parse(block).unwrap();
+        let defaults = Config::default();
+        assert_eq!(parsed.model.max_retries, defaults.model.max_retries);
+        assert_eq!(parsed.model.backoff_max_ms, defaults.model.backoff_max_ms);
+        assert_eq!(
+            parsed.compaction.chunk_tokens,
+            defaults.compaction.chunk_tokens
+        );
+        assert_eq!(
+            parsed.compaction.summary_max_tokens,
+            defaults.compaction.summary_max_tokens
+        );
+    }
+
+    #[test]
     fn compaction_settings_are_checked() {
         let c = Config::parse("").unwrap();
         assert_eq!(c.compaction.summary_max_tokens, 1_024);

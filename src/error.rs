@@ -130,9 +130,10 @@ pub enum ModelError {
         /// The prompt's size as the server counted it, when the error states it.
         prompt_tokens: Option<u32>,
     },
-    /// The server reported an error in the middle of a streamed answer.
-    #[error("model stream failed: {0}")]
-    Stream(String),
+    /// The server reported an error inside its answer (in the middle of a stream, or in the
+    /// body of a 200) without a status to classify it by.
+    #[error("model server reported an error: {0}")]
+    Server(String),
     /// The answer could not be understood.
     #[error("unexpected model response: {0}")]
     Protocol(String),
@@ -148,10 +149,10 @@ impl ModelError {
     }
 
     /// Whether the same request may succeed if sent again after a pause: connection errors,
-    /// 408, 409, 429 and 5xx answers, and errors reported mid-stream.
+    /// 408, 409, 429 and 5xx answers, and errors reported inside an answer.
     pub fn is_retryable(&self) -> bool {
         match self {
-            ModelError::Transport(_) | ModelError::RateLimited { .. } | ModelError::Stream(_) => {
+            ModelError::Transport(_) | ModelError::RateLimited { .. } | ModelError::Server(_) => {
                 true
             }
             ModelError::Status { status, .. } => matches!(status, 408 | 409) || *status >= 500,

@@ -580,4 +580,20 @@ mod tests {
         assert_eq!(second.text.matches(EXTRACTIVE_HEADER).count(), 1);
         assert!(second.text.matches("Exact identifiers").count() <= 1);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn any_text_stays_within_budget(
+            span in "\\PC{0,600}",
+            previous in proptest::option::of("\\PC{0,200}"),
+            max in 64u32..600,
+        ) {
+            let c = counter();
+            let out = ExtractiveSummarizer::new(c).summarize(&span, previous.as_deref(), max);
+            proptest::prop_assert!(out.tokens <= max, "{} > {max}", out.tokens);
+            proptest::prop_assert_eq!(out.tokens, c.count(&out.text));
+        }
+    }
 }

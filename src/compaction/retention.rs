@@ -264,9 +264,14 @@ fn cap_list(parts: &Parts<'_>, kept: usize, max_tokens: u32, counter: &TokenCoun
         if omitted > 0 {
             lines.push(note(omitted));
         }
-        let text = compose(&body, &lines);
-        let tokens = counter.count(&text);
-        if tokens <= max_tokens || (keep == 0 && body.is_empty()) {
+        let mut text = compose(&body, &lines);
+        let mut tokens = counter.count(&text);
+        if tokens > max_tokens && keep == 0 && body.is_empty() {
+            // Not even the note fits: nothing does.
+            text.clear();
+            tokens = 0;
+        }
+        if tokens <= max_tokens {
             return Retained {
                 text,
                 tokens,
@@ -384,6 +389,27 @@ mod tests {
             let (body, list) = split_section(&format!("Body.\n{heading}\n- a\n- b\n"));
             assert_eq!(body, "Body.");
             assert_eq!(list, vec!["- a", "- b"]);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn never_over_budget_and_complete_when_nothing_omitted(
+            span in "[a-zA-Z0-9 .,:/#@`_-]{0,400}",
+            summary in "[a-zA-Z0-9 .\n#-]{0,200}",
+            max in 1u32..400,
+        ) {
+            let c = counter();
+            let out = enforce(&[&span], &summary, max, &c);
+            proptest::prop_assert!(out.tokens <= max, "{} > {max}", out.tokens);
+            proptest::prop_assert_eq!(out.tokens, c.count(&out.text));
+            if out.omitted == 0 && !out.text.is_empty() {
+                for id in extract_all(&[&span]) {
+                    proptest::prop_assert!(id.appears_in(&out.text), "{} lost", id.text);
+                }
+            }
         }
     }
 }

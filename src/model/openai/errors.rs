@@ -24,6 +24,8 @@ struct ErrorFields {
     message: String,
     kind: String,
     code: String,
+    /// `code` when it is an HTTP status (vLLM, llama.cpp and proxies put one there).
+    status_code: Option<u16>,
     n_ctx: Option<u32>,
     n_prompt_tokens: Option<u32>,
 }
@@ -109,10 +111,19 @@ fn fields_of_object(object: &Value) -> ErrorFields {
     if message.is_empty() {
         message = text("detail");
     }
+    let status_code = object
+        .get("code")
+        .and_then(|c| {
+            c.as_u64()
+                .or_else(|| c.as_str().and_then(|s| s.parse().ok()))
+        })
+        .and_then(|c| u16::try_from(c).ok())
+        .filter(|c| (400..=599).contains(c));
     ErrorFields {
         message: truncate(&message),
         kind: text("type"),
         code: text("code"),
+        status_code,
         n_ctx: number("n_ctx"),
         n_prompt_tokens: number("n_prompt_tokens"),
     }
@@ -176,6 +187,9 @@ const OVERFLOW_TEXT: &[&str] = &[
 ];
 
 fn classify(status: Option<u16>, f: ErrorFields) -> ModelError {
+    // Without an HTTP error status (an error inside a 200 or a stream), a status-like `code`
+    // stands in for it.
+    let status = status.or(f.status_code);
     let message_lc = f.message.to_lowercase();
     let code_lc = format!("{} {}", f.code, f.kind).to_lowercase();
     let has_code = |codes: &[&str]| codes.iter().any(|c| code_lc.contains(c));
@@ -204,7 +218,7 @@ fn classify(status: Option<u16>, f: ErrorFields) -> ModelError {
     }
     match status {
         Some(status) => ModelError::Status { status, message },
-        None => ModelError::Stream(message),
+        None => ModelError::Server(message),
     }
 }
 
@@ -372,14 +386,19 @@ mod tests {
     fn embedded_and_stream_errors() {
         let v: Value =
             serde_json::json!({"error":{"message":"model overloaded","type":"server_error"}});
-        assert!(matches!(classify_embedded(&v), Some(ModelError::Stream(_))));
+        assert!(matches!(classify_embedded(&v), Some(ModelError::Server(_))));
+        let coded: Value = serde_json::json!({"error":{"message":"bad gateway","code":502}});
+        assert!(matches!(
+            classify_embedded(&coded),
+            Some(ModelError::Status { status: 502, .. })
+        ));
         let ok: Value = serde_json::json!({"choices":[]});
         assert!(classify_embedded(&ok).is_none());
         let e = classify_stream_payload(r#"{"message":"context length exceeded","code":400}"#);
         assert!(e.is_overflow(), "{e:?}");
         assert!(matches!(
             classify_stream_payload("boom"),
-            ModelError::Stream(m) if m == "boom"
+            ModelError::Server(m) if m == "boom"
         ));
     }
 }

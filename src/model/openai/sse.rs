@@ -147,4 +147,44 @@ mod tests {
         let events = decode(&[&[0xff, 0xfe, b'\n', b'd', b'a', b't', b'a', b':', 0xc3, b'\n']]);
         assert_eq!(events, vec![SseEvent::Data("\u{fffd}".into())]);
     }
+
+    fn decode_in_pieces(bytes: &[u8], cuts: &[usize]) -> Vec<SseEvent> {
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        let mut pieces = Vec::new();
+        let mut start = 0;
+        for cut in cuts {
+            pieces.push(&bytes[start..cut]);
+            start = cut;
+        }
+        pieces.push(&bytes[start..]);
+        decode(&pieces)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn chunking_never_changes_the_events(
+            text in "(data: [a-z{}\":0-9 ]{0,20}\r?\n|event: error\n|: c\n|\n|error: x\n){0,20}",
+            cuts in proptest::collection::vec(0usize..1_000, 0..6),
+        ) {
+            let whole = decode(&[text.as_bytes()]);
+            proptest::prop_assert_eq!(decode_in_pieces(text.as_bytes(), &cuts), whole);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2_000),
+            cuts in proptest::collection::vec(0usize..2_000, 0..6),
+        ) {
+            let whole = decode(&[&bytes]);
+            proptest::prop_assert_eq!(decode_in_pieces(&bytes, &cuts), whole.clone());
+            let mut state = crate::model::openai::wire::StreamState::default();
+            for event in whole {
+                if let SseEvent::Data(payload) = event {
+                    let _ = state.apply(&payload);
+                }
+            }
+            let _ = state.into_reply();
+        }
+    }
 }

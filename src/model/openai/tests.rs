@@ -514,7 +514,7 @@ async fn a_mid_stream_error_after_text_ends_the_call() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, ModelError::Stream(m) if m == "upstream overloaded"),
+        matches!(&err, ModelError::Server(m) if m == "upstream overloaded"),
         "{err:?}"
     );
     assert_eq!(rx.recv().await.as_deref(), Some("partial "));
