@@ -34,6 +34,8 @@ pub struct Config {
     pub context: ContextConfig,
     /// `[preflight]`: which inbound messages become turns.
     pub preflight: PreflightConfig,
+    /// `[compaction]`: summarising old transcript spans.
+    pub compaction: CompactionConfig,
 }
 
 /// `[server]`
@@ -295,8 +297,22 @@ pub struct ModelConfig {
     pub api_key_env: String,
     /// The model's context window in tokens. Default 128,000.
     pub context_window: u32,
-    /// Request timeout in ms. Default 60,000.
+    /// Total time one request attempt may take, in ms, including reading a streamed answer.
+    /// Default 60,000.
     pub timeout_ms: u64,
+    /// Time allowed to open a connection, in ms. Default 10,000.
+    pub connect_timeout_ms: u64,
+    /// Retries of one model after a 408/409/429/5xx answer or a connection error, with
+    /// exponential back-off and jitter. Default 3 (at most 10).
+    pub max_retries: u32,
+    /// First back-off delay in ms; doubles per retry. Default 500.
+    pub backoff_base_ms: u64,
+    /// Longest back-off delay in ms. A `Retry-After` longer than this is not waited for: the
+    /// next fallback model is tried instead. Default 20,000.
+    pub backoff_max_ms: u64,
+    /// Models tried in order when `model` still fails after its retries (not on a
+    /// context overflow, which needs compaction instead). Default none (at most 8).
+    pub fallbacks: Vec<String>,
 }
 
 impl Default for ModelConfig {
@@ -308,7 +324,63 @@ impl Default for ModelConfig {
             api_key_env: "OPENAI_API_KEY".into(),
             context_window: 128_000,
             timeout_ms: 60_000,
+            connect_timeout_ms: 10_000,
+            max_retries: 3,
+            backoff_base_ms: 500,
+            backoff_max_ms: 20_000,
+            fallbacks: Vec::new(),
         }
+    }
+}
+
+/// Most retries `[model] max_retries` and `[compaction] max_retries` may ask for.
+pub const MAX_MODEL_RETRIES: u32 = 10;
+
+/// Most fallback models `[model] fallbacks` may name.
+pub const MAX_FALLBACK_MODELS: usize = 8;
+
+/// `[compaction]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompactionConfig {
+    /// The summariser model, served by the `[model]` server (same `base_url` and key). Empty
+    /// or `extractive` (default): the built-in extractive summariser, no network.
+    pub model: String,
+    /// Longest summary in tokens, `Exact identifiers` included. Default 1,024.
+    pub summary_max_tokens: u32,
+    /// Share of the budget kept verbatim (newest history) when compacting. Default 0.25.
+    pub keep_recent_ratio: f64,
+    /// Share of the budget that history may fill before background compaction starts.
+    /// Default 0.7.
+    pub soft_threshold: f64,
+    /// Retries of a failed summariser call before falling back to the extractive summariser.
+    /// Default 3 (at most 10).
+    pub max_retries: u32,
+    /// Most tokens of transcript sent to the summariser model in one call; a larger span is
+    /// summarised chunk by chunk, each chunk rolling the previous summary forward. Must leave
+    /// room in the summariser's window for the prompt, the previous summary and the answer.
+    /// Default 12,000.
+    pub chunk_tokens: u32,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        Self {
+            model: String::new(),
+            summary_max_tokens: 1_024,
+            keep_recent_ratio: 0.25,
+            soft_threshold: 0.7,
+            max_retries: 3,
+            chunk_tokens: 12_000,
+        }
+    }
+}
+
+impl CompactionConfig {
+    /// Whether summaries come from a model (rather than the built-in extractive summariser).
+    pub fn uses_model(&self) -> bool {
+        let m = self.model.trim();
+        !m.is_empty() && m != "extractive"
     }
 }
 
@@ -552,14 +624,79 @@ impl Config {
         crate::inbound::Preflight::new(self)?;
         match self.model.provider.as_str() {
             "echo" => {}
-            "openai" if !self.model.base_url.is_empty() => {}
-            "openai" => return bad("model.base_url", "required for provider \"openai\""),
+            "openai" => self.validate_openai()?,
             other => {
                 return bad(
                     "model.provider",
                     &format!("unknown provider {other:?} (expected \"echo\" or \"openai\")"),
                 )
             }
+        }
+        self.validate_compaction()
+    }
+
+    fn validate_openai(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, why: &str| Err(ConfigError::Invalid(format!("{key}: {why}")));
+        let m = &self.model;
+        if m.base_url.is_empty() {
+            return bad("model.base_url", "required for provider \"openai\"");
+        }
+        match reqwest::Url::parse(&m.base_url) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => {}
+            Ok(_) => return bad("model.base_url", "must be an http:// or https:// URL"),
+            Err(e) => return bad("model.base_url", &format!("not a URL: {e}")),
+        }
+        if m.model.trim().is_empty() {
+            return bad("model.model", "must not be empty");
+        }
+        if m.timeout_ms == 0 || m.connect_timeout_ms == 0 {
+            return bad("model.timeout_ms", "timeouts must be at least 1 ms");
+        }
+        if m.max_retries > MAX_MODEL_RETRIES {
+            return bad("model.max_retries", &format!("at most {MAX_MODEL_RETRIES}"));
+        }
+        if m.backoff_base_ms == 0 || m.backoff_base_ms > m.backoff_max_ms {
+            return bad(
+                "model.backoff_base_ms",
+                "must be at least 1 and at most model.backoff_max_ms",
+            );
+        }
+        if m.fallbacks.len() > MAX_FALLBACK_MODELS {
+            return bad("model.fallbacks", &format!("at most {MAX_FALLBACK_MODELS}"));
+        }
+        if m.fallbacks.iter().any(|f| f.trim().is_empty()) {
+            return bad("model.fallbacks", "names must not be empty");
+        }
+        Ok(())
+    }
+
+    fn validate_compaction(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, why: &str| Err(ConfigError::Invalid(format!("{key}: {why}")));
+        let c = &self.compaction;
+        if !(64..=32_768).contains(&c.summary_max_tokens) {
+            return bad("compaction.summary_max_tokens", "must be in 64..=32768");
+        }
+        if !(c.keep_recent_ratio > 0.0 && c.keep_recent_ratio < 1.0) {
+            return bad("compaction.keep_recent_ratio", "must be in (0, 1)");
+        }
+        if !(c.soft_threshold > 0.0 && c.soft_threshold <= 1.0) {
+            return bad("compaction.soft_threshold", "must be in (0, 1]");
+        }
+        if c.max_retries > MAX_MODEL_RETRIES {
+            return bad(
+                "compaction.max_retries",
+                &format!("at most {MAX_MODEL_RETRIES}"),
+            );
+        }
+        if c.chunk_tokens < 1_024 {
+            return bad("compaction.chunk_tokens", "must be at least 1024");
+        }
+        if c.uses_model() && self.model.provider != "openai" {
+            return bad(
+                "compaction.model",
+                "a summariser model needs model.provider = \"openai\" (its server); \
+                 leave it empty for the built-in extractive summariser",
+            );
         }
         Ok(())
     }
@@ -640,5 +777,51 @@ allow_bots = true
         assert!(Config::parse("[lanes]\nqueue_cap = 0\n").is_err());
         assert!(Config::parse("[model]\nprovider = \"openai\"\n").is_err());
         assert!(Config::parse("[storage]\ndurability = \"batched\"\n").is_ok());
+    }
+
+    #[test]
+    fn openai_settings_are_checked() {
+        let ok = "[model]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:8000/v1\"\n\
+                  model = \"m\"\nfallbacks = [\"m2\"]\nmax_retries = 2\n";
+        let c = Config::parse(ok).unwrap();
+        assert_eq!(c.model.fallbacks, vec!["m2".to_string()]);
+        assert_eq!(c.model.backoff_max_ms, 20_000);
+        let bad_url = "[model]\nprovider = \"openai\"\nbase_url = \"nope\"\n";
+        assert!(Config::parse(bad_url).is_err());
+        let too_many = format!("{ok}max_retries = 99\n").replace("max_retries = 2\n", "");
+        assert!(Config::parse(&too_many).is_err());
+    }
+
+    #[test]
+    fn the_readme_config_block_is_valid_and_shows_the_defaults() {
+        let readme = include_str!("../README.md");
+        let block = readme
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap();
+        let parsed = Config::parse(block).unwrap();
+        let defaults = Config::default();
+        assert_eq!(parsed.model.max_retries, defaults.model.max_retries);
+        assert_eq!(parsed.model.backoff_max_ms, defaults.model.backoff_max_ms);
+        assert_eq!(
+            parsed.compaction.chunk_tokens,
+            defaults.compaction.chunk_tokens
+        );
+        assert_eq!(
+            parsed.compaction.summary_max_tokens,
+            defaults.compaction.summary_max_tokens
+        );
+    }
+
+    #[test]
+    fn compaction_settings_are_checked() {
+        let c = Config::parse("").unwrap();
+        assert_eq!(c.compaction.summary_max_tokens, 1_024);
+        assert!(!c.compaction.uses_model());
+        assert!(Config::parse("[compaction]\nkeep_recent_ratio = 1.5\n").is_err());
+        assert!(Config::parse("[compaction]\nmodel = \"extractive\"\n").is_ok());
+        // A summariser model needs an OpenAI-compatible server.
+        assert!(Config::parse("[compaction]\nmodel = \"small\"\n").is_err());
     }
 }

@@ -97,10 +97,10 @@ pub enum InboundError {
 /// A model call that failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ModelError {
-    /// The request could not be sent or the connection failed.
+    /// The request could not be sent, the connection failed or timed out.
     #[error("model transport error: {0}")]
     Transport(String),
-    /// The server answered with an error status.
+    /// The server answered with an error status not classified more precisely below.
     #[error("model server answered {status}: {message}")]
     Status {
         /// HTTP status.
@@ -108,15 +108,60 @@ pub enum ModelError {
         /// The server's message.
         message: String,
     },
-    /// The prompt did not fit the model's context window.
-    #[error("context too long for the model: {0}")]
-    ContextOverflow(String),
+    /// The server is rate-limiting us (HTTP 429 or a rate-limit error). Not an overflow.
+    #[error("model rate limit: {message}")]
+    RateLimited {
+        /// The server's message.
+        message: String,
+    },
+    /// The account has no quota or credit left. Not an overflow, and retrying does not help.
+    #[error("model quota or billing error: {message}")]
+    Billing {
+        /// The server's message.
+        message: String,
+    },
+    /// The prompt did not fit the model's context window. Compaction, not a retry, helps.
+    #[error("context too long for the model: {message}")]
+    ContextOverflow {
+        /// The server's message.
+        message: String,
+        /// The model's real context window, when the error states it (server tokens).
+        limit: Option<u32>,
+        /// The prompt's size as the server counted it, when the error states it.
+        prompt_tokens: Option<u32>,
+    },
+    /// The server reported an error inside its answer (in the middle of a stream, or in the
+    /// body of a 200) without a status to classify it by.
+    #[error("model server reported an error: {0}")]
+    Server(String),
     /// The answer could not be understood.
     #[error("unexpected model response: {0}")]
     Protocol(String),
     /// The call was cancelled.
     #[error("model call cancelled")]
     Cancelled,
+}
+
+impl ModelError {
+    /// Whether the prompt was too long for the model (compact, then retry).
+    pub fn is_overflow(&self) -> bool {
+        matches!(self, ModelError::ContextOverflow { .. })
+    }
+
+    /// Whether the same request may succeed if sent again after a pause: connection errors,
+    /// 408, 409, 429 and 5xx answers, and errors reported inside an answer.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ModelError::Transport(_) | ModelError::RateLimited { .. } | ModelError::Server(_) => {
+                true
+            }
+            ModelError::Status { status, .. } => matches!(status, 408 | 409) || *status >= 500,
+            ModelError::Billing { .. }
+            | ModelError::ContextOverflow { .. }
+            | ModelError::Protocol(_)
+            | ModelError::Cancelled => false,
+        }
+    }
 }
 
 /// The runtime's general error.

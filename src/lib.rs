@@ -20,8 +20,10 @@
 //! - `error`: the error types.
 //! - `inbound`: the normalised inbound message, its validation, session keys.
 //! - `store`: sled storage — sessions, transcripts, the durable inbox, group commit.
-//! - `model`: model requests, the built-in `echo` model, token counting.
+//! - `model`: model requests, the built-in `echo` model, the OpenAI-compatible client,
+//!   per-model token calibration, token counting.
 //! - `context`: assembly of a turn's context inside its token budget, and the dump.
+//! - `compaction`: summarising old transcript spans (extractive or model), fact retention.
 //! - `runtime`: the [`Runtime`] handle, the turn engine, the actors' backend, the reply hub.
 //! - `channels`: transports that feed the supervisor (the API channel).
 //! - `server`: the axum HTTP API.
@@ -31,6 +33,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod channels;
+pub mod compaction;
 pub mod config;
 pub mod context;
 pub mod error;

@@ -1,13 +1,20 @@
-//! Models: the request/response shapes a turn uses, the built-in `echo` model, and token
-//! counting.
+//! Models: the request/response shapes a turn uses, the built-in `echo` model, the
+//! OpenAI-compatible client, per-model token calibration, and token counting.
 
+mod calibration;
 mod echo;
+pub mod openai;
 mod tokens;
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
+pub use calibration::{
+    Calibration, CalibrationStore, MAX_CALIBRATED_MODELS, MAX_RATIO, MIN_RATIO, MIN_SAMPLE_TOKENS,
+    RATIO_SMOOTHING,
+};
 pub use echo::{EchoModel, ECHO_QUOTE_CHARS};
+pub use openai::{ApiKey, OpenAiModel, OpenAiSettings};
 pub use tokens::{Encoding, TokenCounter, MAX_RUN_BYTES, MESSAGE_OVERHEAD_TOKENS};
 
 use crate::error::ModelError;
@@ -121,4 +128,22 @@ pub trait Model: Send + Sync + 'static {
         &'a self,
         request: &'a ModelRequest,
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>>;
+
+    /// Answers `request`, sending the text to `sink` as it arrives; the returned reply holds
+    /// the whole answer. A closed sink does not stop the call. The default sends the whole text
+    /// as one delta once [`Model::complete`] returns, for models that cannot stream.
+    fn complete_streaming<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        sink: DeltaSink,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            let reply = self.complete(request).await?;
+            if !reply.text.is_empty() {
+                // A closed sink means nobody is watching; the reply is still returned.
+                let _ = sink.send(reply.text.clone()).await;
+            }
+            Ok(reply)
+        })
+    }
 }

@@ -27,7 +27,7 @@ use crate::error::Error;
 use crate::inbound::{
     normalize_session_key, InboundEvent, InboundMessage, Preflight, PreflightStats, SessionKeys,
 };
-use crate::model::{EchoModel, Encoding, Model, TokenCounter};
+use crate::model::{EchoModel, Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter};
 use crate::store::{EntryKind, SessionRecord, Store};
 
 /// Why preflight decided a message is not a turn. Each decision is counted.
@@ -224,6 +224,16 @@ impl RuntimeBuilder {
 fn model_from_config(config: &Config) -> Result<Arc<dyn Model>, Error> {
     match config.model.provider.as_str() {
         "echo" => Ok(Arc::new(EchoModel)),
+        "openai" => {
+            let settings = OpenAiSettings::from_config(&config.model);
+            if settings.api_key.is_none() {
+                tracing::info!(
+                    api_key_env = %config.model.api_key_env,
+                    "no API key in the environment; requests go without Authorization"
+                );
+            }
+            Ok(Arc::new(OpenAiModel::new(settings)?))
+        }
         other => Err(crate::error::ConfigError::Invalid(format!(
             "model.provider: {other:?} is not available in this build"
         ))

@@ -1,0 +1,23 @@
+//! Compaction's plain-Rust parts: summarising an old transcript span so it can replace that
+//! span. The Compactor actor (triggers, cut point, atomic swap, cache) drives these.
+//!
+//! # Layout
+//! - `identifiers`: every id, number, URL, path, @mention, e-mail and code span of a text.
+//! - `extractive`: the built-in summariser — ranked sentences kept verbatim, no network.
+//! - `retention`: the fact-retention check and the `summary_max_tokens` cap.
+//! - `prompt`: the structured summariser prompt and chunking of large spans.
+//! - `summarizer`: [`Summarizer`] — model first (retried), extractive as the fallback,
+//!   retention always.
+
+pub mod extractive;
+pub mod identifiers;
+pub mod prompt;
+pub mod retention;
+mod summarizer;
+
+pub use extractive::ExtractiveSummarizer;
+pub use identifiers::{Identifier, IdentifierKind};
+pub use retention::{Retained, IDENTIFIERS_HEADING};
+pub use summarizer::{
+    FallbackReason, SummarizeError, Summarizer, Summary, SummaryMethod, SUMMARY_RETRY_DELAY,
+};

@@ -1,0 +1,351 @@
+//! [`OpenAiModel`]: `POST {base_url}/chat/completions` with retries and a fallback chain.
+//!
+//! One call tries the primary model, retrying it on 408/409/429/5xx answers and connection
+//! errors (exponential back-off with jitter, or the server's `Retry-After`), then each fallback
+//! model the same way. A context overflow ends the call at once: another attempt with the same
+//! prompt cannot succeed, and the caller must compact. Once a streamed answer has sent text to
+//! the caller's sink, a failure also ends the call, since a retry would repeat that text.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+
+use super::backoff::{self, RetryPolicy};
+use super::settings::OpenAiSettings;
+use super::sse::{SseDecoder, SseEvent};
+use super::{errors, wire};
+use crate::config::ModelConfig;
+use crate::error::{ConfigError, ModelError};
+use crate::model::{CalibrationStore, DeltaSink, Model, ModelReply, ModelRequest};
+
+/// Most bytes read of an error answer (the message is at the start).
+pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// Most bytes read of a complete (non-streamed) answer.
+pub const MAX_RESPONSE_BYTES: usize = wire::MAX_REPLY_BYTES + 64 * 1024;
+
+/// A model behind any OpenAI-compatible server (OpenAI, vLLM, Ollama, llama.cpp server,
+/// LM Studio…). Cheap to share behind an `Arc`; `Debug` never shows the API key.
+#[derive(Debug)]
+pub struct OpenAiModel {
+    client: reqwest::Client,
+    endpoint: reqwest::Url,
+    settings: OpenAiSettings,
+    retry: RetryPolicy,
+    calibration: Option<CalibrationStore>,
+}
+
+/// A failed attempt, with the delay the server asked for.
+struct Failure {
+    error: ModelError,
+    retry_after: Option<Duration>,
+}
+
+impl From<ModelError> for Failure {
+    fn from(error: ModelError) -> Self {
+        Self {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+/// Where streamed text goes, and whether any went there yet.
+struct Forward<'s> {
+    sink: Option<&'s DeltaSink>,
+    /// Text reached the caller: no retry or fallback may follow.
+    sent: bool,
+    /// The caller stopped listening; the answer is still read to the end.
+    closed: bool,
+}
+
+impl Forward<'_> {
+    async fn send(&mut self, text: String) {
+        let Some(sink) = self.sink else { return };
+        if self.closed || text.is_empty() {
+            return;
+        }
+        match sink.send(text).await {
+            Ok(()) => self.sent = true,
+            Err(_) => self.closed = true,
+        }
+    }
+}
+
+impl OpenAiModel {
+    /// A client for `settings`. Fails on a base URL that is not http(s).
+    pub fn new(settings: OpenAiSettings) -> Result<Self, ConfigError> {
+        let endpoint = format!(
+            "{}/chat/completions",
+            settings.base_url.trim_end_matches('/')
+        );
+        let endpoint = reqwest::Url::parse(&endpoint)
+            .map_err(|e| ConfigError::Invalid(format!("model.base_url: not a URL: {e}")))?;
+        if !matches!(endpoint.scheme(), "http" | "https") {
+            return Err(ConfigError::Invalid(
+                "model.base_url: must be an http:// or https:// URL".into(),
+            ));
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .timeout(settings.timeout)
+            .user_agent(concat!("turnstile/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ConfigError::Invalid(format!("model: cannot build HTTP client: {e}")))?;
+        let retry = RetryPolicy {
+            max_retries: settings.max_retries,
+            base: settings.backoff_base,
+            max: settings.backoff_max,
+        };
+        Ok(Self {
+            client,
+            endpoint,
+            settings,
+            retry,
+            calibration: None,
+        })
+    }
+
+    /// A client for `[model]`, with the key from the environment variable it names.
+    pub fn from_config(config: &ModelConfig) -> Result<Self, ConfigError> {
+        Self::new(OpenAiSettings::from_config(config))
+    }
+
+    /// Records token usage and overflow limits of every call in `store`, under the name of
+    /// the model that answered.
+    pub fn with_calibration(mut self, store: CalibrationStore) -> Self {
+        self.calibration = Some(store);
+        self
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &OpenAiSettings {
+        &self.settings
+    }
+
+    /// The URL requests go to.
+    pub fn endpoint(&self) -> &str {
+        self.endpoint.as_str()
+    }
+
+    async fn run(
+        &self,
+        request: &ModelRequest,
+        sink: Option<&DeltaSink>,
+    ) -> Result<ModelReply, ModelError> {
+        let mut forward = Forward {
+            sink,
+            sent: false,
+            closed: false,
+        };
+        let mut last_error = None;
+        let models = std::iter::once(&self.settings.model).chain(&self.settings.fallbacks);
+        for (position, model) in models.enumerate() {
+            if position > 0 {
+                tracing::warn!(model = %model, "trying fallback model");
+            }
+            match self.run_model(model, request, &mut forward).await {
+                Ok(reply) => {
+                    self.calibrate_usage(model, request, &reply);
+                    return Ok(reply);
+                }
+                Err(error) => {
+                    self.calibrate_error(model, request, &error);
+                    if error.is_overflow() || forward.sent {
+                        return Err(error);
+                    }
+                    tracing::warn!(model = %model, %error, "model failed");
+                    last_error = Some(error);
+                }
+            }
+        }
+        Err(last_error.unwrap_or_else(|| ModelError::Protocol("no model configured".into())))
+    }
+
+    /// Tries `model` until it answers, fails for good, or runs out of retries.
+    async fn run_model(
+        &self,
+        model: &str,
+        request: &ModelRequest,
+        forward: &mut Forward<'_>,
+    ) -> Result<ModelReply, ModelError> {
+        let mut retry = 0;
+        loop {
+            let failure = match self.attempt(model, request, forward).await {
+                Ok(reply) => return Ok(reply),
+                Err(failure) => failure,
+            };
+            let error = failure.error;
+            if !error.is_retryable() || forward.sent || retry >= self.retry.max_retries {
+                return Err(error);
+            }
+            let delay = match failure.retry_after {
+                Some(asked) if asked > self.retry.max => {
+                    tracing::warn!(
+                        model,
+                        retry_after_ms = asked.as_millis() as u64,
+                        "server asks for a longer pause than model.backoff_max_ms; giving up"
+                    );
+                    return Err(error);
+                }
+                Some(asked) => asked,
+                None => self.retry.delay(retry),
+            };
+            tracing::debug!(
+                model,
+                retry,
+                delay_ms = delay.as_millis() as u64,
+                %error,
+                "model call failed; retrying"
+            );
+            tokio::time::sleep(delay).await;
+            retry += 1;
+        }
+    }
+
+    /// One HTTP request.
+    async fn attempt(
+        &self,
+        model: &str,
+        request: &ModelRequest,
+        forward: &mut Forward<'_>,
+    ) -> Result<ModelReply, Failure> {
+        let streaming = forward.sink.is_some();
+        let mut builder = self
+            .client
+            .post(self.endpoint.clone())
+            .json(&wire::request_body(model, request, streaming));
+        if let Some(key) = &self.settings.api_key {
+            let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
+                .map_err(|_| ModelError::Protocol("the API key is not a valid header".into()))?;
+            value.set_sensitive(true);
+            builder = builder.header(AUTHORIZATION, value);
+        }
+        let mut response = builder.send().await.map_err(transport)?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = backoff::retry_after(response.headers());
+            // An unreadable error body still leaves the status to classify by.
+            let (body, _) = read_capped(&mut response, MAX_ERROR_BODY_BYTES)
+                .await
+                .unwrap_or_default();
+            return Err(Failure {
+                error: errors::classify_http(status.as_u16(), &body),
+                retry_after,
+            });
+        }
+        let is_event_stream = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+        if streaming && is_event_stream {
+            return read_stream(response, forward).await.map_err(Failure::from);
+        }
+        let (body, truncated) = read_capped(&mut response, MAX_RESPONSE_BYTES)
+            .await
+            .map_err(transport)?;
+        if truncated {
+            return Err(ModelError::Protocol(format!(
+                "answer larger than {MAX_RESPONSE_BYTES} bytes"
+            ))
+            .into());
+        }
+        let reply = wire::parse_completion(&body)?;
+        // A server that ignored `stream: true` still answered: pass the text on whole.
+        forward.send(reply.text.clone()).await;
+        Ok(reply)
+    }
+
+    fn calibrate_usage(&self, model: &str, request: &ModelRequest, reply: &ModelReply) {
+        if let (Some(store), Some(usage)) = (&self.calibration, reply.usage) {
+            store.record_usage(model, request.prompt_tokens, usage.prompt_tokens);
+        }
+    }
+
+    fn calibrate_error(&self, model: &str, request: &ModelRequest, error: &ModelError) {
+        if let Some(store) = &self.calibration {
+            store.record_error(model, request.prompt_tokens, error);
+        }
+    }
+}
+
+fn transport(e: reqwest::Error) -> ModelError {
+    let what = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection failed"
+    } else {
+        "request failed"
+    };
+    ModelError::Transport(format!("{what}: {e}"))
+}
+
+/// Reads at most `cap` bytes of the body; the flag says whether more was left unread.
+async fn read_capped(
+    response: &mut reqwest::Response,
+    cap: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = cap.saturating_sub(body.len());
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, true));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, false))
+}
+
+/// Reads a streamed answer, sending text deltas on as they arrive.
+async fn read_stream(
+    mut response: reqwest::Response,
+    forward: &mut Forward<'_>,
+) -> Result<ModelReply, ModelError> {
+    let mut decoder = SseDecoder::default();
+    let mut state = wire::StreamState::default();
+    let mut events = Vec::new();
+    loop {
+        let chunk = response.chunk().await.map_err(transport)?;
+        match &chunk {
+            Some(bytes) => decoder.push(bytes, &mut events)?,
+            None => decoder.finish(&mut events),
+        }
+        for event in events.drain(..) {
+            match event {
+                SseEvent::Data(payload) => {
+                    if let Some(text) = state.apply(&payload)? {
+                        forward.send(text).await;
+                    }
+                }
+                SseEvent::Error(payload) => return Err(errors::classify_stream_payload(&payload)),
+            }
+        }
+        if state.done || chunk.is_none() {
+            return state.into_reply();
+        }
+    }
+}
+
+impl Model for OpenAiModel {
+    fn name(&self) -> &str {
+        &self.settings.model
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(self.run(request, None))
+    }
+
+    fn complete_streaming<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        sink: DeltaSink,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move { self.run(request, Some(&sink)).await })
+    }
+}

@@ -1,0 +1,26 @@
+//! The OpenAI-compatible client: Chat Completions over HTTP, streamed (SSE) or not, with
+//! timeouts, retries with back-off, a fallback chain of models, and classification of the
+//! servers' error answers (context overflow, rate limit, billing).
+//!
+//! # Layout
+//! - `settings`: [`OpenAiSettings`] from `[model]`, and the redacting [`ApiKey`].
+//! - `client`: [`OpenAiModel`], the retry loop and the fallback chain.
+//! - `wire`: the request body, complete answers, and assembling streamed chunks.
+//! - `sse`: splitting a Server-Sent Events stream into payloads.
+//! - `errors`: what an error answer means, and the limits it states.
+//! - `backoff`: retry delays and `Retry-After`.
+
+mod backoff;
+mod client;
+mod errors;
+mod settings;
+mod sse;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+pub use client::{OpenAiModel, MAX_ERROR_BODY_BYTES, MAX_RESPONSE_BYTES};
+pub use settings::{ApiKey, OpenAiSettings};
+pub use sse::MAX_SSE_LINE_BYTES;
+pub use wire::{MAX_REPLY_BYTES, MAX_TOOL_CALLS};
