@@ -134,6 +134,9 @@ pub enum Error {
     /// Model problem.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// Context assembly problem.
+    #[error(transparent)]
+    Context(#[from] crate::context::ContextError),
     /// The actor system is unavailable (stopped or overloaded).
     #[error(transparent)]
     Actors(#[from] turnstile_actors::ActorsError),

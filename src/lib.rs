@@ -21,10 +21,11 @@
 //! - `inbound`: the normalised inbound message, its validation, session keys.
 //! - `store`: sled storage — sessions, transcripts, the durable inbox, group commit.
 //! - `model`: model requests, the built-in `echo` model, token counting.
-//! - `context`: assembly of a turn's context inside its token budget, and the dump.
+//! - `context`: the context engine — sources, processors, presets, the dump, the cache.
 //! - `runtime`: the [`Runtime`] handle, the turn engine, the actors' backend, the reply hub.
 //! - `channels`: transports that feed the supervisor (the API channel).
 //! - `server`: the axum HTTP API.
+//! - `tools`: tools the embedding application registers, run in a turn's tool loop.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
@@ -37,6 +38,7 @@ pub mod model;
 pub mod runtime;
 pub mod server;
 pub mod store;
+pub mod tools;
 
 pub use config::Config;
 pub use error::Error;

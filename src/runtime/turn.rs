@@ -1,16 +1,25 @@
-//! One turn, as plain Rust: read history, assemble the context, call the model, commit
-//! everything in one transaction, wait until it is durable, publish the reply.
+//! One turn, as plain Rust: count the new messages' tokens once, assemble the context with the
+//! context engine, call the model (and run tools while it asks for them), commit everything in
+//! one transaction, wait until it is durable, publish the reply.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 
 use super::replies::{Reply, ReplyHub};
 use crate::config::Config;
-use crate::context::{assemble, Assembly, AssemblyInput, TokenBudget};
-use crate::error::{Error, ModelError, StoreError};
-use crate::model::{Model, ModelRequest, TokenCounter, MESSAGE_OVERHEAD_TOKENS};
-use crate::store::{EntryKind, EntrySender, InboxItem, Store, TranscriptEntry, TurnCommit};
+use crate::context::processors::CLEARED_TOOL_RESULT;
+use crate::context::{Assembly, AssemblyRequest, ContextEngine, CurrentMessage, StoredSession};
+use crate::error::{Error, ModelError};
+use crate::model::{
+    Model, ModelReply, ModelRequest, Role, TokenCounter, ToolCall, MESSAGE_OVERHEAD_TOKENS,
+};
+use crate::store::{
+    ChannelMessage, EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry, TurnCommit,
+};
+use crate::tools::{call_message, repair_tool_messages, result_message, ToolRegistry};
 
 /// Everything a turn needs; shared by all lanes.
 pub struct TurnEngine {
@@ -21,6 +30,10 @@ pub struct TurnEngine {
     pub(crate) config: Arc<Config>,
     /// Caps model calls across all sessions (`lanes.max_concurrent_turns`).
     pub(crate) model_permits: Semaphore,
+    /// The context pipeline, policies and assembly cache.
+    pub(crate) context: ContextEngine,
+    /// Tools the embedding application registered.
+    pub(crate) tools: ToolRegistry,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -30,59 +43,35 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-impl TurnEngine {
-    fn budget(&self) -> TokenBudget {
-        TokenBudget::new(
-            self.config.context.max_tokens,
-            self.config.model.context_window,
-            self.config.context.reserve_output_tokens,
-        )
-    }
+/// What the tool loop adds to a turn: the entries to store and the final answer.
+struct Answer {
+    entries: Vec<TranscriptEntry>,
+    text: String,
+}
 
-    /// Assembles the context for `session_key` around `current` (the new messages with their
-    /// token counts), reading only as much history as the budget can hold.
+impl TurnEngine {
+    /// Assembles the context for `session_key` around `current` (empty: what the next turn
+    /// would see without a new message), reading only as much history as the policy and the
+    /// budget can use.
     pub fn assemble(
         &self,
         session_key: &str,
-        current: &[(String, u32)],
-    ) -> Result<Assembly, StoreError> {
-        let system_prompt = self.config.context.system_prompt.as_str();
-        let system_tokens = self.tokens.count(system_prompt);
-        let budget = self.budget();
-        let fixed = system_tokens
-            + MESSAGE_OVERHEAD_TOKENS
-            + current
-                .iter()
-                .map(|(_, t)| t + MESSAGE_OVERHEAD_TOKENS)
-                .sum::<u32>();
-        let mut room = budget.total.saturating_sub(fixed);
-        let (history, total_entries) = match self.store.session(session_key)? {
-            Some(record) => {
-                let mut stop_after_next = false;
-                let history = self.store.newest_entries(record.id, |e| {
-                    if stop_after_next {
-                        return false;
-                    }
-                    let cost = e.tokens + MESSAGE_OVERHEAD_TOKENS;
-                    if cost > room {
-                        // Load the first one that does not fit so the dump can say why.
-                        stop_after_next = true;
-                    } else {
-                        room -= cost;
-                    }
-                    true
-                })?;
-                (history, record.entries)
-            }
-            None => (Vec::new(), 0),
-        };
-        Ok(assemble(AssemblyInput {
-            system_prompt: (system_prompt, system_tokens),
-            history_newest_first: &history,
-            older_entries_not_loaded: total_entries.saturating_sub(history.len() as u64),
-            current,
-            budget,
-        }))
+        current: &[CurrentMessage],
+    ) -> Result<Arc<Assembly>, Error> {
+        let stored = self.store.session(session_key)?.map(|r| StoredSession {
+            id: r.id,
+            entries: r.entries,
+            next_seq: r.next_seq,
+        });
+        Ok(self.context.assemble(
+            &self.store,
+            AssemblyRequest {
+                session_key,
+                stored,
+                current,
+                now_ms: now_ms(),
+            },
+        )?)
     }
 
     fn user_entries(&self, batch: &[InboxItem]) -> Vec<TranscriptEntry> {
@@ -109,34 +98,151 @@ impl TurnEngine {
     /// Runs one turn for `batch` (oldest first).
     pub async fn run(&self, session_key: &str, batch: &[InboxItem]) -> Result<(), Error> {
         let users = self.user_entries(batch);
-        let current: Vec<(String, u32)> =
-            users.iter().map(|e| (e.text.clone(), e.tokens)).collect();
+        let current: Vec<CurrentMessage> = batch
+            .iter()
+            .zip(&users)
+            .map(|(item, entry)| CurrentMessage {
+                inbox_seq: item.seq,
+                record: Arc::clone(&item.record),
+                tokens: entry.tokens,
+            })
+            .collect();
         let assembly = self.assemble(session_key, &current)?;
-        let request = ModelRequest {
-            prompt_tokens: assembly.budget.used,
-            messages: assembly.messages(),
-            tools: Vec::new(),
-            max_output_tokens: self.config.context.reserve_output_tokens,
-        };
-        let reply = {
-            let _permit = self
-                .model_permits
-                .acquire()
-                .await
-                .map_err(|_| ModelError::Cancelled)?;
-            self.model.complete(&request).await?
-        };
-        let assistant = TranscriptEntry {
+        let answer = self.answer(&assembly).await?;
+        let mut entries = users;
+        entries.extend(answer.entries);
+        let reply = TranscriptEntry {
             kind: EntryKind::Assistant,
-            tokens: self.tokens.count(&reply.text),
-            text: reply.text,
+            tokens: self.tokens.count(&answer.text),
+            text: answer.text,
             message_id: None,
             sender: None,
             timestamp_ms: now_ms(),
             tool: None,
         };
-        self.commit_and_publish(session_key, batch, users, assistant, false)
+        self.commit_and_publish(session_key, batch, entries, reply, false)
             .await
+    }
+
+    async fn complete(&self, request: &ModelRequest) -> Result<ModelReply, Error> {
+        let _permit = self
+            .model_permits
+            .acquire()
+            .await
+            .map_err(|_| ModelError::Cancelled)?;
+        Ok(self.model.complete(request).await?)
+    }
+
+    /// Calls the model until it answers without tool calls (or the round limit is reached),
+    /// running the tools it asks for in between.
+    async fn answer(&self, assembly: &Assembly) -> Result<Answer, Error> {
+        let limits = &self.config.tools;
+        let timeout = Duration::from_millis(limits.timeout_ms);
+        let mut request = ModelRequest {
+            prompt_tokens: assembly.budget.used,
+            messages: assembly.messages(),
+            tools: self.tools.specs(),
+            max_output_tokens: self.config.context.reserve_output_tokens,
+        };
+        let mut prompt_tokens = assembly.budget.used;
+        // (call id, tokens, round) of each tool result added in this turn.
+        let mut results: Vec<(String, u32, u32)> = Vec::new();
+        let mut entries = Vec::new();
+        let mut round = 0u32;
+        loop {
+            repair_tool_messages(&mut request.messages);
+            request.prompt_tokens = prompt_tokens;
+            let reply = self.complete(&request).await?;
+            if reply.tool_calls.is_empty() {
+                return Ok(Answer {
+                    entries,
+                    text: reply.text,
+                });
+            }
+            if round >= limits.max_rounds {
+                let text = if reply.text.trim().is_empty() {
+                    format!("(stopped after {round} rounds of tool calls without a final answer)")
+                } else {
+                    reply.text
+                };
+                return Ok(Answer { entries, text });
+            }
+            round += 1;
+            let calls: Vec<ToolCall> = reply.tool_calls;
+            let outputs = join_all(calls.iter().enumerate().map(|(i, call)| async move {
+                if i >= limits.max_calls_per_round {
+                    format!(
+                        "error: at most {} tool calls run per round",
+                        limits.max_calls_per_round
+                    )
+                } else {
+                    self.tools.run(call, timeout, limits.max_result_chars).await
+                }
+            }))
+            .await;
+            let now = now_ms();
+            for (i, call) in calls.iter().enumerate() {
+                let text = if i == 0 { reply.text.as_str() } else { "" };
+                let tokens = self.tokens.count(text)
+                    + self.tokens.count(&call.name)
+                    + self.tokens.count(&call.arguments);
+                prompt_tokens = prompt_tokens.saturating_add(tokens + MESSAGE_OVERHEAD_TOKENS);
+                entries.push(TranscriptEntry {
+                    kind: EntryKind::ToolCall,
+                    text: text.to_string(),
+                    message_id: None,
+                    sender: None,
+                    timestamp_ms: now,
+                    tokens,
+                    tool: Some(ToolInfo {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                    }),
+                });
+            }
+            request.messages.push(call_message(&reply.text, &calls));
+            for (call, output) in calls.iter().zip(outputs) {
+                let tokens = self.tokens.count(&output);
+                prompt_tokens = prompt_tokens.saturating_add(tokens + MESSAGE_OVERHEAD_TOKENS);
+                results.push((call.id.clone(), tokens, round));
+                request.messages.push(result_message(&call.id, &output));
+                entries.push(TranscriptEntry {
+                    kind: EntryKind::ToolResult,
+                    text: output,
+                    message_id: None,
+                    sender: None,
+                    timestamp_ms: now,
+                    tokens,
+                    tool: Some(ToolInfo {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: String::new(),
+                    }),
+                });
+            }
+            // Over budget: clear this turn's older results, oldest first (the newest round's
+            // results stay, the model has not seen them yet).
+            let cleared = self.tokens.count(CLEARED_TOOL_RESULT);
+            for (id, tokens, r) in results.iter_mut() {
+                if prompt_tokens <= assembly.budget.total {
+                    break;
+                }
+                if *r == round || *tokens <= cleared {
+                    continue;
+                }
+                let found = request
+                    .messages
+                    .iter_mut()
+                    .rev()
+                    .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(id));
+                if let Some(m) = found {
+                    m.content = CLEARED_TOOL_RESULT.to_string();
+                    prompt_tokens -= *tokens - cleared;
+                    *tokens = cleared;
+                }
+            }
+        }
     }
 
     /// Answers a turn that failed past its retries with an error notice and consumes its items.
@@ -161,6 +267,38 @@ impl TurnEngine {
             .await
     }
 
+    /// The chat messages of `batch` to remember for reply threads: each message and the group
+    /// history it carried.
+    fn channel_messages(batch: &[InboxItem]) -> Vec<ChannelMessage> {
+        let mut out = Vec::new();
+        for item in batch {
+            let m = &item.record.message;
+            for line in &item.record.group_history {
+                out.push(ChannelMessage {
+                    channel: m.channel.clone(),
+                    chat_id: m.chat_id.clone(),
+                    message_id: line.message_id.clone(),
+                    sender_id: line.sender_id.clone(),
+                    sender_name: line.sender_name.clone(),
+                    text: line.text.clone(),
+                    timestamp_ms: line.timestamp_ms,
+                    reply_to: None,
+                });
+            }
+            out.push(ChannelMessage {
+                channel: m.channel.clone(),
+                chat_id: m.chat_id.clone(),
+                message_id: m.message_id.clone(),
+                sender_id: m.sender.id.clone(),
+                sender_name: m.sender.name.clone(),
+                text: m.text.clone(),
+                timestamp_ms: m.timestamp_ms,
+                reply_to: m.reply_to.clone(),
+            });
+        }
+        out
+    }
+
     async fn commit_and_publish(
         &self,
         session_key: &str,
@@ -176,7 +314,9 @@ impl TurnEngine {
             entries,
             consumed: batch.iter().map(|i| i.seq).collect(),
             now_ms: now_ms(),
+            channel_messages: Self::channel_messages(batch),
         })?;
+        self.context.invalidate(session_key);
         self.store.commit().wait(ticket).await?;
         self.replies.publish(Reply {
             session_key: session_key.to_string(),

@@ -2,9 +2,12 @@
 //!
 //! Trees: `sessions` (session key → [`SessionRecord`]), `transcript` (session id + seq →
 //! [`TranscriptEntry`]), `inbox` (session key + NUL + inbox seq → [`InboxRecord`]), `meta`
-//! (schema version). A turn's commit touches `sessions`, `transcript` and `inbox` in one
-//! transaction, so a turn is either wholly stored and consumed or not at all.
+//! (schema version), `channel_messages` (chat messages by id, time and parent, for reply
+//! threads; see `channel.rs`). A turn's commit touches `sessions`, `transcript`, `inbox` and
+//! `channel_messages` in one transaction, so a turn is either wholly stored and consumed or not
+//! at all.
 
+mod channel;
 mod codec;
 mod durability;
 mod keys;
@@ -22,8 +25,8 @@ use sled::Transactional;
 pub use codec::{decode, encode, VALUE_VERSION};
 pub use durability::GroupCommit;
 pub use records::{
-    EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent, ToolInfo,
-    TranscriptEntry,
+    ChannelMessage, EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent,
+    ToolInfo, TranscriptEntry,
 };
 
 use crate::config::StorageConfig;
@@ -44,6 +47,7 @@ struct StoreInner {
     sessions: sled::Tree,
     transcript: sled::Tree,
     inbox: sled::Tree,
+    channel_messages: sled::Tree,
     commit: GroupCommit,
     queued: AtomicUsize,
     data_dir: PathBuf,
@@ -69,6 +73,9 @@ pub struct TurnCommit<'a> {
     pub consumed: Vec<u64>,
     /// Commit time, ms since the epoch.
     pub now_ms: u64,
+    /// Chat messages to remember for reply threads (the turn's messages and the group history
+    /// they carried).
+    pub channel_messages: Vec<ChannelMessage>,
 }
 
 impl Store {
@@ -112,6 +119,7 @@ impl Store {
         let sessions = open("sessions")?;
         let transcript = open("transcript")?;
         let inbox = open("inbox")?;
+        let channel_messages = open("channel_messages")?;
         let queued = AtomicUsize::new(inbox.len());
         let commit = GroupCommit::start(
             db.clone(),
@@ -124,6 +132,7 @@ impl Store {
                 sessions,
                 transcript,
                 inbox,
+                channel_messages,
                 commit,
                 queued,
                 data_dir,
@@ -242,8 +251,14 @@ impl Store {
             .iter()
             .map(|s| keys::inbox_key(turn.session_key, *s))
             .collect();
-        let result = (&inner.sessions, &inner.transcript, &inner.inbox).transaction(
-            |(sessions, transcript, inbox)| {
+        let channel_writes = channel::writes(&turn.channel_messages)?;
+        let result = (
+            &inner.sessions,
+            &inner.transcript,
+            &inner.inbox,
+            &inner.channel_messages,
+        )
+            .transaction(|(sessions, transcript, inbox, channel_messages)| {
                 let mut record = match sessions.get(turn.session_key)? {
                     Some(bytes) => decode::<SessionRecord>("sessions", &bytes)
                         .map_err(ConflictableTransactionError::Abort)?,
@@ -274,12 +289,14 @@ impl Store {
                         consumed += 1;
                     }
                 }
+                for (k, v) in &channel_writes {
+                    channel_messages.insert(k.as_slice(), v.as_slice())?;
+                }
                 record.updated_at_ms = turn.now_ms;
                 let bytes = encode(&record).map_err(ConflictableTransactionError::Abort)?;
                 sessions.insert(turn.session_key.as_bytes(), bytes)?;
                 Ok((record, seqs, consumed))
-            },
-        );
+            });
         let (record, seqs, consumed) = result.map_err(|e| match e {
             TransactionError::Abort(e) => e,
             TransactionError::Storage(source) => StoreError::Sled {
