@@ -1,14 +1,19 @@
 //! Criterion benches of the turn path's plain-Rust pieces: token counting (ordinary and
-//! adversarial input), context assembly over a long session, and preflight per message.
+//! adversarial input) and context assembly of a long session through the whole pipeline
+//! (sources, processors, rendering) with stored token counts, and preflight per message.
 //! Sizes shrink when `CI` is set.
+
+use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use std::hint::black_box;
-use turnstile::context::{assemble, AssemblyInput, TokenBudget};
+use turnstile::context::{
+    AssemblyRequest, ContextEngine, CurrentMessage, MemoryStore, PresetConfig, Registry,
+};
 use turnstile::inbound::preflight::{DurableDedupe, MemoryOnly, Verdict};
 use turnstile::inbound::{ChatKind, InboundMessage, MessageKind, Preflight, Sender, SessionKeys};
 use turnstile::model::{Encoding, TokenCounter};
-use turnstile::store::{EntryKind, Store, TranscriptEntry};
+use turnstile::store::{EntryKind, InboxRecord, Store, TranscriptEntry};
 use turnstile::Config;
 
 fn ci() -> bool {
@@ -21,55 +26,142 @@ fn token_counting(c: &mut Criterion) {
     let kib = if ci() { 4 } else { 32 };
     let prose = "The quick brown fox jumps over the lazy dog. ".repeat(kib * 1024 / 45);
     let adversarial = "x".repeat(kib * 1024);
+    let spaces = " ".repeat(kib * 1024);
     let mut group = c.benchmark_group("count_tokens");
-    group.bench_with_input(
-        BenchmarkId::new("prose", format!("{kib}KiB")),
-        &prose,
-        |b, t| b.iter(|| counter.count(black_box(t))),
-    );
-    group.bench_with_input(
-        BenchmarkId::new("no_whitespace", format!("{kib}KiB")),
-        &adversarial,
-        |b, t| b.iter(|| counter.count(black_box(t))),
-    );
+    for (name, text) in [
+        ("prose", &prose),
+        ("no_whitespace", &adversarial),
+        ("all_whitespace", &spaces),
+    ] {
+        group.bench_with_input(BenchmarkId::new(name, format!("{kib}KiB")), text, |b, t| {
+            b.iter(|| counter.count(black_box(t)))
+        });
+    }
     group.finish();
 }
 
-fn assembly(c: &mut Criterion) {
-    let entries = if ci() { 100 } else { 1_000 };
-    let history: Vec<(u64, TranscriptEntry)> = (0..entries)
-        .rev()
-        .map(|i| {
-            (
-                i as u64 + 1,
-                TranscriptEntry {
-                    kind: if i % 2 == 0 {
-                        EntryKind::User
-                    } else {
-                        EntryKind::Assistant
-                    },
-                    text: format!("message number {i} with a little bit of text in it"),
-                    message_id: None,
-                    sender: None,
-                    timestamp_ms: i as u64,
-                    tokens: 40,
-                    tool: None,
+const NOW: u64 = 1_764_470_000_000;
+
+fn session(entries: u64) -> MemoryStore {
+    let mut store = MemoryStore::new();
+    for i in 0..entries {
+        store.push_entry(
+            1,
+            TranscriptEntry {
+                kind: if i % 2 == 0 {
+                    EntryKind::User
+                } else {
+                    EntryKind::Assistant
                 },
-            )
-        })
-        .collect();
-    let current = vec![("what now?".to_string(), 4)];
-    c.bench_function(&format!("assemble_{entries}_entries_8k_budget"), |b| {
-        b.iter(|| {
-            assemble(AssemblyInput {
-                system_prompt: ("You are a helpful assistant.", 7),
-                history_newest_first: black_box(&history),
-                older_entries_not_loaded: 0,
-                current: &current,
-                budget: TokenBudget::new(8_000, 128_000, 4_096),
+                text: format!("message number {i} with a little bit of text in it"),
+                message_id: (i % 2 == 0).then(|| format!("m{i}")),
+                sender: None,
+                // All within the last 30 minutes: TTL keeps everything.
+                timestamp_ms: NOW - (entries - i) * 1_000,
+                tokens: 40,
+                tool: None,
+            },
+        );
+    }
+    store
+}
+
+fn engine(max_messages: usize, cache: usize) -> ContextEngine {
+    let mut config = Config::default();
+    config.context.cache_max_sessions = cache;
+    config.context.presets.insert(
+        "assistant".into(),
+        PresetConfig {
+            max_messages: Some(max_messages),
+            max_tokens: Some(8_000),
+            ttl: None,
+        },
+    );
+    ContextEngine::new(
+        &config,
+        &Registry::builtin(),
+        TokenCounter::new(Encoding::Cl100k),
+    )
+    .expect("the bench config is valid")
+}
+
+fn assembly(c: &mut Criterion) {
+    TokenCounter::new(Encoding::Cl100k).warm_up();
+    let entries = if ci() { 100 } else { 1_000 };
+    let store = session(entries);
+    let current = [CurrentMessage {
+        inbox_seq: 1,
+        record: Arc::new(InboxRecord {
+            message: InboundMessage {
+                channel: "bench".into(),
+                account_id: "default".into(),
+                chat_kind: ChatKind::Direct,
+                chat_id: "c".into(),
+                thread_id: None,
+                message_id: "now".into(),
+                sender: Sender {
+                    id: "u".into(),
+                    name: "U".into(),
+                    is_bot: false,
+                },
+                text: "what now?".into(),
+                mentions: vec![],
+                mentioned_bot: false,
+                reply_to: None,
+                timestamp_ms: NOW,
+                attachments: vec![],
+                kind: turnstile::inbound::MessageKind::Message,
+            },
+            accepted_at_ms: NOW,
+            system_events: vec![],
+            group_history: vec![],
+        }),
+        tokens: 4,
+    }];
+    let request = AssemblyRequest {
+        session_key: "agent:main:main",
+        stored: store.stored(1),
+        current: &current,
+        queue: Default::default(),
+        now_ms: NOW,
+    };
+    // The budget binds (about 180 of the entries fit 8k tokens) / the 100-message limit binds.
+    for (name, max_messages) in [("budget_bound", 10_000), ("message_limit_100", 100)] {
+        let engine = engine(max_messages, 0);
+        c.bench_function(
+            &format!("assemble_{entries}_entries_8k_budget/{name}"),
+            |b| {
+                b.iter(|| {
+                    engine
+                        .assemble(&store, black_box(request.clone()))
+                        .map(|a| a.budget.used)
+                })
+            },
+        );
+    }
+    // What a turn does: assemble, then render the messages it sends.
+    let engine_render = engine(10_000, 0);
+    c.bench_function(
+        &format!("assemble_{entries}_entries_8k_budget/budget_bound_with_messages"),
+        |b| {
+            b.iter(|| {
+                engine_render
+                    .assemble(&store, black_box(request.clone()))
+                    .map(|a| a.messages().len())
             })
-        })
-    });
+        },
+    );
+    let cached = engine(10_000, 16);
+    c.bench_function(
+        &format!("assemble_{entries}_entries_8k_budget/cache_hit"),
+        |b| {
+            b.iter(|| {
+                cached
+                    .assemble(&store, black_box(request.clone()))
+                    .map(|a| a.budget.used)
+            })
+        },
+    );
 }
 
 fn group_message(id: u64, mentioned: bool) -> InboundMessage {

@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::context::{
+    default_processors, default_sources, ChatKindPresets, PresetConfig, StageSpec,
+};
 use crate::error::ConfigError;
 
 /// The whole configuration. Every section and key is optional.
@@ -36,6 +39,10 @@ pub struct Config {
     pub preflight: PreflightConfig,
     /// `[compaction]`: summarising old transcript spans.
     pub compaction: CompactionConfig,
+    /// `[agent]`: the agent's workspace (bootstrap files, skills, memory notes).
+    pub agent: AgentConfig,
+    /// `[tools]`: limits of the tool loop (for applications that register tools).
+    pub tools: ToolsConfig,
 }
 
 /// `[server]`
@@ -390,10 +397,30 @@ impl CompactionConfig {
 pub struct ContextConfig {
     /// The system prompt (trusted).
     pub system_prompt: String,
-    /// Most tokens a turn's context may use. Default 32,000.
+    /// Most tokens any turn's context may use, whatever its preset says. Default 32,000.
     pub max_tokens: u32,
     /// Tokens kept free for the model's answer. Default 4,096.
     pub reserve_output_tokens: u32,
+    /// Sessions whose last assembly is cached (for dumps and retried turns). 0 disables the
+    /// cache. Default 256.
+    pub cache_max_sessions: usize,
+    /// Longest a cached assembly is reused, in ms (TTL decay moves with the clock). Default
+    /// 30,000.
+    pub cache_max_age_ms: u64,
+    /// `[context.chat_kinds]`: the preset of each chat kind. Default direct → `assistant`,
+    /// group and channel → `group`.
+    pub chat_kinds: ChatKindPresets,
+    /// `[context.presets.<name>]`: presets defined or overridden here (`max_messages`,
+    /// `max_tokens`, `ttl`); built in: `assistant`, `support`, `group`. Default none.
+    pub presets: BTreeMap<String, PresetConfig>,
+    /// `[[context.sources]]`: the sources in collection order (`name`, `priority`, `weight`,
+    /// `params`). Default: `system_prompt`, `current_message`, `bootstrap`, `skills`,
+    /// `system_events`, `reply_thread`, `group_history`, `compaction_summary`, `memory_recall`,
+    /// `history`.
+    pub sources: Vec<StageSpec>,
+    /// `[[context.processors]]`: the processors in order (`name`, `params`). Default: `dedupe`,
+    /// `sanitize`, `message_count`, `ttl_decay`, `tool_result_guard`, `trim_to_budget`.
+    pub processors: Vec<StageSpec>,
 }
 
 impl Default for ContextConfig {
@@ -402,6 +429,48 @@ impl Default for ContextConfig {
             system_prompt: "You are a helpful assistant.".into(),
             max_tokens: 32_000,
             reserve_output_tokens: 4_096,
+            cache_max_sessions: 256,
+            cache_max_age_ms: 30_000,
+            chat_kinds: ChatKindPresets::default(),
+            presets: BTreeMap::new(),
+            sources: default_sources(),
+            processors: default_processors(),
+        }
+    }
+}
+
+/// `[agent]`
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The agent workspace: bootstrap files (`AGENTS.md`, `SOUL.md`, `TOOLS.md`, `IDENTITY.md`,
+    /// `USER.md`, `MEMORY.md`), `skills/**/SKILL.md` and `memory/YYYY-MM-DD.md`. Default none:
+    /// those sources add nothing.
+    pub workspace_dir: Option<PathBuf>,
+}
+
+/// `[tools]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Most rounds of tool calls in one turn before the model must answer. Default 8.
+    pub max_rounds: u32,
+    /// Most tool calls run per round; further calls get an error result. Default 16.
+    pub max_calls_per_round: usize,
+    /// Tool results longer than this many characters are cut (head and tail kept) before they
+    /// are stored. Default 40,000.
+    pub max_result_chars: usize,
+    /// How long one tool call may run, in ms. Default 60,000.
+    pub timeout_ms: u64,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self {
+            max_rounds: 8,
+            max_calls_per_round: 16,
+            max_result_chars: 40_000,
+            timeout_ms: 60_000,
         }
     }
 }
@@ -622,6 +691,21 @@ impl Config {
         }
         crate::inbound::SessionKeys::new(&self.session)?;
         crate::inbound::Preflight::new(self)?;
+        for kind in [
+            crate::inbound::ChatKind::Direct,
+            crate::inbound::ChatKind::Group,
+            crate::inbound::ChatKind::Channel,
+        ] {
+            crate::context::policy_for(kind, &self.context.chat_kinds, &self.context.presets)
+                .map_err(|why| ConfigError::Invalid(format!("context.chat_kinds: {why}")))?;
+        }
+        for name in self.context.presets.keys() {
+            crate::context::resolve_preset(name, &self.context.presets)
+                .map_err(|why| ConfigError::Invalid(format!("context.presets: {why}")))?;
+        }
+        if self.tools.max_result_chars < 100 {
+            return bad("tools.max_result_chars", "must be at least 100");
+        }
         match self.model.provider.as_str() {
             "echo" => {}
             "openai" => self.validate_openai()?,
@@ -770,6 +854,33 @@ allow_bots = true
             Config::parse(&text).unwrap().preflight.allow_bots,
             AllowBots::Mentions
         );
+    }
+
+    #[test]
+    fn agent_tools_and_context_sections_parse() {
+        let c = Config::parse(
+            "[agent]\nworkspace_dir = \"/srv/agent\"\n[tools]\nmax_rounds = 3\n\
+             [context]\ncache_max_sessions = 0\n[context.chat_kinds]\ngroup = \"support\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.agent.workspace_dir.as_deref(),
+            Some(Path::new("/srv/agent"))
+        );
+        assert_eq!(c.tools.max_rounds, 3);
+        assert_eq!(c.context.chat_kinds.group, "support");
+        assert_eq!(c.context.sources.len(), 10, "the default pipeline stays");
+        assert!(Config::parse("[tools]\nmax_result_chars = 10\n").is_err());
+        assert!(Config::parse("[context.presets.x]\nmax_messages = 0\n").is_err());
+    }
+
+    #[test]
+    fn readme_config_parses() {
+        let readme = include_str!("../README.md");
+        let start = readme.find("```toml\n[server]").unwrap() + "```toml\n".len();
+        let block = &readme[start..];
+        let block = &block[..block.find("```").unwrap()];
+        Config::parse(block).unwrap();
     }
 
     #[test]

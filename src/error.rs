@@ -179,6 +179,9 @@ pub enum Error {
     /// Model problem.
     #[error(transparent)]
     Model(#[from] ModelError),
+    /// Context assembly problem.
+    #[error(transparent)]
+    Context(#[from] crate::context::ContextError),
     /// The actor system is unavailable (stopped or overloaded).
     #[error(transparent)]
     Actors(#[from] turnstile_actors::ActorsError),
@@ -205,6 +208,7 @@ impl Error {
             Error::Overloaded(_) => "overloaded",
             Error::ShuttingDown => "shutting_down",
             Error::Timeout(_) => "timeout",
+            Error::Context(_) => "context",
         }
     }
 }

@@ -22,11 +22,12 @@
 //! - `store`: sled storage — sessions, transcripts, the durable inbox, group commit.
 //! - `model`: model requests, the built-in `echo` model, the OpenAI-compatible client,
 //!   per-model token calibration, token counting.
-//! - `context`: assembly of a turn's context inside its token budget, and the dump.
+//! - `context`: the context engine — sources, processors, presets, the dump, the cache.
 //! - `compaction`: summarising old transcript spans (extractive or model), fact retention.
 //! - `runtime`: the [`Runtime`] handle, the turn engine, the actors' backend, the reply hub.
 //! - `channels`: transports that feed the supervisor (the API channel).
 //! - `server`: the axum HTTP API.
+//! - `tools`: tools the embedding application registers, run in a turn's tool loop.
 //! - `loadtest`: bounded load against a server or an in-process runtime, with latency
 //!   histograms.
 #![forbid(unsafe_code)]
@@ -43,6 +44,7 @@ pub mod model;
 pub mod runtime;
 pub mod server;
 pub mod store;
+pub mod tools;
 
 pub use config::Config;
 pub use error::Error;

@@ -1,99 +1,76 @@
-//! The context engine: what a turn sends to the model, assembled inside a token budget, and a
-//! report (the dump) of what was kept, what was dropped and why.
+//! The context engine (SPEC §4): what a turn sends to the model, assembled inside a token
+//! budget, and a report (the dump) of what was kept, what was dropped and why.
 //!
-//! Assembly works on blocks whose token counts were computed when their entries were written;
-//! it never re-tokenises history.
+//! # How an assembly runs
+//! 1. **Sources** ([`ContextSource`]) collect [`ContextBlock`]s in the configured order, each
+//!    within the budget the earlier ones left ([`TokenBudget`]). Built in: `system_prompt`,
+//!    `current_message`, `bootstrap`, `skills`, `system_events`, `reply_thread`,
+//!    `group_history`, `compaction_summary`, `memory_recall`, `history`.
+//! 2. Blocks are ordered by precedence: priority desc, weight desc, collection index.
+//! 3. **Processors** ([`ContextProcessor`]) rewrite or drop blocks, recording why: `dedupe`,
+//!    `sanitize`, `message_count`, `ttl_decay`, `tool_result_guard`, `trim_to_budget`; then,
+//!    always, `tool_pairing` and a final budget check. Immutable blocks (the system prompt) are
+//!    never dropped.
+//! 4. **Rendering** lays the kept blocks out as chat messages: the stable prefix (system
+//!    prompt, bootstrap, skills) first, the conversation in transcript order, the current
+//!    message last ([`Assembly`]).
+//!
+//! Stored history carries token counts computed when it was written; assembly never
+//! re-tokenises it, and reads only as much of it as the policy and budget can use
+//! ([`SessionView::transcript`]). Sources and processors are registered by name
+//! ([`Registry`]) and configured in TOML (`[[context.sources]]`, `[[context.processors]]`,
+//! [`StageSpec`]); pruning limits come from per-chat-kind presets ([`ChatPolicy`]).
+//!
+//! # Layout
+//! - `block.rs`, `budget.rs`: blocks and the budget.
+//! - `session.rs`: what stages see of a session; [`ContextStore`], the storage they read.
+//! - `source.rs` + `sources/`, `processor.rs` + `processors/`: the stages.
+//! - `registry.rs`, `config.rs`, `presets.rs`: stages by name, their TOML, pruning presets.
+//! - `pipeline.rs`, `render.rs`, `dump.rs`: running the stages, messages, the report.
+//! - `cache.rs`, `engine.rs`: the assembly cache and the engine the turn uses.
+//! - `memory_store.rs`, `text.rs`, `error.rs`: an in-memory store, text helpers, errors.
 
-mod assemble;
+mod block;
+mod budget;
+mod cache;
+mod config;
+mod dump;
+mod engine;
+mod error;
+mod memory_store;
+mod pipeline;
+mod presets;
+mod processor;
+pub mod processors;
+mod registry;
+mod render;
+mod session;
+mod source;
+pub mod sources;
+pub mod text;
 
-use serde::Serialize;
+#[cfg(test)]
+mod tests;
 
-pub use assemble::{assemble, AssemblyInput};
-
-use crate::model::{ChatMessage, Role};
-
-/// A piece of context.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ContextBlock {
-    /// Which source produced it (`system_prompt`, `history`, `current_message`…).
-    pub source: &'static str,
-    /// The role it is sent with.
-    pub role: Role,
-    /// The text sent.
-    pub content: String,
-    /// 0–100; higher survives trimming longer.
-    pub priority: u8,
-    /// Tokens it costs, including per-message overhead.
-    pub token_count: u32,
-    /// Never trimmed or dropped (the system prompt).
-    pub immutable: bool,
-    /// The transcript sequence it came from, if any.
-    pub seq: Option<u64>,
-}
-
-/// The token budget of one turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct TokenBudget {
-    /// Tokens the context may use: min(max_tokens, context window − reserved).
-    pub total: u32,
-    /// Tokens reserved for the answer.
-    pub reserved: u32,
-    /// Tokens used by kept blocks.
-    pub used: u32,
-}
-
-impl TokenBudget {
-    /// The budget for a model with `context_window` tokens.
-    pub fn new(max_tokens: u32, context_window: u32, reserved: u32) -> Self {
-        Self {
-            total: max_tokens.min(context_window.saturating_sub(reserved)),
-            reserved,
-            used: 0,
-        }
-    }
-
-    /// Tokens still free.
-    pub fn remaining(&self) -> u32 {
-        self.total.saturating_sub(self.used)
-    }
-}
-
-/// A block that did not make it into the context, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct DroppedBlock {
-    /// Which source produced it.
-    pub source: &'static str,
-    /// The transcript sequence it came from, if any.
-    pub seq: Option<u64>,
-    /// Its tokens.
-    pub token_count: u32,
-    /// The step that dropped it.
-    pub dropped_by: &'static str,
-    /// Why.
-    pub reason: String,
-}
-
-/// The result of one assembly: the messages to send and the report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Assembly {
-    /// Kept blocks, in the order they are sent.
-    pub blocks: Vec<ContextBlock>,
-    /// Dropped blocks.
-    pub dropped: Vec<DroppedBlock>,
-    /// Older transcript entries that were not even read because the budget was full.
-    pub older_entries_not_loaded: u64,
-    /// The budget with `used` filled in.
-    pub budget: TokenBudget,
-    /// Tokens of the stable prefix (system prompt), which is byte-identical between turns.
-    pub stable_prefix_tokens: u32,
-}
-
-impl Assembly {
-    /// The chat messages to send, in order.
-    pub fn messages(&self) -> Vec<ChatMessage> {
-        self.blocks
-            .iter()
-            .map(|b| ChatMessage::text(b.role, b.content.clone()))
-            .collect()
-    }
-}
+pub use block::{
+    BlockKind, BlockMeta, ContextBlock, DroppedBlock, Placement, DROPPED_PREVIEW_CHARS,
+};
+pub use budget::TokenBudget;
+pub use cache::{AssemblyCache, CacheKey, CacheStats};
+pub use config::{default_processors, default_sources, parse_params, StageSpec};
+pub use dump::{Assembly, StageNames};
+pub use engine::{AssemblyRequest, ContextEngine};
+pub use error::ContextError;
+pub use memory_store::MemoryStore;
+pub use pipeline::Pipeline;
+pub use presets::{
+    builtin_preset, policy_for, resolve_preset, ChatKindPresets, ChatPolicy, Keep, PresetConfig,
+    TtlRule,
+};
+pub use processor::{Blocks, ContextProcessor, SummarySpan};
+pub use registry::{ProcessorFactory, Registry, SourceFactory, StageContext};
+pub use session::{
+    chat_kind_of_key, ContextStore, CurrentMessage, QueueInfo, SessionView, StoredSession,
+    TranscriptWindow,
+};
+pub use source::ContextSource;

@@ -1,42 +1,25 @@
-//! How a batch of queued messages is put to the model: one message as itself; messages that
-//! queued while the agent was busy under OpenClaw's `[Queued messages while agent was busy]`
-//! header; messages the queue cap dropped as one 160-char line each (`summarize`) or not at
-//! all.
+//! What a batch tells the context engine beyond its messages: whether they queued while the
+//! agent was busy (coalesced under one header), and a one-line summary of each message the
+//! queue cap dropped (`drop = "summarize"`).
 
 use turnstile_actors::{DropPolicy, TurnBatch};
 
+use crate::context::QueueInfo;
 use crate::store::InboxItem;
 
-/// The header of a coalesced batch.
-pub const QUEUED_HEADER: &str = "[Queued messages while agent was busy]";
 /// Longest line kept for a message the cap dropped (`drop = "summarize"`).
 pub const DROPPED_LINE_CHARS: usize = 160;
 
-/// The text of the current message(s) of a turn.
-pub fn render_current(batch: &TurnBatch<InboxItem>) -> String {
-    let summarised: Vec<String> = match batch.drop_policy {
+/// The queue view of `batch` for assembly.
+pub fn queue_info(batch: &TurnBatch<InboxItem>) -> QueueInfo {
+    let dropped: Vec<String> = match batch.drop_policy {
         DropPolicy::Summarize => batch.dropped.iter().map(dropped_line).collect(),
         DropPolicy::Oldest | DropPolicy::Newest => Vec::new(),
     };
-    if let ([only], true) = (batch.items.as_slice(), summarised.is_empty()) {
-        return only.record.message.text.clone();
+    QueueInfo {
+        coalesced: batch.queued && (batch.items.len() > 1 || !dropped.is_empty()),
+        dropped,
     }
-    let mut out = String::from(QUEUED_HEADER);
-    if !summarised.is_empty() {
-        out.push_str(&format!(
-            "\n\n[{} earlier queued messages were dropped; one line each]",
-            summarised.len()
-        ));
-        for line in summarised {
-            out.push_str("\n- ");
-            out.push_str(&line);
-        }
-    }
-    for (i, item) in batch.items.iter().enumerate() {
-        out.push_str(&format!("\n\n---\nQueued #{}\n", i + 1));
-        out.push_str(&item.record.message.text);
-    }
-    out
 }
 
 fn dropped_line(item: &InboxItem) -> String {
@@ -59,7 +42,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::inbound::{ChatKind, InboundMessage, Sender};
+    use crate::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
     use crate::store::InboxRecord;
 
     fn item(seq: u64, text: &str) -> InboxItem {
@@ -84,7 +67,7 @@ mod tests {
                     reply_to: None,
                     timestamp_ms: 1,
                     attachments: vec![],
-                    kind: crate::inbound::MessageKind::Message,
+                    kind: MessageKind::Message,
                 },
                 accepted_at_ms: 1,
                 system_events: vec![],
@@ -94,28 +77,29 @@ mod tests {
     }
 
     #[test]
-    fn one_message_is_itself() {
-        assert_eq!(render_current(&TurnBatch::single(item(1, "hi"))), "hi");
+    fn a_single_message_is_not_coalesced() {
+        let info = queue_info(&TurnBatch::single(item(1, "hi")));
+        assert!(!info.coalesced);
+        assert!(info.dropped.is_empty());
     }
 
     #[test]
-    fn queued_messages_are_coalesced_under_the_header() {
+    fn queued_batches_are_coalesced_and_dropped_messages_summarised() {
         let batch = TurnBatch {
             items: vec![item(2, "second"), item(3, "third")],
             dropped: vec![item(1, &format!("first {}", "x ".repeat(200)))],
             drop_policy: DropPolicy::Summarize,
             queued: true,
         };
-        let text = render_current(&batch);
-        assert!(text.starts_with(QUEUED_HEADER));
-        assert!(text.contains("\n---\nQueued #1\nsecond"));
-        assert!(text.contains("\n---\nQueued #2\nthird"));
-        let line = text.lines().find(|l| l.starts_with("- first")).unwrap();
-        assert_eq!(line.chars().count(), 2 + DROPPED_LINE_CHARS + 1);
+        let info = queue_info(&batch);
+        assert!(info.coalesced);
+        assert_eq!(info.dropped.len(), 1);
+        assert!(info.dropped[0].starts_with("first x"));
+        assert_eq!(info.dropped[0].chars().count(), DROPPED_LINE_CHARS + 1);
         let oldest = TurnBatch {
             drop_policy: DropPolicy::Oldest,
             ..batch
         };
-        assert!(!render_current(&oldest).contains("first"));
+        assert!(queue_info(&oldest).dropped.is_empty());
     }
 }

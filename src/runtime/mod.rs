@@ -5,6 +5,8 @@ mod backend;
 mod batch;
 mod replies;
 mod turn;
+#[cfg(test)]
+mod turn_tests;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,19 +18,22 @@ use tokio::sync::{broadcast, Semaphore};
 use turnstile_actors::{ChannelHandle, LaneSettings, SupervisorHandle};
 
 pub use backend::{queue_policy, Accepted, TurnBackend};
-pub use batch::{render_current, DROPPED_LINE_CHARS, QUEUED_HEADER};
+pub use batch::{queue_info, DROPPED_LINE_CHARS};
 pub use replies::{Reply, ReplyHub, ReplyWaiter};
 pub use turn::TurnEngine;
 
 use crate::channels::ApiChannel;
 use crate::config::Config;
-use crate::context::Assembly;
+use crate::context::{
+    Assembly, CacheStats, ContextEngine, ContextProcessor, ContextSource, Registry, StageContext,
+};
 use crate::error::Error;
 use crate::inbound::{
     normalize_session_key, InboundEvent, InboundMessage, Preflight, PreflightStats, SessionKeys,
 };
 use crate::model::{EchoModel, Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter};
 use crate::store::{EntryKind, SessionRecord, Store};
+use crate::tools::{ToolHandler, ToolRegistry};
 
 /// Why preflight decided a message is not a turn. Each decision is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -146,6 +151,9 @@ pub struct TranscriptItem {
 pub struct RuntimeBuilder {
     config: Config,
     model: Option<Arc<dyn Model>>,
+    context: Registry,
+    tools: ToolRegistry,
+    tool_errors: Vec<crate::error::ConfigError>,
 }
 
 impl RuntimeBuilder {
@@ -167,8 +175,53 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Registers a context source under `name`, for `[[context.sources]]` to use (the
+    /// built-in sources are always registered; a name may replace one).
+    pub fn context_source(
+        mut self,
+        name: &str,
+        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextSource>, String>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.context.register_source(name, factory);
+        self
+    }
+
+    /// Registers a context processor under `name`, for `[[context.processors]]` to use.
+    pub fn context_processor(
+        mut self,
+        name: &str,
+        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextProcessor>, String>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.context.register_processor(name, factory);
+        self
+    }
+
+    /// Registers a tool the model may call: its name, what it does, the JSON schema of its
+    /// arguments, and the handler that runs it. An invalid or repeated name fails `build`.
+    pub fn tool(
+        mut self,
+        name: &str,
+        description: &str,
+        parameters: serde_json::Value,
+        handler: impl ToolHandler,
+    ) -> Self {
+        if let Err(e) = self.tools.register(name, description, parameters, handler) {
+            self.tool_errors.push(e);
+        }
+        self
+    }
+
     /// Opens the store, starts the actors and replays what was acknowledged but not answered.
-    pub async fn build(self) -> Result<Runtime, Error> {
+    pub async fn build(mut self) -> Result<Runtime, Error> {
+        if let Some(e) = std::mem::take(&mut self.tool_errors).into_iter().next() {
+            return Err(e.into());
+        }
         let config = Arc::new(self.config);
         config.validate()?;
         let model: Arc<dyn Model> = match self.model {
@@ -177,6 +230,7 @@ impl RuntimeBuilder {
         };
         let store = Store::open(&config.storage)?;
         let tokens = TokenCounter::new(Encoding::for_model(&config.model.model));
+        let context = ContextEngine::new(&config, &self.context, tokens)?;
         // Loading a vocabulary takes a fraction of a second: do it off the start-up path.
         tokio::task::spawn_blocking(move || tokens.warm_up());
         let replies = Arc::new(ReplyHub::new(config.server.events_buffer));
@@ -187,6 +241,8 @@ impl RuntimeBuilder {
             replies: Arc::clone(&replies),
             config: Arc::clone(&config),
             model_permits: Semaphore::new(config.lanes.max_concurrent_turns),
+            context,
+            tools: self.tools,
         });
         let preflight = Arc::new(Preflight::new(&config)?);
         let backend = Arc::new(TurnBackend {
@@ -262,6 +318,9 @@ impl Runtime {
         RuntimeBuilder {
             config: Config::default(),
             model: None,
+            context: Registry::builtin(),
+            tools: ToolRegistry::default(),
+            tool_errors: Vec::new(),
         }
     }
 
@@ -372,12 +431,16 @@ impl Runtime {
 
     /// The context the next turn of `key` would send (without a new message), or `None` if the
     /// session does not exist.
-    pub fn context_dump(&self, key: &str) -> Result<Option<Assembly>, Error> {
+    pub fn context_dump(&self, key: &str) -> Result<Option<Arc<Assembly>>, Error> {
         let key = &normalize_session_key(key);
         if self.inner.engine.store.session(key)?.is_none() {
             return Ok(None);
         }
-        Ok(Some(self.inner.engine.assemble(key, &[])?))
+        Ok(Some(self.inner.engine.assemble(
+            key,
+            &[],
+            crate::context::QueueInfo::default(),
+        )?))
     }
 
     /// Preflight decisions so far, by outcome.
@@ -397,6 +460,11 @@ impl Runtime {
         self.inner
             .preflight
             .record_bot_message(channel, account_id, chat_id, message_id);
+    }
+
+    /// Hits and misses of the assembly cache since start.
+    pub fn context_cache_stats(&self) -> CacheStats {
+        self.inner.engine.context.cache_stats()
     }
 
     /// Number of live session lanes.

@@ -1,18 +1,30 @@
-//! One turn, as plain Rust: read history, assemble the context, call the model, commit
-//! everything in one transaction, wait until it is durable, publish the reply.
+//! One turn, as plain Rust: count the new messages' tokens once, assemble the context with the
+//! context engine, call the model (and run tools while it asks for them), commit everything in
+//! one transaction, wait until it is durable, publish the reply.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures_util::future::join_all;
 use tokio::sync::Semaphore;
 use turnstile_actors::{TurnBatch, TurnControl, TurnError, TurnReport};
 
-use super::batch::render_current;
+use super::batch::queue_info;
 use super::replies::{Reply, ReplyHub};
 use crate::config::Config;
-use crate::context::{assemble, Assembly, AssemblyInput, TokenBudget};
-use crate::error::{Error, ModelError, StoreError};
-use crate::model::{Model, ModelRequest, TokenCounter, MESSAGE_OVERHEAD_TOKENS};
-use crate::store::{EntryKind, EntrySender, InboxItem, Store, TranscriptEntry, TurnCommit};
+use crate::context::processors::CLEARED_TOOL_RESULT;
+use crate::context::{
+    Assembly, AssemblyRequest, ContextEngine, CurrentMessage, QueueInfo, StoredSession,
+};
+use crate::error::{Error, ModelError};
+use crate::inbound::sanitize_text;
+use crate::model::{
+    Model, ModelReply, ModelRequest, Role, TokenCounter, ToolCall, MESSAGE_OVERHEAD_TOKENS,
+};
+use crate::store::{
+    ChannelMessage, EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry, TurnCommit,
+};
+use crate::tools::{call_message, repair_tool_messages, result_message, ToolRegistry};
 
 /// Everything a turn needs; shared by all lanes.
 pub struct TurnEngine {
@@ -23,6 +35,10 @@ pub struct TurnEngine {
     pub(crate) config: Arc<Config>,
     /// Caps model calls across all sessions (`lanes.max_concurrent_turns`).
     pub(crate) model_permits: Semaphore,
+    /// The context pipeline, policies and assembly cache.
+    pub(crate) context: ContextEngine,
+    /// Tools the embedding application registered.
+    pub(crate) tools: ToolRegistry,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -32,66 +48,57 @@ pub(crate) fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-impl TurnEngine {
-    fn budget(&self) -> TokenBudget {
-        TokenBudget::new(
-            self.config.context.max_tokens,
-            self.config.model.context_window,
-            self.config.context.reserve_output_tokens,
-        )
-    }
+/// What the tool loop adds to a turn: the entries to store, the final answer, and the
+/// messages steered into the turn while it ran (consumed with it).
+struct Answer {
+    entries: Vec<TranscriptEntry>,
+    text: String,
+    steered: Vec<InboxItem>,
+}
 
-    /// Assembles the context for `session_key` around `current` (the new messages with their
-    /// token counts), reading only as much history as the budget can hold.
+/// Why the tool loop stopped without an answer.
+enum Stop {
+    Cancelled,
+    Failed(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+impl TurnEngine {
+    /// Assembles the context for `session_key` around `current` (empty: what the next turn
+    /// would see without a new message), reading only as much history as the policy and the
+    /// budget can use.
     pub fn assemble(
         &self,
         session_key: &str,
-        current: &[(String, u32)],
-    ) -> Result<Assembly, StoreError> {
-        let system_prompt = self.config.context.system_prompt.as_str();
-        let system_tokens = self.tokens.count(system_prompt);
-        let budget = self.budget();
-        let fixed = system_tokens
-            + MESSAGE_OVERHEAD_TOKENS
-            + current
-                .iter()
-                .map(|(_, t)| t + MESSAGE_OVERHEAD_TOKENS)
-                .sum::<u32>();
-        let mut room = budget.total.saturating_sub(fixed);
-        let (history, total_entries) = match self.store.session(session_key)? {
-            Some(record) => {
-                let mut stop_after_next = false;
-                let history = self.store.newest_entries(record.id, |e| {
-                    if stop_after_next {
-                        return false;
-                    }
-                    let cost = e.tokens + MESSAGE_OVERHEAD_TOKENS;
-                    if cost > room {
-                        // Load the first one that does not fit so the dump can say why.
-                        stop_after_next = true;
-                    } else {
-                        room -= cost;
-                    }
-                    true
-                })?;
-                (history, record.entries)
-            }
-            None => (Vec::new(), 0),
-        };
-        Ok(assemble(AssemblyInput {
-            system_prompt: (system_prompt, system_tokens),
-            history_newest_first: &history,
-            older_entries_not_loaded: total_entries.saturating_sub(history.len() as u64),
-            current,
-            budget,
-        }))
+        current: &[CurrentMessage],
+        queue: QueueInfo,
+    ) -> Result<Arc<Assembly>, Error> {
+        let stored = self.store.session(session_key)?.map(|r| StoredSession {
+            id: r.id,
+            entries: r.entries,
+            next_seq: r.next_seq,
+        });
+        Ok(self.context.assemble(
+            &self.store,
+            AssemblyRequest {
+                session_key,
+                stored,
+                current,
+                queue,
+                now_ms: now_ms(),
+            },
+        )?)
     }
 
-    /// One user entry per message the batch consumes (answered or dropped), in order: every
-    /// acknowledged message is kept in the transcript.
-    fn user_entries(&self, batch: &TurnBatch<InboxItem>) -> Vec<TranscriptEntry> {
-        batch
-            .all_items()
+    /// One user entry per message (answered, dropped by the queue cap, or steered in), in
+    /// order: every acknowledged message is kept in the transcript.
+    fn user_entries<'a>(&self, items: impl Iterator<Item = &'a InboxItem>) -> Vec<TranscriptEntry> {
+        items
             .map(|item| {
                 let m = &item.record.message;
                 TranscriptEntry {
@@ -110,8 +117,9 @@ impl TurnEngine {
             .collect()
     }
 
-    /// Runs one turn for `batch`. Cancellation (interrupt mode) aborts the model call; nothing
-    /// is committed then.
+    /// Runs one turn for `batch`. Cancellation (interrupt mode) aborts the model call and
+    /// commits nothing; messages steered in between tool rounds are answered and consumed with
+    /// the turn.
     pub async fn run(
         &self,
         session_key: &str,
@@ -119,44 +127,202 @@ impl TurnEngine {
         mut control: TurnControl<InboxItem>,
     ) -> Result<TurnReport, TurnError> {
         let failed = |e: Error| TurnError::Failed(e.to_string());
-        let users = self.user_entries(batch);
-        let text = render_current(batch);
-        let tokens = match batch.items.as_slice() {
-            [_] if batch.dropped.is_empty() => users.last().map(|e| e.tokens).unwrap_or(0),
-            _ => self.tokens.count(&text),
-        };
+        let all: Vec<InboxItem> = batch.all_items().cloned().collect();
+        let users = self.user_entries(all.iter());
+        let current: Vec<CurrentMessage> = all
+            .iter()
+            .zip(&users)
+            .filter(|(item, _)| batch.items.iter().any(|i| i.seq == item.seq))
+            .map(|(item, entry)| CurrentMessage {
+                inbox_seq: item.seq,
+                record: Arc::clone(&item.record),
+                tokens: entry.tokens,
+            })
+            .collect();
         let assembly = self
-            .assemble(session_key, &[(text, tokens)])
-            .map_err(|e| failed(e.into()))?;
-        let request = ModelRequest {
-            prompt_tokens: assembly.budget.used,
-            messages: assembly.messages(),
-            tools: Vec::new(),
-            max_output_tokens: self.config.context.reserve_output_tokens,
+            .assemble(session_key, &current, queue_info(batch))
+            .map_err(failed)?;
+        let answer = match self.answer(&assembly, &mut control).await {
+            Ok(answer) => answer,
+            Err(Stop::Cancelled) => return Err(TurnError::Cancelled),
+            Err(Stop::Failed(e)) => return Err(failed(e)),
         };
-        let reply = {
-            let _permit = tokio::select! {
-                permit = self.model_permits.acquire() => permit.map_err(|_| failed(ModelError::Cancelled.into()))?,
-                _ = control.cancelled() => return Err(TurnError::Cancelled),
-            };
-            tokio::select! {
-                reply = self.model.complete(&request) => reply.map_err(|e| failed(e.into()))?,
-                _ = control.cancelled() => return Err(TurnError::Cancelled),
-            }
-        };
-        let assistant = TranscriptEntry {
+        let mut entries = users;
+        entries.extend(answer.entries);
+        let reply = TranscriptEntry {
             kind: EntryKind::Assistant,
-            tokens: self.tokens.count(&reply.text),
-            text: reply.text,
+            tokens: self.tokens.count(&answer.text),
+            text: answer.text,
             message_id: None,
             sender: None,
             timestamp_ms: now_ms(),
             tool: None,
         };
-        self.commit_and_publish(session_key, batch, users, assistant, false)
+        let report = TurnReport {
+            steered: answer.steered.iter().map(|i| i.seq).collect(),
+        };
+        let mut consumed = all;
+        consumed.extend(answer.steered);
+        self.commit_and_publish(session_key, &consumed, entries, reply, false)
             .await
             .map_err(failed)?;
-        Ok(TurnReport::default())
+        Ok(report)
+    }
+
+    /// One model call under the global concurrency cap; the lane's cancellation aborts the
+    /// wait and the call (dropping the request future aborts the HTTP request).
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        control: &mut TurnControl<InboxItem>,
+    ) -> Result<ModelReply, Stop> {
+        let _permit = tokio::select! {
+            permit = self.model_permits.acquire() => {
+                permit.map_err(|_| Stop::Failed(ModelError::Cancelled.into()))?
+            }
+            _ = control.cancelled() => return Err(Stop::Cancelled),
+        };
+        tokio::select! {
+            reply = self.model.complete(request) => reply.map_err(|e| Stop::Failed(e.into())),
+            _ = control.cancelled() => Err(Stop::Cancelled),
+        }
+    }
+
+    /// Calls the model until it answers without tool calls (or the round limit is reached),
+    /// running the tools it asks for in between.
+    async fn answer(
+        &self,
+        assembly: &Assembly,
+        control: &mut TurnControl<InboxItem>,
+    ) -> Result<Answer, Stop> {
+        let limits = &self.config.tools;
+        let timeout = Duration::from_millis(limits.timeout_ms);
+        let mut request = ModelRequest {
+            prompt_tokens: assembly.budget.used,
+            messages: assembly.messages(),
+            tools: self.tools.specs(),
+            max_output_tokens: self.config.context.reserve_output_tokens,
+        };
+        let mut prompt_tokens = assembly.budget.used;
+        // (call id, tokens, round) of each tool result added in this turn.
+        let mut results: Vec<(String, u32, u32)> = Vec::new();
+        let mut entries = Vec::new();
+        let mut steered = Vec::new();
+        let mut round = 0u32;
+        loop {
+            if round > 0 {
+                // Steer mode: messages that arrived during the tool round join the turn.
+                for item in control.take_steered() {
+                    let text = sanitize_text(&item.record.message.text);
+                    let mut entry = self.user_entries(std::iter::once(&item));
+                    prompt_tokens = prompt_tokens.saturating_add(
+                        entry.first().map(|e| e.tokens).unwrap_or(0) + MESSAGE_OVERHEAD_TOKENS,
+                    );
+                    entries.append(&mut entry);
+                    request
+                        .messages
+                        .push(crate::model::ChatMessage::text(Role::User, text));
+                    steered.push(item);
+                }
+            }
+            repair_tool_messages(&mut request.messages);
+            request.prompt_tokens = prompt_tokens;
+            let reply = self.complete(&request, control).await?;
+            if reply.tool_calls.is_empty() {
+                return Ok(Answer {
+                    entries,
+                    text: reply.text,
+                    steered,
+                });
+            }
+            if round >= limits.max_rounds {
+                let text = if reply.text.trim().is_empty() {
+                    format!("(stopped after {round} rounds of tool calls without a final answer)")
+                } else {
+                    reply.text
+                };
+                return Ok(Answer {
+                    entries,
+                    text,
+                    steered,
+                });
+            }
+            round += 1;
+            let calls: Vec<ToolCall> = reply.tool_calls;
+            let outputs = join_all(calls.iter().enumerate().map(|(i, call)| async move {
+                if i >= limits.max_calls_per_round {
+                    format!(
+                        "error: at most {} tool calls run per round",
+                        limits.max_calls_per_round
+                    )
+                } else {
+                    self.tools.run(call, timeout, limits.max_result_chars).await
+                }
+            }))
+            .await;
+            let now = now_ms();
+            for (i, call) in calls.iter().enumerate() {
+                let text = if i == 0 { reply.text.as_str() } else { "" };
+                let tokens = self.tokens.count(text)
+                    + self.tokens.count(&call.name)
+                    + self.tokens.count(&call.arguments);
+                prompt_tokens = prompt_tokens.saturating_add(tokens + MESSAGE_OVERHEAD_TOKENS);
+                entries.push(TranscriptEntry {
+                    kind: EntryKind::ToolCall,
+                    text: text.to_string(),
+                    message_id: None,
+                    sender: None,
+                    timestamp_ms: now,
+                    tokens,
+                    tool: Some(ToolInfo {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                    }),
+                });
+            }
+            request.messages.push(call_message(&reply.text, &calls));
+            for (call, output) in calls.iter().zip(outputs) {
+                let tokens = self.tokens.count(&output);
+                prompt_tokens = prompt_tokens.saturating_add(tokens + MESSAGE_OVERHEAD_TOKENS);
+                results.push((call.id.clone(), tokens, round));
+                request.messages.push(result_message(&call.id, &output));
+                entries.push(TranscriptEntry {
+                    kind: EntryKind::ToolResult,
+                    text: output,
+                    message_id: None,
+                    sender: None,
+                    timestamp_ms: now,
+                    tokens,
+                    tool: Some(ToolInfo {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: String::new(),
+                    }),
+                });
+            }
+            // Over budget: clear this turn's older results, oldest first (the newest round's
+            // results stay, the model has not seen them yet).
+            let cleared = self.tokens.count(CLEARED_TOOL_RESULT);
+            for (id, tokens, r) in results.iter_mut() {
+                if prompt_tokens <= assembly.budget.total {
+                    break;
+                }
+                if *r == round || *tokens <= cleared {
+                    continue;
+                }
+                let found = request
+                    .messages
+                    .iter_mut()
+                    .rev()
+                    .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(id));
+                if let Some(m) = found {
+                    m.content = CLEARED_TOOL_RESULT.to_string();
+                    prompt_tokens -= *tokens - cleared;
+                    *tokens = cleared;
+                }
+            }
+        }
     }
 
     /// Answers a turn that failed past its retries with an error notice and consumes its items.
@@ -166,7 +332,8 @@ impl TurnEngine {
         batch: &TurnBatch<InboxItem>,
         reason: &str,
     ) -> Result<(), Error> {
-        let users = self.user_entries(batch);
+        let all: Vec<InboxItem> = batch.all_items().cloned().collect();
+        let users = self.user_entries(all.iter());
         let text = format!("Sorry, this message could not be answered ({reason}).");
         let notice = TranscriptEntry {
             kind: EntryKind::Assistant,
@@ -177,14 +344,48 @@ impl TurnEngine {
             timestamp_ms: now_ms(),
             tool: None,
         };
-        self.commit_and_publish(session_key, batch, users, notice, true)
+        self.commit_and_publish(session_key, &all, users, notice, true)
             .await
     }
 
+    /// The chat messages of `batch` to remember for reply threads: each message and the group
+    /// history it carried.
+    fn channel_messages(batch: &[InboxItem]) -> Vec<ChannelMessage> {
+        let mut out = Vec::new();
+        for item in batch {
+            let m = &item.record.message;
+            for line in &item.record.group_history {
+                out.push(ChannelMessage {
+                    channel: m.channel.clone(),
+                    chat_id: m.chat_id.clone(),
+                    message_id: line.message_id.clone(),
+                    sender_id: line.sender_id.clone(),
+                    sender_name: line.sender_name.clone(),
+                    text: line.text.clone(),
+                    timestamp_ms: line.timestamp_ms,
+                    reply_to: None,
+                });
+            }
+            out.push(ChannelMessage {
+                channel: m.channel.clone(),
+                chat_id: m.chat_id.clone(),
+                message_id: m.message_id.clone(),
+                sender_id: m.sender.id.clone(),
+                sender_name: m.sender.name.clone(),
+                text: m.text.clone(),
+                timestamp_ms: m.timestamp_ms,
+                reply_to: m.reply_to.clone(),
+            });
+        }
+        out
+    }
+
+    /// Commits the turn (entries, consumption of `batch`'s inbox items, chat messages for
+    /// reply threads) in one transaction, waits until it is durable, then publishes the reply.
     async fn commit_and_publish(
         &self,
         session_key: &str,
-        batch: &TurnBatch<InboxItem>,
+        batch: &[InboxItem],
         mut entries: Vec<TranscriptEntry>,
         answer: TranscriptEntry,
         error: bool,
@@ -194,15 +395,17 @@ impl TurnEngine {
         let (_, seqs, ticket) = self.store.commit_turn(TurnCommit {
             session_key,
             entries,
-            consumed: batch.all_items().map(|i| i.seq).collect(),
+            consumed: batch.iter().map(|i| i.seq).collect(),
             now_ms: now_ms(),
+            channel_messages: Self::channel_messages(batch),
         })?;
+        self.context.invalidate(session_key);
         self.store.commit().wait(ticket).await?;
         self.replies.publish(Reply {
             session_key: session_key.to_string(),
             text,
             in_reply_to: batch
-                .all_items()
+                .iter()
                 .map(|i| i.record.message.message_id.clone())
                 .collect(),
             seq: seqs.last().copied().unwrap_or_default(),

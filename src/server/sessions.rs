@@ -3,7 +3,7 @@
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::error::ApiError;
 use super::AppState;
@@ -69,15 +69,8 @@ pub(super) async fn context(
     let Some(assembly) = state.runtime.context_dump(&key)? else {
         return Err(ApiError::not_found(format!("no session {key:?}")));
     };
-    let messages = assembly.messages();
-    Ok(Json(json!({
-        "session_key": key,
-        "blocks": assembly.blocks,
-        "dropped": assembly.dropped,
-        "older_entries_not_loaded": assembly.older_entries_not_loaded,
-        "messages": messages,
-        "budget": assembly.budget,
-        "total_tokens": assembly.budget.used,
-        "stable_prefix_tokens": assembly.stable_prefix_tokens,
-    })))
+    let mut dump = assembly.dump();
+    // The key as the client named it (the dump carries the normalised one too).
+    dump["session_key"] = Value::String(key);
+    Ok(Json(dump))
 }

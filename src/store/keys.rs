@@ -42,6 +42,73 @@ pub(super) fn split_inbox_key(key: &[u8]) -> Option<(&str, u64)> {
     Some((std::str::from_utf8(session).ok()?, u64::from_be_bytes(seq)))
 }
 
+/// The prefix of every `channel_messages` key of one chat: channel, NUL, chat id, NUL. Ids
+/// never contain NUL (inbound validation rejects control characters).
+pub(super) fn chat_prefix(channel: &str, chat_id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(channel.len() + chat_id.len() + 2);
+    k.extend_from_slice(channel.as_bytes());
+    k.push(SEP);
+    k.extend_from_slice(chat_id.as_bytes());
+    k.push(SEP);
+    k
+}
+
+/// `channel_messages` record key: chat prefix, `m`, message id.
+pub(super) fn channel_message_key(channel: &str, chat_id: &str, message_id: &str) -> Vec<u8> {
+    let mut k = chat_prefix(channel, chat_id);
+    k.push(b'm');
+    k.extend_from_slice(message_id.as_bytes());
+    k
+}
+
+/// `channel_messages` time-index key: chat prefix, `t`, timestamp, message id.
+pub(super) fn channel_time_key(
+    channel: &str,
+    chat_id: &str,
+    ts_ms: u64,
+    message_id: &str,
+) -> Vec<u8> {
+    let mut k = channel_time_prefix(channel, chat_id, ts_ms);
+    k.extend_from_slice(message_id.as_bytes());
+    k
+}
+
+/// The start of the time-index keys at `ts_ms`.
+pub(super) fn channel_time_prefix(channel: &str, chat_id: &str, ts_ms: u64) -> Vec<u8> {
+    let mut k = chat_prefix(channel, chat_id);
+    k.push(b't');
+    k.extend_from_slice(&ts_ms.to_be_bytes());
+    k
+}
+
+/// The message id at the end of a time-index key.
+pub(super) fn channel_time_key_id(key: &[u8], prefix_len: usize) -> Option<&str> {
+    std::str::from_utf8(key.get(prefix_len + 1 + 8..)?).ok()
+}
+
+/// The prefix of the reply-index keys of `parent`: chat prefix, `r`, parent id, NUL.
+pub(super) fn channel_replies_prefix(channel: &str, chat_id: &str, parent: &str) -> Vec<u8> {
+    let mut k = chat_prefix(channel, chat_id);
+    k.push(b'r');
+    k.extend_from_slice(parent.as_bytes());
+    k.push(SEP);
+    k
+}
+
+/// `channel_messages` reply-index key: replies prefix of the parent, timestamp, child id.
+pub(super) fn channel_reply_key(
+    channel: &str,
+    chat_id: &str,
+    parent: &str,
+    ts_ms: u64,
+    child: &str,
+) -> Vec<u8> {
+    let mut k = channel_replies_prefix(channel, chat_id, parent);
+    k.extend_from_slice(&ts_ms.to_be_bytes());
+    k.extend_from_slice(child.as_bytes());
+    k
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +125,18 @@ mod tests {
         );
         assert_eq!(split_inbox_key(b"short"), None);
         assert_eq!(transcript_seq(&transcript_key(3, 9)), Some(9));
+    }
+
+    #[test]
+    fn channel_keys_sort_by_time_and_split() {
+        let a = channel_time_key("tg", "c", 5, "zz");
+        let b = channel_time_key("tg", "c", 300, "aa");
+        assert!(a < b);
+        let prefix = chat_prefix("tg", "c").len();
+        assert_eq!(channel_time_key_id(&b, prefix), Some("aa"));
+        assert!(channel_message_key("tg", "c", "1") < channel_time_prefix("tg", "c", 0));
+        let r = channel_reply_key("tg", "c", "p", 7, "child");
+        assert!(r.starts_with(&channel_replies_prefix("tg", "c", "p")));
+        assert!(!r.starts_with(&channel_replies_prefix("tg", "c", "")));
     }
 }

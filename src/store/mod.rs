@@ -2,9 +2,13 @@
 //!
 //! Trees: `sessions` (session key → [`SessionRecord`]), `transcript` (session id + seq →
 //! [`TranscriptEntry`]), `inbox` (session key + NUL + inbox seq → [`InboxRecord`]), `meta`
-//! (schema version), `dedupe` (preflight dedupe key → expiry ms, see `dedupe.rs`). A turn's commit touches `sessions`, `transcript` and `inbox` in one
-//! transaction, so a turn is either wholly stored and consumed or not at all.
+//! (schema version), `dedupe` (preflight dedupe key → expiry ms, see `dedupe.rs`),
+//! `channel_messages` (chat messages by id, time and parent, for reply threads; see
+//! `channel.rs`). A turn's commit touches `sessions`, `transcript`, `inbox` and
+//! `channel_messages` in one transaction, so a turn is either wholly stored and consumed or not
+//! at all.
 
+mod channel;
 mod codec;
 mod dedupe;
 mod durability;
@@ -24,8 +28,8 @@ pub use codec::{decode, encode, VALUE_VERSION};
 pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
 pub use durability::GroupCommit;
 pub use records::{
-    EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent, ToolInfo,
-    TranscriptEntry,
+    ChannelMessage, EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent,
+    ToolInfo, TranscriptEntry,
 };
 
 use crate::config::StorageConfig;
@@ -49,6 +53,7 @@ struct StoreInner {
     dedupe: sled::Tree,
     /// Where the incremental prune of `dedupe` continues (see `dedupe.rs`).
     dedupe_cursor: std::sync::Mutex<Vec<u8>>,
+    channel_messages: sled::Tree,
     commit: GroupCommit,
     queued: AtomicUsize,
     data_dir: PathBuf,
@@ -74,6 +79,9 @@ pub struct TurnCommit<'a> {
     pub consumed: Vec<u64>,
     /// Commit time, ms since the epoch.
     pub now_ms: u64,
+    /// Chat messages to remember for reply threads (the turn's messages and the group history
+    /// they carried).
+    pub channel_messages: Vec<ChannelMessage>,
 }
 
 impl Store {
@@ -118,6 +126,7 @@ impl Store {
         let transcript = open("transcript")?;
         let inbox = open("inbox")?;
         let dedupe = open("dedupe")?;
+        let channel_messages = open("channel_messages")?;
         let queued = AtomicUsize::new(inbox.len());
         let commit = GroupCommit::start(
             db.clone(),
@@ -132,6 +141,7 @@ impl Store {
                 inbox,
                 dedupe,
                 dedupe_cursor: std::sync::Mutex::new(Vec::new()),
+                channel_messages,
                 commit,
                 queued,
                 data_dir,
@@ -232,8 +242,14 @@ impl Store {
             .iter()
             .map(|s| keys::inbox_key(turn.session_key, *s))
             .collect();
-        let result = (&inner.sessions, &inner.transcript, &inner.inbox).transaction(
-            |(sessions, transcript, inbox)| {
+        let channel_writes = channel::writes(&turn.channel_messages)?;
+        let result = (
+            &inner.sessions,
+            &inner.transcript,
+            &inner.inbox,
+            &inner.channel_messages,
+        )
+            .transaction(|(sessions, transcript, inbox, channel_messages)| {
                 let mut record = match sessions.get(turn.session_key)? {
                     Some(bytes) => decode::<SessionRecord>("sessions", &bytes)
                         .map_err(ConflictableTransactionError::Abort)?,
@@ -264,12 +280,14 @@ impl Store {
                         consumed += 1;
                     }
                 }
+                for (k, v) in &channel_writes {
+                    channel_messages.insert(k.as_slice(), v.as_slice())?;
+                }
                 record.updated_at_ms = turn.now_ms;
                 let bytes = encode(&record).map_err(ConflictableTransactionError::Abort)?;
                 sessions.insert(turn.session_key.as_bytes(), bytes)?;
                 Ok((record, seqs, consumed))
-            },
-        );
+            });
         let (record, seqs, consumed) = result.map_err(|e| match e {
             TransactionError::Abort(e) => e,
             TransactionError::Storage(source) => StoreError::Sled {

@@ -121,3 +121,25 @@ pub struct InboxRecord {
     /// first; shown to the model as untrusted context.
     pub group_history: Vec<HistoryLine>,
 }
+
+/// A chat message as the `channel_messages` tree keeps it, for reply threads: every message a
+/// turn answered and the pending group history it carried, written when the turn commits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelMessage {
+    /// The platform (`telegram`…).
+    pub channel: String,
+    /// The chat's platform id.
+    pub chat_id: String,
+    /// The message's platform id.
+    pub message_id: String,
+    /// Sender id.
+    pub sender_id: String,
+    /// Sender display name (untrusted).
+    pub sender_name: String,
+    /// The text (untrusted), cut to [`crate::inbound::MAX_UNTRUSTED_CHARS`] characters.
+    pub text: String,
+    /// When it was sent, ms since the epoch.
+    pub timestamp_ms: u64,
+    /// The message it replies to.
+    pub reply_to: Option<String>,
+}

@@ -80,6 +80,7 @@ async fn inbox_pending_commit_and_reopen() {
             ],
             consumed: vec![a.seq],
             now_ms: 5,
+            channel_messages: vec![],
         })
         .unwrap();
     store.commit().wait(ticket).await.unwrap();
@@ -187,6 +188,7 @@ async fn dedupe_keys_are_written_with_the_inbox_entry_and_survive_a_reopen() {
             entries: vec![entry(EntryKind::User, "q")],
             consumed: vec![item.seq],
             now_ms: 2,
+            channel_messages: vec![],
         })
         .unwrap();
     store.commit().wait(ticket).await.unwrap();
@@ -247,5 +249,78 @@ async fn expired_dedupe_keys_are_pruned_on_open_and_with_bounded_work_per_write(
     drop(store);
     let store = reopen(dir.path()).await;
     assert_eq!(store.dedupe_len(), 0);
+    store.close().await.unwrap();
+}
+
+fn chat_message(id: &str, ts: u64, reply_to: Option<&str>) -> ChannelMessage {
+    ChannelMessage {
+        channel: "tg".into(),
+        chat_id: "c1".into(),
+        message_id: id.into(),
+        sender_id: "u".into(),
+        sender_name: "U".into(),
+        text: format!("text {id}"),
+        timestamp_ms: ts,
+        reply_to: reply_to.map(str::to_string),
+    }
+}
+
+#[tokio::test]
+async fn channel_messages_by_id_time_and_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    let mut long = chat_message("long", 50, None);
+    long.text = "é".repeat(crate::inbound::MAX_UNTRUSTED_CHARS + 10);
+    let mut other_chat = chat_message("x", 100, Some("p"));
+    other_chat.chat_id = "c2".into();
+    let messages = vec![
+        chat_message("p", 100, None),
+        chat_message("r1", 200, Some("p")),
+        chat_message("r2", 150, Some("p")),
+        chat_message("far", 100_000, Some("r1")),
+        long,
+        other_chat,
+    ];
+    let (_, _, ticket) = store
+        .commit_turn(TurnCommit {
+            session_key: "k",
+            entries: vec![entry(EntryKind::User, "q")],
+            consumed: vec![],
+            now_ms: 5,
+            channel_messages: messages,
+        })
+        .unwrap();
+    store.commit().wait(ticket).await.unwrap();
+    let p = store.channel_message("tg", "c1", "p").unwrap().unwrap();
+    assert_eq!(p.text, "text p");
+    assert!(store.channel_message("tg", "c1", "nope").unwrap().is_none());
+    assert!(store.channel_message("tg", "c2", "p").unwrap().is_none());
+    let stored_long = store.channel_message("tg", "c1", "long").unwrap().unwrap();
+    assert_eq!(
+        stored_long.text.chars().count(),
+        crate::inbound::MAX_UNTRUSTED_CHARS
+    );
+
+    let replies = store.channel_replies("tg", "c1", "p", 10).unwrap();
+    let ids: Vec<&str> = replies.iter().map(|m| m.message_id.as_str()).collect();
+    assert_eq!(ids, ["r2", "r1"], "time order");
+    assert_eq!(store.channel_replies("tg", "c1", "p", 1).unwrap().len(), 1);
+    assert!(store
+        .channel_replies("tg", "c1", "r2", 10)
+        .unwrap()
+        .is_empty());
+
+    let near = store
+        .channel_messages_between("tg", "c1", 0, 200, 10)
+        .unwrap();
+    let ids: Vec<&str> = near.iter().map(|m| m.message_id.as_str()).collect();
+    assert_eq!(ids, ["long", "p", "r2", "r1"]);
+    assert_eq!(
+        store
+            .channel_messages_between("tg", "c1", 101, 199, 10)
+            .unwrap()
+            .len(),
+        1
+    );
     store.close().await.unwrap();
 }

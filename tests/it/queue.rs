@@ -95,7 +95,9 @@ async fn collect_answers_messages_queued_during_a_turn_in_one_turn() {
         text.contains("[Queued messages while agent was busy]"),
         "{text}"
     );
-    assert!(text.contains("Queued #3\nfourth"), "{text}");
+    let (second_at, fourth_at) = (text.find("second"), text.find("fourth"));
+    assert!(text.contains("Queued #3"), "{text}");
+    assert!(second_at < fourth_at && second_at.is_some(), "{text}");
     assert_eq!(
         model.calls.load(Ordering::SeqCst),
         2,
@@ -169,7 +171,11 @@ async fn a_panicking_turn_is_retried_then_answered_with_an_error_and_the_session
     server.send(&Msg::group("p", "m2", "hello again")).await;
     let reply = events.expect_next().await.json();
     assert_eq!(reply["in_reply_to"], serde_json::json!(["m2"]));
-    assert_eq!(reply["text"], serde_json::json!("seen: hello again"));
+    let text = reply["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with("seen: ") && text.ends_with("hello again"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

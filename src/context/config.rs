@@ -1,0 +1,87 @@
+//! The pipeline as configured in TOML: `[[context.sources]]` and `[[context.processors]]`, each
+//! a registered name with its priority, weight and parameters, in order.
+
+use serde::{Deserialize, Serialize};
+
+/// One stage of the pipeline: a registered source or processor and its settings.
+///
+/// ```toml
+/// [[context.sources]]
+/// name = "memory_recall"
+/// priority = 45          # optional: the source's own default otherwise
+/// weight = 0             # optional: the source's weight(session) otherwise
+/// params = { top_n = 3 } # optional: the source's parameters
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageSpec {
+    /// The registered name.
+    pub name: String,
+    /// Sources only: 0–100, the priority of the blocks it produces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u8>,
+    /// Sources only: a fixed weight instead of the source's `weight(session)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i32>,
+    /// Parameters, checked by the stage (unknown keys are an error).
+    #[serde(default, skip_serializing_if = "toml::Table::is_empty")]
+    pub params: toml::Table,
+}
+
+impl StageSpec {
+    /// A stage with default settings.
+    pub fn named(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            priority: None,
+            weight: None,
+            params: toml::Table::new(),
+        }
+    }
+}
+
+/// The built-in sources in their default collection order. A source collected earlier claims
+/// its share of the budget first: the system prompt and the current message before anything
+/// else, history last.
+pub fn default_sources() -> Vec<StageSpec> {
+    [
+        "system_prompt",
+        "current_message",
+        "bootstrap",
+        "skills",
+        "system_events",
+        "reply_thread",
+        "group_history",
+        "compaction_summary",
+        "memory_recall",
+        "history",
+    ]
+    .into_iter()
+    .map(StageSpec::named)
+    .collect()
+}
+
+/// The built-in processors in their default order. `trim_to_budget` comes last; the pipeline
+/// always repairs tool pairing and enforces the budget after the configured processors.
+pub fn default_processors() -> Vec<StageSpec> {
+    [
+        "dedupe",
+        "sanitize",
+        "message_count",
+        "ttl_decay",
+        "tool_result_guard",
+        "trim_to_budget",
+    ]
+    .into_iter()
+    .map(StageSpec::named)
+    .collect()
+}
+
+/// Parses a stage's parameters into `T` (whose unknown keys are an error).
+pub fn parse_params<T: serde::de::DeserializeOwned>(
+    stage: &str,
+    params: &toml::Table,
+) -> Result<T, String> {
+    T::deserialize(toml::Value::Table(params.clone()))
+        .map_err(|e| format!("context stage {stage:?}: {e}"))
+}

@@ -1,0 +1,152 @@
+//! [`ContextEngine`]: the pipeline, the per-chat-kind policies and the assembly cache, as the
+//! turn engine uses them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::cache::{AssemblyCache, CacheKey, CacheStats};
+use super::dump::Assembly;
+use super::error::ContextError;
+use super::pipeline::Pipeline;
+use super::presets::{policy_for, ChatPolicy};
+use super::registry::Registry;
+use super::session::{
+    chat_kind_of_key, ContextStore, CurrentMessage, QueueInfo, SessionView, StoredSession,
+};
+use super::TokenBudget;
+use crate::config::Config;
+use crate::error::ConfigError;
+use crate::inbound::ChatKind;
+use crate::model::TokenCounter;
+
+/// What to assemble.
+#[derive(Debug, Clone)]
+pub struct AssemblyRequest<'a> {
+    /// The session key.
+    pub session_key: &'a str,
+    /// The stored session, if any.
+    pub stored: Option<StoredSession>,
+    /// The messages the turn answers, oldest first (empty: what the next turn would see).
+    pub current: &'a [CurrentMessage],
+    /// How they were queued (coalesced batch, dropped messages).
+    pub queue: QueueInfo,
+    /// Now, ms since the epoch.
+    pub now_ms: u64,
+}
+
+/// The context engine of a runtime.
+pub struct ContextEngine {
+    pipeline: Pipeline,
+    cache: AssemblyCache,
+    /// Policies for direct, group and channel chats.
+    policies: [ChatPolicy; 3],
+    max_tokens: u32,
+    context_window: u32,
+    reserve_output_tokens: u32,
+    tokens: TokenCounter,
+}
+
+fn slot(kind: ChatKind) -> usize {
+    match kind {
+        ChatKind::Direct => 0,
+        ChatKind::Group => 1,
+        ChatKind::Channel => 2,
+    }
+}
+
+impl ContextEngine {
+    /// Builds the engine `config` describes from the stages in `registry`.
+    pub fn new(
+        config: &Config,
+        registry: &Registry,
+        tokens: TokenCounter,
+    ) -> Result<Self, ConfigError> {
+        let c = &config.context;
+        let policy = |kind| {
+            policy_for(kind, &c.chat_kinds, &c.presets)
+                .map_err(|why| ConfigError::Invalid(format!("context.chat_kinds: {why}")))
+        };
+        Ok(Self {
+            pipeline: Pipeline::from_config(config, registry)?,
+            cache: AssemblyCache::new(
+                c.cache_max_sessions,
+                Duration::from_millis(c.cache_max_age_ms),
+            ),
+            policies: [
+                policy(ChatKind::Direct)?,
+                policy(ChatKind::Group)?,
+                policy(ChatKind::Channel)?,
+            ],
+            max_tokens: c.max_tokens,
+            context_window: config.model.context_window,
+            reserve_output_tokens: c.reserve_output_tokens,
+            tokens,
+        })
+    }
+
+    /// The policy for chats of `kind`.
+    pub fn policy(&self, kind: ChatKind) -> &ChatPolicy {
+        &self.policies[slot(kind)]
+    }
+
+    /// The budget under `policy`: min(preset max_tokens, `context.max_tokens`, window −
+    /// reserve).
+    pub fn budget(&self, policy: &ChatPolicy) -> TokenBudget {
+        TokenBudget::new(
+            policy.max_tokens.min(self.max_tokens),
+            self.context_window,
+            self.reserve_output_tokens,
+        )
+    }
+
+    /// Assembles (or takes from the cache) the context for `request`.
+    pub fn assemble(
+        &self,
+        store: &dyn ContextStore,
+        request: AssemblyRequest<'_>,
+    ) -> Result<Arc<Assembly>, ContextError> {
+        let chat_kind = request
+            .current
+            .first()
+            .map(|c| c.record.message.chat_kind)
+            .unwrap_or_else(|| chat_kind_of_key(request.session_key));
+        let policy = self.policy(chat_kind);
+        let budget = self.budget(policy);
+        let view = SessionView::new(
+            request.session_key,
+            chat_kind,
+            policy,
+            request.now_ms,
+            request.current,
+            request.stored,
+            self.tokens,
+            budget.total,
+            store,
+        )
+        .with_queue(request.queue.clone());
+        let key = CacheKey {
+            chat_kind,
+            queue: request.queue,
+            next_seq: request.stored.map_or(0, |s| s.next_seq),
+            batch: request.current.iter().map(|c| c.inbox_seq).collect(),
+            fingerprints: self.pipeline.fingerprints(&view),
+        };
+        if let Some(hit) = self.cache.get(request.session_key, &key) {
+            return Ok(hit);
+        }
+        let assembly = Arc::new(self.pipeline.assemble(&view, budget)?);
+        self.cache
+            .insert(request.session_key, key, Arc::clone(&assembly));
+        Ok(assembly)
+    }
+
+    /// Forgets the cached assembly of `session_key` (its transcript changed).
+    pub fn invalidate(&self, session_key: &str) {
+        self.cache.invalidate(session_key);
+    }
+
+    /// Assembly-cache hits and misses.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+}

@@ -1,0 +1,124 @@
+//! [`MemoryStore`]: an in-memory [`ContextStore`] for tests, benches and embedders that keep
+//! history elsewhere.
+
+use std::collections::HashMap;
+
+use super::session::{ContextStore, StoredSession};
+use crate::error::StoreError;
+use crate::store::{ChannelMessage, TranscriptEntry};
+
+/// Transcripts and chat messages held in memory.
+#[derive(Debug, Default, Clone)]
+pub struct MemoryStore {
+    transcripts: HashMap<u64, Vec<(u64, TranscriptEntry)>>,
+    channel: Vec<ChannelMessage>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends `entry` to session `session_id`; returns its sequence (from 1).
+    pub fn push_entry(&mut self, session_id: u64, entry: TranscriptEntry) -> u64 {
+        let t = self.transcripts.entry(session_id).or_default();
+        let seq = t.last().map_or(1, |(s, _)| s + 1);
+        t.push((seq, entry));
+        seq
+    }
+
+    /// Remembers a chat message.
+    pub fn push_channel_message(&mut self, message: ChannelMessage) {
+        self.channel.push(message);
+    }
+
+    /// The session `session_id` as assembly sees it, if it has entries.
+    pub fn stored(&self, session_id: u64) -> Option<StoredSession> {
+        let t = self.transcripts.get(&session_id)?;
+        Some(StoredSession {
+            id: session_id,
+            entries: t.len() as u64,
+            next_seq: t.last().map_or(1, |(s, _)| s + 1),
+        })
+    }
+
+    fn chat<'a>(
+        &'a self,
+        channel: &'a str,
+        chat_id: &'a str,
+    ) -> impl DoubleEndedIterator<Item = &'a ChannelMessage> {
+        self.channel
+            .iter()
+            .filter(move |m| m.channel == channel && m.chat_id == chat_id)
+    }
+
+    fn sorted(mut v: Vec<ChannelMessage>, limit: usize) -> Vec<ChannelMessage> {
+        v.sort_by(|a, b| (a.timestamp_ms, &a.message_id).cmp(&(b.timestamp_ms, &b.message_id)));
+        v.truncate(limit);
+        v
+    }
+}
+
+impl ContextStore for MemoryStore {
+    fn newest_entries(
+        &self,
+        session_id: u64,
+        keep: &mut dyn FnMut(&TranscriptEntry) -> bool,
+    ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
+        let mut out = Vec::new();
+        if let Some(t) = self.transcripts.get(&session_id) {
+            for (seq, e) in t.iter().rev() {
+                if !keep(e) {
+                    break;
+                }
+                out.push((*seq, e.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    fn channel_message(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        message_id: &str,
+    ) -> Result<Option<ChannelMessage>, StoreError> {
+        Ok(self
+            .chat(channel, chat_id)
+            .rev()
+            .find(|m| m.message_id == message_id)
+            .cloned())
+    }
+
+    fn channel_replies(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        parent: &str,
+        limit: usize,
+    ) -> Result<Vec<ChannelMessage>, StoreError> {
+        let v = self
+            .chat(channel, chat_id)
+            .filter(|m| m.reply_to.as_deref() == Some(parent))
+            .cloned()
+            .collect();
+        Ok(Self::sorted(v, limit))
+    }
+
+    fn channel_messages_between(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<ChannelMessage>, StoreError> {
+        let v = self
+            .chat(channel, chat_id)
+            .filter(|m| (from_ms..=to_ms).contains(&m.timestamp_ms))
+            .cloned()
+            .collect();
+        Ok(Self::sorted(v, limit))
+    }
+}

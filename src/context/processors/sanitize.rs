@@ -1,0 +1,77 @@
+//! `sanitize`: prompt-injection hygiene on user-controlled blocks (`metadata.user_text`):
+//! role tags like `[System]` become `(System)`, lines starting `System:` become
+//! `System (untrusted):`, CRLF is normalised (`crate::inbound::sanitize_text`). A changed
+//! block is re-counted; an unchanged one costs a byte scan.
+
+use serde::Deserialize;
+
+use crate::context::{Blocks, ContextError, ContextProcessor, SessionView, StageContext};
+use crate::inbound::sanitize_text;
+use crate::model::MESSAGE_OVERHEAD_TOKENS;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Params {}
+
+/// The `sanitize` processor.
+#[derive(Debug, Default)]
+pub struct Sanitize;
+
+impl Sanitize {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+        let _: Params = c.params()?;
+        Ok(Self)
+    }
+}
+
+/// False when `sanitize_text` cannot change `text`: it only acts on `\r`, `[…]` tags and
+/// `system:` at a line start.
+fn may_change(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.contains(&b'\r')
+        || b.contains(&b'[')
+        || b.iter()
+            .enumerate()
+            .any(|(i, c)| *c == b':' && i >= 6 && b[i - 6..i].eq_ignore_ascii_case(b"system"))
+}
+
+impl ContextProcessor for Sanitize {
+    fn name(&self) -> &str {
+        "sanitize"
+    }
+
+    fn process(&self, blocks: &mut Blocks, session: &SessionView<'_>) -> Result<(), ContextError> {
+        let needs = blocks
+            .blocks()
+            .iter()
+            .any(|b| b.metadata.user_text && may_change(&b.content));
+        if !needs {
+            return Ok(());
+        }
+        blocks.edit(|b| {
+            if !b.metadata.user_text || !may_change(&b.content) {
+                return;
+            }
+            let clean = sanitize_text(&b.content);
+            if clean != b.content {
+                b.token_count = session.tokens.count(&clean) + MESSAGE_OVERHEAD_TOKENS;
+                b.content = clean;
+            }
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_path_is_conservative() {
+        for text in ["[System] x", "a\r\nb", "SYSTEM: x", "  system: y"] {
+            assert!(may_change(text), "{text}");
+            assert!(sanitize_text(text) != text || text.contains('\r'));
+        }
+        assert!(!may_change("plain words, nothing to do"));
+    }
+}

@@ -1,0 +1,8 @@
+//! Tests of the context engine: each processor alone, sources, whole assemblies against golden
+//! snapshots, and properties over random sessions.
+
+mod fixtures;
+mod golden;
+mod processors;
+mod properties;
+mod sources;

@@ -1,0 +1,129 @@
+//! The `channel_messages` tree: chat messages kept for reply threads.
+//!
+//! Three key families under one chat prefix (`channel NUL chat_id NUL`), so every lookup is a
+//! point read or a short range scan:
+//! - `m` + message id → [`ChannelMessage`] (by id),
+//! - `t` + timestamp + message id → empty (by time: neighbours of a message),
+//! - `r` + parent id + NUL + timestamp + child id → empty (direct replies of a message).
+//!
+//! A message stored twice with different timestamps leaves a stale index key; reads resolve
+//! every index key through the `m` record and de-duplicate, so it does no harm.
+
+use super::{decode, encode, keys, ChannelMessage, Store, StoreError};
+use crate::inbound::MAX_UNTRUSTED_CHARS;
+
+/// Key/value pairs to insert.
+pub(super) type Writes = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Encodes the key/value writes that store `messages` (texts cut to
+/// [`MAX_UNTRUSTED_CHARS`] characters: the model never sees more of them).
+pub(super) fn writes(messages: &[ChannelMessage]) -> Result<Writes, StoreError> {
+    let mut out = Vec::with_capacity(messages.len() * 3);
+    for m in messages {
+        if m.message_id.contains('\0') {
+            continue;
+        }
+        let mut m = m.clone();
+        if let Some((cut, _)) = m.text.char_indices().nth(MAX_UNTRUSTED_CHARS) {
+            m.text.truncate(cut);
+        }
+        let (channel, chat, id, ts) = (&m.channel, &m.chat_id, &m.message_id, m.timestamp_ms);
+        out.push((keys::channel_time_key(channel, chat, ts, id), Vec::new()));
+        if let Some(parent) = m.reply_to.as_deref().filter(|p| !p.contains('\0')) {
+            out.push((
+                keys::channel_reply_key(channel, chat, parent, ts, id),
+                Vec::new(),
+            ));
+        }
+        out.push((keys::channel_message_key(channel, chat, id), encode(&m)?));
+    }
+    Ok(out)
+}
+
+impl Store {
+    /// The stored message `message_id` of a chat.
+    pub fn channel_message(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        message_id: &str,
+    ) -> Result<Option<ChannelMessage>, StoreError> {
+        self.inner
+            .channel_messages
+            .get(keys::channel_message_key(channel, chat_id, message_id))
+            .map_err(StoreError::sled("reading a channel message"))?
+            .map(|v| decode("channel_messages", &v))
+            .transpose()
+    }
+
+    /// Stored messages that reply to `parent`, oldest first, at most `limit`.
+    pub fn channel_replies(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        parent: &str,
+        limit: usize,
+    ) -> Result<Vec<ChannelMessage>, StoreError> {
+        let prefix = keys::channel_replies_prefix(channel, chat_id, parent);
+        let mut ids = Vec::new();
+        for kv in self.inner.channel_messages.scan_prefix(&prefix).keys() {
+            let k = kv.map_err(StoreError::sled("reading channel replies"))?;
+            if let Some(id) = k
+                .get(prefix.len() + 8..)
+                .and_then(|b| std::str::from_utf8(b).ok())
+            {
+                if !ids.iter().any(|seen: &String| seen == id) {
+                    ids.push(id.to_string());
+                }
+            }
+            if ids.len() >= limit {
+                break;
+            }
+        }
+        self.resolve(channel, chat_id, ids)
+    }
+
+    /// Stored messages of a chat sent between `from_ms` and `to_ms` (inclusive), oldest first,
+    /// at most `limit`.
+    pub fn channel_messages_between(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        from_ms: u64,
+        to_ms: u64,
+        limit: usize,
+    ) -> Result<Vec<ChannelMessage>, StoreError> {
+        let start = keys::channel_time_prefix(channel, chat_id, from_ms);
+        let end = keys::channel_time_prefix(channel, chat_id, to_ms.saturating_add(1));
+        let prefix_len = keys::chat_prefix(channel, chat_id).len();
+        let mut ids = Vec::new();
+        for kv in self.inner.channel_messages.range(start..end).keys() {
+            let k = kv.map_err(StoreError::sled("reading channel messages by time"))?;
+            if let Some(id) = keys::channel_time_key_id(&k, prefix_len) {
+                if !ids.iter().any(|seen: &String| seen == id) {
+                    ids.push(id.to_string());
+                }
+            }
+            if ids.len() >= limit {
+                break;
+            }
+        }
+        self.resolve(channel, chat_id, ids)
+    }
+
+    fn resolve(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        ids: Vec<String>,
+    ) -> Result<Vec<ChannelMessage>, StoreError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(m) = self.channel_message(channel, chat_id, &id)? {
+                out.push(m);
+            }
+        }
+        out.sort_by(|a, b| (a.timestamp_ms, &a.message_id).cmp(&(b.timestamp_ms, &b.message_id)));
+        Ok(out)
+    }
+}
