@@ -119,6 +119,19 @@ pub enum ModelError {
     Cancelled,
 }
 
+impl ModelError {
+    /// A short, stable name of the failure, used as a metrics label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelError::Transport(_) => "transport",
+            ModelError::Status { .. } => "status",
+            ModelError::ContextOverflow(_) => "context_overflow",
+            ModelError::Protocol(_) => "protocol",
+            ModelError::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// The runtime's general error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -146,4 +159,11 @@ pub enum Error {
     /// Waiting for a reply took too long.
     #[error("timed out waiting for {0}")]
     Timeout(&'static str),
+    /// The operation exists in the API but not in this build (e.g. compaction before the
+    /// compactor is wired in).
+    #[error("not available in this build: {0}")]
+    NotAvailable(&'static str),
+    /// The operation conflicts with work in progress (e.g. deleting a session mid-turn).
+    #[error("conflict: {0}")]
+    Conflict(String),
 }

@@ -23,8 +23,11 @@
 //! - `model`: model requests, the built-in `echo` model, token counting.
 //! - `context`: assembly of a turn's context inside its token budget, and the dump.
 //! - `runtime`: the [`Runtime`] handle, the turn engine, the actors' backend, the reply hub.
-//! - `channels`: transports that feed the supervisor (the API channel).
-//! - `server`: the axum HTTP API.
+//! - `channels`: transports that feed the supervisor (API, Telegram, webhook callbacks) and the
+//!   router that sends replies back through them.
+//! - `metrics`: Prometheus metrics and per-turn timing, behind one-line functions.
+//! - `secret`: secrets from the environment, redacted when printed, compared in constant time.
+//! - `server`: the axum HTTP API, with auth and rate limits.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
@@ -33,8 +36,10 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod inbound;
+pub mod metrics;
 pub mod model;
 pub mod runtime;
+pub mod secret;
 pub mod server;
 pub mod store;
 

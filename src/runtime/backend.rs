@@ -3,7 +3,11 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument;
 use turnstile_actors::{Backend, LaneSettings, QueueItem, SessionKey, TurnFailure};
+
+use super::running::RunningTurns;
+use crate::metrics;
 
 use super::turn::{now_ms, TurnEngine};
 use super::Refusal;
@@ -31,6 +35,8 @@ pub struct Accepted {
 pub struct TurnBackend {
     pub(crate) engine: Arc<TurnEngine>,
     pub(crate) settings: LaneSettings,
+    /// Sessions with a turn in progress (shared with the runtime, which refuses deletes then).
+    pub(crate) running: Arc<RunningTurns>,
 }
 
 impl Backend for TurnBackend {
@@ -90,13 +96,18 @@ impl Backend for TurnBackend {
     }
 
     async fn run_turn(&self, key: SessionKey, batch: Vec<InboxItem>) -> Result<(), String> {
-        self.engine
-            .run(&key, &batch)
-            .await
-            .map_err(|e| e.to_string())
+        let _running = self.running.enter(&key);
+        let span = metrics::turn_span(&key, batch.len());
+        let result = self.engine.run(&key, &batch).instrument(span).await;
+        result.map_err(|e| {
+            metrics::turn_failed();
+            e.to_string()
+        })
     }
 
     async fn abandon_turn(&self, key: SessionKey, batch: Vec<InboxItem>, failure: TurnFailure) {
+        let _running = self.running.enter(&key);
+        metrics::turn_abandoned();
         tracing::error!(session_key = %key, %failure, "turn abandoned after retries");
         if let Err(e) = self
             .engine

@@ -2,7 +2,10 @@
 //! actors behind it stay private.
 
 mod backend;
+mod ops;
+mod ports;
 mod replies;
+mod running;
 mod turn;
 
 use std::path::PathBuf;
@@ -12,16 +15,22 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::{broadcast, Semaphore};
-use turnstile_actors::{ChannelHandle, LaneSettings, SupervisorHandle};
+use turnstile_actors::{Channel, ChannelHandle, LaneSettings, SupervisorHandle};
+
+use ports::ChannelTasks;
+use running::RunningTurns;
 
 pub use backend::{Accepted, TurnBackend};
-pub use replies::{Reply, ReplyHub, ReplyWaiter};
+pub use ops::{Compacted, Deleted, Stats};
+pub use ports::ChannelPort;
+pub use replies::{Reply, ReplyHub, ReplyRoute, ReplyWaiter};
 pub use turn::TurnEngine;
 
 use crate::channels::ApiChannel;
 use crate::config::Config;
 use crate::context::Assembly;
 use crate::error::Error;
+use crate::metrics;
 use crate::inbound::{normalize_session_key, InboundEvent, InboundMessage};
 use crate::model::{EchoModel, Encoding, Model, TokenCounter};
 use crate::store::{EntryKind, SessionRecord, Store};
@@ -42,6 +51,18 @@ pub enum DropReason {
     OtherMention,
     /// A platform event, queued for the next turn instead.
     SystemEvent,
+}
+
+impl Refusal {
+    /// The reason label counted in `turnstile_inbound_dropped_total`.
+    pub fn metric_reason(&self) -> &'static str {
+        match self {
+            Refusal::Dropped(reason) => reason.as_str(),
+            Refusal::Overloaded(_) => "overloaded",
+            Refusal::ShuttingDown => "shutting_down",
+            Refusal::Storage(_) => "storage",
+        }
+    }
 }
 
 impl DropReason {
@@ -142,6 +163,7 @@ pub struct TranscriptItem {
 pub struct RuntimeBuilder {
     config: Config,
     model: Option<Arc<dyn Model>>,
+    inspect_only: bool,
 }
 
 impl RuntimeBuilder {
@@ -160,6 +182,13 @@ impl RuntimeBuilder {
     /// Answers turns with `model` instead of the one the config names.
     pub fn model(mut self, model: Arc<dyn Model>) -> Self {
         self.model = Some(model);
+        self
+    }
+
+    /// Opens the runtime for inspection and maintenance (the operator CLI on a data dir): the
+    /// inbox is not replayed and configured channels are not started.
+    pub fn inspect_only(mut self) -> Self {
+        self.inspect_only = true;
         self
     }
 
@@ -184,7 +213,9 @@ impl RuntimeBuilder {
             config: Arc::clone(&config),
             model_permits: Semaphore::new(config.lanes.max_concurrent_turns),
         });
+        let running = Arc::new(RunningTurns::default());
         let backend = Arc::new(TurnBackend {
+            running: Arc::clone(&running),
             engine: Arc::clone(&engine),
             settings: LaneSettings {
                 idle_timeout: config.idle_timeout(),
@@ -195,20 +226,34 @@ impl RuntimeBuilder {
         });
         let (supervisor, _) = SupervisorHandle::start(backend).await?;
         let api = ChannelHandle::start(Arc::new(ApiChannel), &supervisor).await?;
-        let pending = store.sessions_with_pending()?;
-        if !pending.is_empty() {
-            tracing::info!(sessions = pending.len(), "replaying unanswered messages");
-            supervisor.recover(pending.into_iter().map(Into::into).collect())?;
-        }
-        Ok(Runtime {
+        let runtime = Runtime {
             inner: Arc::new(Inner {
                 config,
                 engine,
                 supervisor,
                 api,
                 closing: AtomicBool::new(false),
+                running,
+                channel_tasks: ChannelTasks::new(),
             }),
-        })
+        };
+        if self.inspect_only {
+            return Ok(runtime);
+        }
+        // Channels first, so replies to replayed messages find their channel.
+        if let Err(e) = crate::channels::start_configured(&runtime).await {
+            let _ = runtime.shutdown().await;
+            return Err(e);
+        }
+        let pending = store.sessions_with_pending()?;
+        if !pending.is_empty() {
+            tracing::info!(sessions = pending.len(), "replaying unanswered messages");
+            runtime
+                .inner
+                .supervisor
+                .recover(pending.into_iter().map(Into::into).collect())?;
+        }
+        Ok(runtime)
     }
 }
 
@@ -234,6 +279,10 @@ struct Inner {
     supervisor: SupervisorHandle<TurnBackend>,
     api: ChannelHandle<TurnBackend, ApiChannel>,
     closing: AtomicBool,
+    /// Sessions with a turn in progress.
+    running: Arc<RunningTurns>,
+    /// Background tasks of channels (pollers), stopped first at shutdown.
+    channel_tasks: ChannelTasks,
 }
 
 impl Runtime {
@@ -242,6 +291,7 @@ impl Runtime {
         RuntimeBuilder {
             config: Config::default(),
             model: None,
+            inspect_only: false,
         }
     }
 
@@ -263,18 +313,36 @@ impl Runtime {
         message: InboundMessage,
         session_key: Option<String>,
     ) -> Result<Result<Ack, Refusal>, Error> {
+        self.submit_through(&self.inner.api, "api", message, session_key)
+            .await
+    }
+
+    /// Submits through the channel actor `handle` (named `channel` in metrics).
+    pub(crate) async fn submit_through<C: Channel>(
+        &self,
+        handle: &ChannelHandle<TurnBackend, C>,
+        channel: &str,
+        message: InboundMessage,
+        session_key: Option<String>,
+    ) -> Result<Result<Ack, Refusal>, Error> {
         if self.inner.closing.load(Ordering::Acquire) {
+            metrics::inbound_dropped(channel, "shutting_down");
             return Ok(Err(Refusal::ShuttingDown));
         }
-        let message = message.validated(&self.inner.config.limits, turn::now_ms())?;
+        let message = message
+            .validated(&self.inner.config.limits, turn::now_ms())
+            .inspect_err(|_| metrics::inbound_dropped(channel, "invalid"))?;
         let message_id = message.message_id.clone();
         let event = InboundEvent {
             message,
             session_key,
         };
-        let accepted = match self.inner.api.submit(event).await? {
+        let accepted = match handle.submit(event).await? {
             Ok(a) => a,
-            Err(refusal) => return Ok(Err(refusal)),
+            Err(refusal) => {
+                metrics::inbound_dropped(channel, refusal.metric_reason());
+                return Ok(Err(refusal));
+            }
         };
         self.inner
             .engine
@@ -282,6 +350,7 @@ impl Runtime {
             .commit()
             .wait(accepted.ticket)
             .await?;
+        metrics::inbound_accepted(channel);
         Ok(Ok(Ack {
             session_key: accepted.session_key.to_string(),
             message_id,
@@ -386,6 +455,7 @@ impl Runtime {
     pub async fn shutdown(&self) -> Result<(), Error> {
         self.begin_shutdown();
         let grace = Duration::from_millis(self.inner.config.server.shutdown_grace_ms);
+        self.inner.channel_tasks.stop(grace).await;
         if !self.inner.supervisor.shutdown(grace).await {
             tracing::warn!(
                 "running turns did not finish in time; they will be replayed on next start"

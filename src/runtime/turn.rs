@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use super::replies::{Reply, ReplyHub};
+use super::replies::{Reply, ReplyHub, ReplyRoute};
 use crate::config::Config;
 use crate::context::{assemble, Assembly, AssemblyInput, TokenBudget};
 use crate::error::{Error, ModelError, StoreError};
+use crate::metrics;
 use crate::model::{Model, ModelRequest, TokenCounter, MESSAGE_OVERHEAD_TOKENS};
 use crate::store::{EntryKind, EntrySender, InboxItem, Store, TranscriptEntry, TurnCommit};
 
@@ -108,10 +109,13 @@ impl TurnEngine {
 
     /// Runs one turn for `batch` (oldest first).
     pub async fn run(&self, session_key: &str, batch: &[InboxItem]) -> Result<(), Error> {
+        let oldest = batch.iter().map(|i| i.record.accepted_at_ms).min();
+        let mut timer = metrics::TurnTimer::start(oldest.unwrap_or_default(), now_ms());
         let users = self.user_entries(batch);
         let current: Vec<(String, u32)> =
             users.iter().map(|e| (e.text.clone(), e.tokens)).collect();
         let assembly = self.assemble(session_key, &current)?;
+        timer.assembled(session_key, assembly.budget.used, assembly.budget.total);
         let request = ModelRequest {
             prompt_tokens: assembly.budget.used,
             messages: assembly.messages(),
@@ -124,11 +128,15 @@ impl TurnEngine {
                 .acquire()
                 .await
                 .map_err(|_| ModelError::Cancelled)?;
-            self.model.complete(&request).await?
+            let reply = self.model.complete(&request).await;
+            reply.inspect_err(|e| metrics::model_error(e.kind()))?
         };
+        timer.model_done();
+        let tokens = self.tokens.count(&reply.text);
+        let completion_tokens = reply.usage.map_or(tokens, |u| u.completion_tokens);
         let assistant = TranscriptEntry {
             kind: EntryKind::Assistant,
-            tokens: self.tokens.count(&reply.text),
+            tokens,
             text: reply.text,
             message_id: None,
             sender: None,
@@ -136,7 +144,9 @@ impl TurnEngine {
             tool: None,
         };
         self.commit_and_publish(session_key, batch, users, assistant, false)
-            .await
+            .await?;
+        timer.finished(completion_tokens);
+        Ok(())
     }
 
     /// Answers a turn that failed past its retries with an error notice and consumes its items.
@@ -187,6 +197,7 @@ impl TurnEngine {
                 .collect(),
             seq: seqs.last().copied().unwrap_or_default(),
             error,
+            route: ReplyRoute::of(batch),
         });
         Ok(())
     }

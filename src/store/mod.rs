@@ -5,7 +5,9 @@
 //! (schema version). A turn's commit touches `sessions`, `transcript` and `inbox` in one
 //! transaction, so a turn is either wholly stored and consumed or not at all.
 
+mod channel_state;
 mod codec;
+mod delete;
 mod durability;
 mod keys;
 mod records;
@@ -20,6 +22,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
 pub use codec::{decode, encode, VALUE_VERSION};
+pub use delete::SessionDeletion;
 pub use durability::GroupCommit;
 pub use records::{
     EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent, ToolInfo,
