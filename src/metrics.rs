@@ -26,8 +26,7 @@ pub const LATENCY_BUCKETS_SECONDS: &[f64] = &[
 ];
 /// Histogram buckets for token counts.
 pub const TOKEN_BUCKETS: &[f64] = &[
-    64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0, 65536.0,
-    131072.0,
+    64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0, 65536.0, 131072.0,
 ];
 /// Histogram buckets for the share of the context budget a turn used.
 pub const RATIO_BUCKETS: &[f64] = &[0.1, 0.25, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0];
@@ -444,7 +443,10 @@ mod tests {
     #[test]
     fn the_recorder_renders_turn_metrics() {
         let handle = install_prometheus().expect("first recorder in this test process");
-        assert!(install_prometheus().is_some(), "a second install shares the handle");
+        assert!(
+            install_prometheus().is_some(),
+            "a second install shares the handle"
+        );
         inbound_accepted("unit");
         let mut t = TurnTimer::start(1_000, 1_250);
         t.assembled("k", 95, 100);

@@ -218,8 +218,17 @@ mod tests {
         assert!(verify_signature(b"secret", &header, body, 1_010, 300));
         assert!(!verify_signature(b"secret", &header, b"{}", 1_010, 300));
         assert!(!verify_signature(b"other", &header, body, 1_010, 300));
-        assert!(!verify_signature(b"secret", &header, body, 2_000, 300), "stale");
+        assert!(
+            !verify_signature(b"secret", &header, body, 2_000, 300),
+            "stale"
+        );
         assert!(!verify_signature(b"secret", "garbage", body, 1_000, 300));
-        assert!(!verify_signature(b"secret", "t=1000,v1=zz", body, 1_000, 300));
+        assert!(!verify_signature(
+            b"secret",
+            "t=1000,v1=zz",
+            body,
+            1_000,
+            300
+        ));
     }
 }

@@ -37,7 +37,10 @@ mod tests {
         let (i, m) = (Duration::from_millis(100), Duration::from_millis(1_000));
         for _ in 0..50 {
             let first = backoff(i, m, 1);
-            assert!(first >= Duration::from_millis(50) && first <= i, "{first:?}");
+            assert!(
+                first >= Duration::from_millis(50) && first <= i,
+                "{first:?}"
+            );
             let third = backoff(i, m, 3);
             assert!(third >= Duration::from_millis(200) && third <= Duration::from_millis(400));
             assert!(backoff(i, m, 40) <= m);

@@ -30,8 +30,8 @@ use crate::channels::ApiChannel;
 use crate::config::Config;
 use crate::context::Assembly;
 use crate::error::Error;
-use crate::metrics;
 use crate::inbound::{normalize_session_key, InboundEvent, InboundMessage};
+use crate::metrics;
 use crate::model::{EchoModel, Encoding, Model, TokenCounter};
 use crate::store::{EntryKind, SessionRecord, Store};
 

@@ -33,7 +33,11 @@ pub(super) async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, 
         .await
         .map_err(|e| {
             tracing::error!(error = %e, "stats task failed");
-            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "internal error",
+            )
         })??;
     Ok(Json(stats))
 }

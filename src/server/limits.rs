@@ -74,9 +74,9 @@ impl RateLimiter {
                 client = Client::Shared;
             }
         }
-        self.gcra.check_key(&client).map_err(|not_until| {
-            not_until.wait_time_from(DefaultClock::default().now())
-        })
+        self.gcra
+            .check_key(&client)
+            .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
     }
 
     fn shrink(&self) {
@@ -118,8 +118,14 @@ mod tests {
             assert!(l.check(a, false).is_ok());
         }
         let wait = l.check(a, false).unwrap_err();
-        assert!(wait > Duration::ZERO && wait <= Duration::from_secs(1), "{wait:?}");
-        assert!(l.check(b, false).is_ok(), "another client has its own bucket");
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_secs(1),
+            "{wait:?}"
+        );
+        assert!(
+            l.check(b, false).is_ok(),
+            "another client has its own bucket"
+        );
     }
 
     #[test]

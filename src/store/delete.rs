@@ -124,7 +124,10 @@ mod tests {
         store
             .commit_turn(TurnCommit {
                 session_key: "k",
-                entries: vec![entry(EntryKind::User, "a"), entry(EntryKind::Assistant, "b")],
+                entries: vec![
+                    entry(EntryKind::User, "a"),
+                    entry(EntryKind::Assistant, "b"),
+                ],
                 consumed: vec![first.seq],
                 now_ms: 5,
             })
@@ -137,7 +140,11 @@ mod tests {
         assert_eq!((gone.entries, gone.pending), (2, 1));
         assert!(store.session("k").unwrap().is_none());
         assert!(store.pending("k", 0, 10).unwrap().is_empty());
-        assert_eq!(store.pending("k2", 0, 10).unwrap().len(), 2, "others untouched");
+        assert_eq!(
+            store.pending("k2", 0, 10).unwrap().len(),
+            2,
+            "others untouched"
+        );
         assert_eq!(store.queued(), 2);
         assert!(store.delete_session("k").unwrap().is_none());
         store.close().await.unwrap();

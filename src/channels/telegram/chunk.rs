@@ -56,7 +56,10 @@ mod tests {
         assert!(check("", 10).is_empty());
         assert_eq!(check("short", 10), vec!["short"]);
         assert_eq!(check("aaaa bbbb cccc", 10), vec!["aaaa bbbb ", "cccc"]);
-        assert_eq!(check("line one\nline two", 12), vec!["line one\n", "line two"]);
+        assert_eq!(
+            check("line one\nline two", 12),
+            vec!["line one\n", "line two"]
+        );
         assert_eq!(check(&"x".repeat(25), 10).len(), 3);
         // Astral characters take two UTF-16 units and are never split.
         assert_eq!(check(&"😀".repeat(6), 5).len(), 3);

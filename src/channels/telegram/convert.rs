@@ -45,11 +45,7 @@ pub fn split_chat_id(chat_id: &str) -> (&str, Option<&str>) {
 }
 
 fn utf16_slice(text: &str, offset: usize, length: usize) -> String {
-    let units: Vec<u16> = text
-        .encode_utf16()
-        .skip(offset)
-        .take(length)
-        .collect();
+    let units: Vec<u16> = text.encode_utf16().skip(offset).take(length).collect();
     String::from_utf16_lossy(&units)
 }
 
@@ -152,8 +148,8 @@ pub fn to_inbound(update: &Update, bot: &BotIdentity, account_id: &str) -> Optio
     let reply_to = m.reply_to_message.as_ref().and_then(|r| {
         // In a forum, a message that starts a topic thread "replies" to the topic's creation
         // message; that is not a reply to anyone.
-        let topic_root = m.is_topic_message == Some(true)
-            && m.message_thread_id == Some(r.message_id);
+        let topic_root =
+            m.is_topic_message == Some(true) && m.message_thread_id == Some(r.message_id);
         if !topic_root {
             mentioned_bot |= r.from.as_ref().is_some_and(|u| u.id == bot.id);
         }
@@ -236,6 +232,9 @@ mod tests {
             "message_id": 1, "date": 1, "chat": {"id": 42, "type": "private"},
             "from": {"id": 42, "first_name": "Ann"}, "new_chat_title": "x"
         }));
-        assert!(to_inbound(&dm, &bot(), "default").is_none(), "no text: not a turn");
+        assert!(
+            to_inbound(&dm, &bot(), "default").is_none(),
+            "no text: not a turn"
+        );
     }
 }

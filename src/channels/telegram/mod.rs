@@ -43,7 +43,8 @@ pub struct TelegramChannel {
 
 /// A chat id as the Bot API takes it: a number when it is one, else a `@channel` name.
 fn chat_value(chat: &str) -> Value {
-    chat.parse::<i64>().map_or_else(|_| json!(chat), |n| json!(n))
+    chat.parse::<i64>()
+        .map_or_else(|_| json!(chat), |n| json!(n))
 }
 
 impl TelegramChannel {

@@ -117,7 +117,11 @@ impl Poller {
                 }
             }
             if offset != before {
-                if let Err(error) = self.port.save_state(OFFSET_KEY, &offset.to_be_bytes()).await {
+                if let Err(error) = self
+                    .port
+                    .save_state(OFFSET_KEY, &offset.to_be_bytes())
+                    .await
+                {
                     tracing::warn!(%error, "cannot store the telegram offset; updates may be seen again after a restart");
                 }
             }
@@ -156,4 +160,3 @@ fn log_poll_error(error: &ApiError) {
         _ => tracing::warn!(%error, "telegram getUpdates failed; retrying"),
     }
 }
-
