@@ -100,9 +100,7 @@ pub struct CallbackChannel {
 
 impl std::fmt::Debug for CallbackChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CallbackChannel")
-            .field("url", &self.config.url)
-            .finish_non_exhaustive()
+        f.debug_struct("CallbackChannel").finish_non_exhaustive()
     }
 }
 
@@ -199,10 +197,14 @@ pub(crate) async fn start(runtime: &Runtime, config: CallbackConfig) -> Result<(
     } else {
         Serves::Channels(config.channels.clone())
     };
-    let url = config.url.clone();
+    // Only the host is logged: callback URLs often carry a token in their path or query.
+    let host = reqwest::Url::parse(&config.url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string))
+        .unwrap_or_default();
     let channel = CallbackChannel::new(config, secret)?;
     runtime.add_channel(Arc::new(channel), serves).await?;
-    tracing::info!(%url, "callback channel started");
+    tracing::info!(%host, "callback channel started");
     Ok(())
 }
 

@@ -10,6 +10,11 @@ use serde_json::{json, Value};
 use turnstile::secret::Secret;
 use turnstile::{Config, Runtime};
 
+/// Attempts to open a data dir whose lock is held (by a server that is stopping).
+const LOCK_RETRIES: u32 = 10;
+/// Pause between those attempts.
+const LOCK_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The default server URL.
 pub(crate) const DEFAULT_URL: &str = "http://127.0.0.1:7878";
 
@@ -55,18 +60,29 @@ impl Target {
                 None => Config::default(),
             };
             config.storage.data_dir = dir.clone();
-            // Channels are not started by an inspecting runtime, and it replays nothing.
-            let runtime = Runtime::builder()
-                .config(config)
-                .inspect_only()
-                .build()
-                .await
-                .with_context(|| {
-                    format!(
-                        "cannot open the data dir {} (if a server runs on it, use --url)",
-                        dir.display()
-                    )
-                })?;
+            // Channels are not started by an inspecting runtime, and it replays nothing. A
+            // server that has just stopped may hold sled's file lock for a moment: retry briefly.
+            let mut attempt = 0;
+            let runtime = loop {
+                attempt += 1;
+                match Runtime::builder()
+                    .config(config.clone())
+                    .inspect_only()
+                    .build()
+                    .await
+                {
+                    Ok(rt) => break rt,
+                    Err(e) if attempt < LOCK_RETRIES && e.to_string().contains("acquire lock") => {
+                        tokio::time::sleep(LOCK_RETRY_PAUSE).await;
+                    }
+                    Err(e) => {
+                        return Err(anyhow::Error::new(e).context(format!(
+                            "cannot open the data dir {} (if a server runs on it, use --url)",
+                            dir.display()
+                        )))
+                    }
+                }
+            };
             return Ok(Conn::Local(runtime));
         }
         let base = self

@@ -81,16 +81,8 @@ async fn operator_commands_against_a_server_and_a_data_dir() {
         .await;
     }
 
-    let metrics = http
-        .get(format!("{url}/metrics"))
-        .bearer_auth(KEY)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    for needle in [
+    // The turn's metrics are recorded just after its commit becomes visible: poll.
+    let needles = [
         "turnstile_inbound_accepted_total{channel=\"api\"}",
         "turnstile_turns_total{outcome=\"ok\"}",
         "turnstile_turn_phase_seconds_bucket{phase=\"model\"",
@@ -102,8 +94,25 @@ async fn operator_commands_against_a_server_and_a_data_dir() {
         "turnstile_inbox_depth",
         "turnstile_disk_bytes",
         "turnstile_sessions",
-    ] {
-        assert!(metrics.contains(needle), "{needle} missing:\n{metrics}");
+    ];
+    let mut last = String::new();
+    for _ in 0..100 {
+        last = http
+            .get(format!("{url}/metrics"))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if needles.iter().all(|n| last.contains(n)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for needle in needles {
+        assert!(last.contains(needle), "{needle} missing:\n{last}");
     }
 
     let listed = json_of(&cli(
