@@ -43,6 +43,8 @@ pub struct Config {
     pub agent: AgentConfig,
     /// `[tools]`: limits of the tool loop (for applications that register tools).
     pub tools: ToolsConfig,
+    /// `[channels]`: transports beyond the HTTP API (Telegram, webhook callbacks).
+    pub channels: ChannelsConfig,
 }
 
 /// `[server]`
@@ -60,6 +62,50 @@ pub struct ServerConfig {
     pub events_buffer: usize,
     /// How long graceful shutdown waits for running turns, in ms. Default 8,000.
     pub shutdown_grace_ms: u64,
+    /// Name of the environment variable holding the API key (a bearer token). When it is set,
+    /// every endpoint but `/healthz` and `/readyz` requires `Authorization: Bearer <key>`;
+    /// when it is not, the server refuses to listen on anything but loopback. Default
+    /// `TURNSTILE_API_KEY`.
+    pub api_key_env: String,
+    /// `[server.rate_limit]`: per-client request rate limits.
+    pub rate_limit: RateLimitConfig,
+}
+
+/// What a rate limit counts requests by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateLimitBy {
+    /// The client's IP address (as the TCP peer; behind a proxy that is the proxy).
+    Ip,
+    /// The bearer token presented (clients without one are counted by IP).
+    Key,
+}
+
+/// `[server.rate_limit]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Sustained requests per second allowed per client; 0 turns rate limiting off. Over the
+    /// limit a request gets 429 with `Retry-After`. Default 0 (off).
+    pub requests_per_second: u32,
+    /// Requests a client may send in a burst above the sustained rate. Default 50.
+    pub burst: u32,
+    /// `ip` (default) or `key`.
+    pub by: RateLimitBy,
+    /// Most clients tracked at once; past it idle clients are forgotten, and if none is idle new
+    /// clients share one bucket. Default 10,000.
+    pub max_clients: usize,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            requests_per_second: 0,
+            burst: 50,
+            by: RateLimitBy::Ip,
+            max_clients: 10_000,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -70,6 +116,8 @@ impl Default for ServerConfig {
             reply_timeout_ms: 120_000,
             events_buffer: 1_024,
             shutdown_grace_ms: 8_000,
+            api_key_env: "TURNSTILE_API_KEY".into(),
+            rate_limit: RateLimitConfig::default(),
         }
     }
 }
@@ -475,6 +523,96 @@ impl Default for ToolsConfig {
     }
 }
 
+/// `[channels]`: optional transports. A section that is present turns its channel on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChannelsConfig {
+    /// `[channels.telegram]`: a Telegram bot (Bot API, long polling).
+    pub telegram: Option<TelegramConfig>,
+    /// `[channels.callback]`: replies POSTed to a URL, signed with HMAC-SHA256.
+    pub callback: Option<CallbackConfig>,
+}
+
+/// `[channels.telegram]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TelegramConfig {
+    /// Name of the environment variable holding the bot token. Default
+    /// `TURNSTILE_TELEGRAM_TOKEN`.
+    pub bot_token_env: String,
+    /// The Bot API base URL (tests point it at a fake server). Default
+    /// `https://api.telegram.org`.
+    pub api_base: String,
+    /// The account id this bot's messages carry (session keys of direct messages may use
+    /// it). Default `default`.
+    pub account_id: String,
+    /// How long one `getUpdates` long poll waits on the server, in seconds. Default 30.
+    pub poll_timeout_secs: u32,
+    /// Most updates fetched per poll (the Bot API allows 1–100). Default 100.
+    pub poll_limit: u32,
+    /// Pause after a failed poll, doubled per consecutive failure up to
+    /// `max_retry_backoff_ms`, in ms. Default 1,000.
+    pub retry_backoff_ms: u64,
+    /// Longest pause between retries (polls and sends), in ms. Default 60,000.
+    pub max_retry_backoff_ms: u64,
+    /// How often one chunk of a reply is tried before it is given up (it stays readable in
+    /// the transcript and on `/v1/events`). Default 5.
+    pub send_attempts: u32,
+}
+
+impl Default for TelegramConfig {
+    fn default() -> Self {
+        Self {
+            bot_token_env: "TURNSTILE_TELEGRAM_TOKEN".into(),
+            api_base: "https://api.telegram.org".into(),
+            account_id: "default".into(),
+            poll_timeout_secs: 30,
+            poll_limit: 100,
+            retry_backoff_ms: 1_000,
+            max_retry_backoff_ms: 60_000,
+            send_attempts: 5,
+        }
+    }
+}
+
+/// `[channels.callback]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CallbackConfig {
+    /// Where replies are POSTed (JSON). Required.
+    pub url: String,
+    /// Name of the environment variable holding the HMAC secret. Default
+    /// `TURNSTILE_CALLBACK_SECRET`.
+    pub secret_env: String,
+    /// The message channels (the `channel` field of inbound messages) whose replies are posted;
+    /// empty means every channel that no other configured channel serves. Default empty.
+    pub channels: Vec<String>,
+    /// Attempts per reply before it is given up (it stays readable in the transcript and on
+    /// `/v1/events`). Default 5.
+    pub max_attempts: u32,
+    /// Pause before the first retry, doubled per attempt (with jitter), in ms. Default 500.
+    pub initial_backoff_ms: u64,
+    /// Longest pause between attempts, in ms (also caps a receiver's `Retry-After`). Default
+    /// 30,000.
+    pub max_backoff_ms: u64,
+    /// Timeout of one attempt, in ms. Default 10,000.
+    pub timeout_ms: u64,
+}
+
+impl Default for CallbackConfig {
+    fn default() -> Self {
+        Self {
+            url: String::new(),
+            secret_env: "TURNSTILE_CALLBACK_SECRET".into(),
+            channels: Vec::new(),
+            max_attempts: 5,
+            initial_backoff_ms: 500,
+            max_backoff_ms: 30_000,
+            timeout_ms: 10_000,
+        }
+    }
+}
+
 /// Whether messages from other bots are answered (`[preflight] allow_bots`): `false`, `true`
 /// or `"mentions"`. The bot's own messages are always dropped.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -706,6 +844,33 @@ impl Config {
         if self.tools.max_result_chars < 100 {
             return bad("tools.max_result_chars", "must be at least 100");
         }
+        if self.server.rate_limit.requests_per_second > 0 {
+            if self.server.rate_limit.burst == 0 {
+                return bad("server.rate_limit.burst", "must be at least 1");
+            }
+            if self.server.rate_limit.max_clients == 0 {
+                return bad("server.rate_limit.max_clients", "must be at least 1");
+            }
+        }
+        if let Some(t) = &self.channels.telegram {
+            if !(1..=100).contains(&t.poll_limit) {
+                return bad("channels.telegram.poll_limit", "must be within 1..=100");
+            }
+            if t.send_attempts == 0 {
+                return bad("channels.telegram.send_attempts", "must be at least 1");
+            }
+            if !(t.api_base.starts_with("http://") || t.api_base.starts_with("https://")) {
+                return bad("channels.telegram.api_base", "must be an http(s) URL");
+            }
+        }
+        if let Some(c) = &self.channels.callback {
+            if !(c.url.starts_with("http://") || c.url.starts_with("https://")) {
+                return bad("channels.callback.url", "required, an http(s) URL");
+            }
+            if c.max_attempts == 0 {
+                return bad("channels.callback.max_attempts", "must be at least 1");
+            }
+        }
         match self.model.provider.as_str() {
             "echo" => {}
             "openai" => self.validate_openai()?,
@@ -934,5 +1099,21 @@ allow_bots = true
         assert!(Config::parse("[compaction]\nmodel = \"extractive\"\n").is_ok());
         // A summariser model needs an OpenAI-compatible server.
         assert!(Config::parse("[compaction]\nmodel = \"small\"\n").is_err());
+    }
+
+    #[test]
+    fn ops_sections_parse_and_are_checked() {
+        let c = Config::parse(
+            "[server]\napi_key_env = \"K\"\n[server.rate_limit]\nrequests_per_second = 5\nby = \"key\"\n\
+             [channels.telegram]\napi_base = \"http://127.0.0.1:1\"\n\
+             [channels.callback]\nurl = \"http://127.0.0.1:2/hook\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.server.rate_limit.by, RateLimitBy::Key);
+        assert_eq!(c.channels.telegram.unwrap().poll_limit, 100);
+        assert_eq!(c.channels.callback.unwrap().max_attempts, 5);
+        assert!(Config::parse("[channels.callback]\n").is_err());
+        assert!(Config::parse("[channels.telegram]\npoll_limit = 0\n").is_err());
+        assert!(Config::parse("[channels.telegram]\nbogus = 1\n").is_err());
     }
 }

@@ -162,6 +162,20 @@ impl ModelError {
             | ModelError::Cancelled => false,
         }
     }
+
+    /// A short, stable name of the failure, used as a metrics label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModelError::Transport(_) => "transport",
+            ModelError::Status { .. } => "status",
+            ModelError::ContextOverflow { .. } => "context_overflow",
+            ModelError::RateLimited { .. } => "rate_limited",
+            ModelError::Billing { .. } => "billing",
+            ModelError::Server(_) => "server",
+            ModelError::Protocol(_) => "protocol",
+            ModelError::Cancelled => "cancelled",
+        }
+    }
 }
 
 /// The runtime's general error.
@@ -194,6 +208,13 @@ pub enum Error {
     /// Waiting for a reply took too long.
     #[error("timed out waiting for {0}")]
     Timeout(&'static str),
+    /// The operation exists in the API but not in this build (e.g. compaction before the
+    /// compactor is wired in).
+    #[error("not available in this build: {0}")]
+    NotAvailable(&'static str),
+    /// The operation conflicts with work in progress (e.g. deleting a session mid-turn).
+    #[error("conflict: {0}")]
+    Conflict(String),
 }
 
 impl Error {
@@ -209,6 +230,8 @@ impl Error {
             Error::ShuttingDown => "shutting_down",
             Error::Timeout(_) => "timeout",
             Error::Context(_) => "context",
+            Error::NotAvailable(_) => "not_available",
+            Error::Conflict(_) => "conflict",
         }
     }
 }

@@ -25,8 +25,11 @@
 //! - `context`: the context engine — sources, processors, presets, the dump, the cache.
 //! - `compaction`: summarising old transcript spans (extractive or model), fact retention.
 //! - `runtime`: the [`Runtime`] handle, the turn engine, the actors' backend, the reply hub.
-//! - `channels`: transports that feed the supervisor (the API channel).
-//! - `server`: the axum HTTP API.
+//! - `channels`: transports that feed the supervisor (API, Telegram, webhook callbacks) and the
+//!   router that sends replies back through them.
+//! - `metrics`: Prometheus metrics and per-turn timing, behind one-line functions.
+//! - `secret`: secrets from the environment, redacted when printed, compared in constant time.
+//! - `server`: the axum HTTP API, with auth and rate limits.
 //! - `tools`: tools the embedding application registers, run in a turn's tool loop.
 //! - `loadtest`: bounded load against a server or an in-process runtime, with latency
 //!   histograms.
@@ -40,8 +43,10 @@ pub mod context;
 pub mod error;
 pub mod inbound;
 pub mod loadtest;
+pub mod metrics;
 pub mod model;
 pub mod runtime;
+pub mod secret;
 pub mod server;
 pub mod store;
 pub mod tools;

@@ -1,4 +1,7 @@
-//! The `turnstile` binary: the CLI over the library.
+//! The `turnstile` binary: the CLI over the library. Subcommands live in `cli/`; this file
+//! parses and dispatches.
+
+mod cli;
 
 use std::io::{BufRead, Write};
 use std::net::SocketAddr;
@@ -15,6 +18,15 @@ use turnstile::{Config, Runtime};
     about = "Hosts AI chat-agent sessions for many chats at once"
 )]
 struct Cli {
+    /// Log format on stderr (`RUST_LOG` filters, default `info`).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "text",
+        env = "TURNSTILE_LOG_FORMAT"
+    )]
+    log_format: cli::logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -43,6 +55,13 @@ enum Command {
         /// The session to talk in.
         #[arg(long, default_value = "cli")]
         session: String,
+    },
+    /// Figures of a server or data dir: sessions, context tokens, compactions, disk use…
+    Stats(cli::Target),
+    /// Inspect and manage sessions.
+    Sessions {
+        #[command(subcommand)]
+        command: cli::ops::SessionsCmd,
     },
 }
 
@@ -91,13 +110,7 @@ struct LoadtestArgs {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    cli::logging::init(cli.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -110,6 +123,8 @@ fn main() -> anyhow::Result<()> {
         } => runtime.block_on(serve(config, data_dir, listen)),
         Command::Chat { url, session } => runtime.block_on(chat(url, session)),
         Command::Loadtest(args) => runtime.block_on(loadtest(args)),
+        Command::Stats(target) => runtime.block_on(cli::ops::stats(target)),
+        Command::Sessions { command } => runtime.block_on(cli::ops::sessions(command)),
     }
 }
 
@@ -128,6 +143,8 @@ async fn serve(
     if let Some(addr) = listen {
         config.server.listen = addr;
     }
+    let auth = turnstile::server::Auth::from_config(&config.server);
+    turnstile::server::check_exposure(config.server.listen, &auth, &config.server.api_key_env)?;
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("binding {}", config.server.listen))?;

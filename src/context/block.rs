@@ -167,7 +167,60 @@ pub struct ContextBlock {
     pub immutable: bool,
 }
 
+/// The marker left where an oversized current message was cut to fit the budget.
+pub const CUT_TO_FIT_MARKER: &str = "[... {n} characters cut to fit the context budget ...]";
+
+/// Attempts at shrinking one block to fit (each recounts its tokens).
+const SHRINK_ATTEMPTS: usize = 8;
+
 impl ContextBlock {
+    /// Whether the block must reach the model even when the budget is short: the message being
+    /// answered is cut to fit rather than dropped (a turn without it answers nothing).
+    pub fn must_keep(&self) -> bool {
+        self.kind == BlockKind::CurrentMessage
+    }
+
+    /// Cuts the middle of the content (head two thirds, tail one third kept, a marker between)
+    /// so the block costs at most `max_tokens`, as close to it as a few recounts with `tokens`
+    /// get. Bounded: [`SHRINK_ATTEMPTS`] recounts, then the best fit found (or the marker
+    /// alone).
+    pub fn shrink_to(&mut self, max_tokens: u32, tokens: &crate::model::TokenCounter) {
+        let overhead = crate::model::MESSAGE_OVERHEAD_TOKENS;
+        let original: Vec<char> = self.content.chars().collect();
+        let render = |keep: usize| -> (String, u32) {
+            let keep = keep.min(original.len());
+            let head = keep * 2 / 3;
+            let tail = keep - head;
+            let marker = CUT_TO_FIT_MARKER.replace("{n}", &(original.len() - keep).to_string());
+            let mut content: String = original[..head].iter().collect();
+            content.push('\n');
+            content.push_str(&marker);
+            content.push('\n');
+            content.extend(original[original.len() - tail..].iter());
+            let cost = tokens.count(&content) + overhead;
+            (content, cost)
+        };
+        let per_token = original.len() as f64 / f64::from(self.token_count.max(1));
+        let mut keep = (f64::from(max_tokens.saturating_sub(overhead)) * per_token) as usize;
+        let mut best: Option<(String, u32)> = None;
+        for _ in 0..SHRINK_ATTEMPTS {
+            let (content, cost) = render(keep);
+            if cost <= max_tokens && best.as_ref().is_none_or(|(_, c)| cost > *c) {
+                best = Some((content, cost));
+            }
+            let room = f64::from(max_tokens.saturating_sub(overhead).max(1));
+            let spent = f64::from(cost.saturating_sub(overhead).max(1));
+            let next = ((keep as f64) * room / spent * 0.98) as usize;
+            if next == keep || keep == 0 {
+                break;
+            }
+            keep = next;
+        }
+        let (content, cost) = best.unwrap_or_else(|| render(0));
+        self.content = content;
+        self.token_count = cost;
+    }
+
     /// A block of `kind` with `content` costing `token_count` tokens (overhead included).
     /// Source, priority, weight and index are stamped by the pipeline.
     pub fn new(kind: BlockKind, content: impl Into<String>, token_count: u32) -> Self {

@@ -53,7 +53,8 @@ pub mod text;
 mod tests;
 
 pub use block::{
-    BlockKind, BlockMeta, ContextBlock, DroppedBlock, Placement, DROPPED_PREVIEW_CHARS,
+    BlockKind, BlockMeta, ContextBlock, DroppedBlock, Placement, CUT_TO_FIT_MARKER,
+    DROPPED_PREVIEW_CHARS,
 };
 pub use budget::TokenBudget;
 pub use cache::{AssemblyCache, CacheKey, CacheStats};

@@ -135,7 +135,10 @@ impl Pipeline {
                 block.index = index;
                 index = index.saturating_add(1);
                 let left = budget.total.saturating_sub(used);
-                if block.immutable || block.token_count <= left {
+                if block.must_keep() && block.token_count > left {
+                    block.shrink_to(left, &session.tokens);
+                }
+                if block.immutable || block.must_keep() || block.token_count <= left {
                     used = used.saturating_add(block.token_count);
                     kept.push(block);
                 } else {

@@ -3,10 +3,14 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument;
 use turnstile_actors::{
     Backend, DropPolicy, LaneSettings, QueueItem, QueueMode, QueuePolicy, SessionKey, TurnBatch,
     TurnControl, TurnError, TurnFailure, TurnReport,
 };
+
+use super::running::RunningTurns;
+use crate::metrics;
 
 use super::turn::{now_ms, TurnEngine};
 use super::Refusal;
@@ -40,6 +44,8 @@ pub struct TurnBackend {
     pub(crate) keys: SessionKeys,
     /// Preflight from `[preflight]`; shared with the `Runtime` handle (stats, bot messages).
     pub(crate) preflight: Arc<Preflight>,
+    /// Sessions with a turn in progress (shared with the runtime, which refuses deletes then).
+    pub(crate) running: Arc<RunningTurns>,
 }
 
 impl Backend for TurnBackend {
@@ -124,7 +130,18 @@ impl Backend for TurnBackend {
         batch: TurnBatch<InboxItem>,
         control: TurnControl<InboxItem>,
     ) -> Result<TurnReport, TurnError> {
-        let report = self.engine.run(&key, &batch, control).await?;
+        let _running = self.running.enter(&key);
+        let span = metrics::turn_span(&key, batch.items.len() + batch.dropped.len());
+        let result = self
+            .engine
+            .run(&key, &batch, control)
+            .instrument(span)
+            .await;
+        let report = result.inspect_err(|e| {
+            if matches!(e, TurnError::Failed(_)) {
+                metrics::turn_failed();
+            }
+        })?;
         // The reply is published: later messages in these threads address the bot.
         for item in batch.all_items() {
             self.preflight.record_reply(&item.record.message);
@@ -138,6 +155,8 @@ impl Backend for TurnBackend {
         batch: TurnBatch<InboxItem>,
         failure: TurnFailure,
     ) {
+        let _running = self.running.enter(&key);
+        metrics::turn_abandoned();
         tracing::error!(session_key = %key, %failure, "turn abandoned after retries");
         if let Err(e) = self
             .engine

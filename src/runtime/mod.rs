@@ -3,7 +3,10 @@
 
 mod backend;
 mod batch;
+mod ops;
+mod ports;
 mod replies;
+mod running;
 mod turn;
 #[cfg(test)]
 mod turn_tests;
@@ -15,11 +18,16 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::{broadcast, Semaphore};
-use turnstile_actors::{ChannelHandle, LaneSettings, SupervisorHandle};
+use turnstile_actors::{Channel, ChannelHandle, LaneSettings, SupervisorHandle};
+
+use ports::ChannelTasks;
+use running::RunningTurns;
 
 pub use backend::{queue_policy, Accepted, TurnBackend};
 pub use batch::{queue_info, DROPPED_LINE_CHARS};
-pub use replies::{Reply, ReplyHub, ReplyWaiter};
+pub use ops::{Compacted, Deleted, Stats};
+pub use ports::ChannelPort;
+pub use replies::{Reply, ReplyHub, ReplyRoute, ReplyWaiter};
 pub use turn::TurnEngine;
 
 use crate::channels::ApiChannel;
@@ -31,6 +39,7 @@ use crate::error::Error;
 use crate::inbound::{
     normalize_session_key, InboundEvent, InboundMessage, Preflight, PreflightStats, SessionKeys,
 };
+use crate::metrics;
 use crate::model::{EchoModel, Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter};
 use crate::store::{EntryKind, SessionRecord, Store};
 use crate::tools::{ToolHandler, ToolRegistry};
@@ -51,6 +60,18 @@ pub enum DropReason {
     OtherMention,
     /// A platform event, queued for the next turn instead.
     SystemEvent,
+}
+
+impl Refusal {
+    /// The reason label counted in `turnstile_inbound_dropped_total`.
+    pub fn metric_reason(&self) -> &'static str {
+        match self {
+            Refusal::Dropped(reason) => reason.as_str(),
+            Refusal::Overloaded(_) => "overloaded",
+            Refusal::ShuttingDown => "shutting_down",
+            Refusal::Storage(_) => "storage",
+        }
+    }
 }
 
 impl DropReason {
@@ -154,6 +175,7 @@ pub struct RuntimeBuilder {
     context: Registry,
     tools: ToolRegistry,
     tool_errors: Vec<crate::error::ConfigError>,
+    inspect_only: bool,
 }
 
 impl RuntimeBuilder {
@@ -217,6 +239,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Opens the runtime for inspection and maintenance (the operator CLI on a data dir): the
+    /// inbox is not replayed and configured channels are not started.
+    pub fn inspect_only(mut self) -> Self {
+        self.inspect_only = true;
+        self
+    }
+
     /// Opens the store, starts the actors and replays what was acknowledged but not answered.
     pub async fn build(mut self) -> Result<Runtime, Error> {
         if let Some(e) = std::mem::take(&mut self.tool_errors).into_iter().next() {
@@ -245,9 +274,11 @@ impl RuntimeBuilder {
             tools: self.tools,
         });
         let preflight = Arc::new(Preflight::new(&config)?);
+        let running = Arc::new(RunningTurns::default());
         let backend = Arc::new(TurnBackend {
             keys: SessionKeys::new(&config.session)?,
             preflight: Arc::clone(&preflight),
+            running: Arc::clone(&running),
             engine: Arc::clone(&engine),
             settings: LaneSettings {
                 idle_timeout: config.idle_timeout(),
@@ -259,12 +290,7 @@ impl RuntimeBuilder {
         });
         let (supervisor, _) = SupervisorHandle::start(backend).await?;
         let api = ChannelHandle::start(Arc::new(ApiChannel), &supervisor).await?;
-        let pending = store.sessions_with_pending()?;
-        if !pending.is_empty() {
-            tracing::info!(sessions = pending.len(), "replaying unanswered messages");
-            supervisor.recover(pending.into_iter().map(Into::into).collect())?;
-        }
-        Ok(Runtime {
+        let runtime = Runtime {
             inner: Arc::new(Inner {
                 config,
                 engine,
@@ -272,8 +298,27 @@ impl RuntimeBuilder {
                 supervisor,
                 api,
                 closing: AtomicBool::new(false),
+                running,
+                channel_tasks: ChannelTasks::new(),
             }),
-        })
+        };
+        if self.inspect_only {
+            return Ok(runtime);
+        }
+        // Channels first, so replies to replayed messages find their channel.
+        if let Err(e) = crate::channels::start_configured(&runtime).await {
+            let _ = runtime.shutdown().await;
+            return Err(e);
+        }
+        let pending = store.sessions_with_pending()?;
+        if !pending.is_empty() {
+            tracing::info!(sessions = pending.len(), "replaying unanswered messages");
+            runtime
+                .inner
+                .supervisor
+                .recover(pending.into_iter().map(Into::into).collect())?;
+        }
+        Ok(runtime)
     }
 }
 
@@ -310,6 +355,10 @@ struct Inner {
     supervisor: SupervisorHandle<TurnBackend>,
     api: ChannelHandle<TurnBackend, ApiChannel>,
     closing: AtomicBool,
+    /// Sessions with a turn in progress.
+    running: Arc<RunningTurns>,
+    /// Background tasks of channels (pollers), stopped first at shutdown.
+    channel_tasks: ChannelTasks,
 }
 
 impl Runtime {
@@ -321,6 +370,7 @@ impl Runtime {
             context: Registry::builtin(),
             tools: ToolRegistry::default(),
             tool_errors: Vec::new(),
+            inspect_only: false,
         }
     }
 
@@ -342,18 +392,36 @@ impl Runtime {
         message: InboundMessage,
         session_key: Option<String>,
     ) -> Result<Result<Ack, Refusal>, Error> {
+        self.submit_through(&self.inner.api, "api", message, session_key)
+            .await
+    }
+
+    /// Submits through the channel actor `handle` (named `channel` in metrics).
+    pub(crate) async fn submit_through<C: Channel>(
+        &self,
+        handle: &ChannelHandle<TurnBackend, C>,
+        channel: &str,
+        message: InboundMessage,
+        session_key: Option<String>,
+    ) -> Result<Result<Ack, Refusal>, Error> {
         if self.inner.closing.load(Ordering::Acquire) {
+            metrics::inbound_dropped(channel, "shutting_down");
             return Ok(Err(Refusal::ShuttingDown));
         }
-        let message = message.validated(&self.inner.config.limits, turn::now_ms())?;
+        let message = message
+            .validated(&self.inner.config.limits, turn::now_ms())
+            .inspect_err(|_| metrics::inbound_dropped(channel, "invalid"))?;
         let message_id = message.message_id.clone();
         let event = InboundEvent {
             message,
             session_key,
         };
-        let accepted = match self.inner.api.submit(event).await? {
+        let accepted = match handle.submit(event).await? {
             Ok(a) => a,
-            Err(refusal) => return Ok(Err(refusal)),
+            Err(refusal) => {
+                metrics::inbound_dropped(channel, refusal.metric_reason());
+                return Ok(Err(refusal));
+            }
         };
         self.inner
             .engine
@@ -361,6 +429,7 @@ impl Runtime {
             .commit()
             .wait(accepted.ticket)
             .await?;
+        metrics::inbound_accepted(channel);
         Ok(Ok(Ack {
             session_key: accepted.session_key.to_string(),
             message_id,
@@ -493,6 +562,7 @@ impl Runtime {
     pub async fn shutdown(&self) -> Result<(), Error> {
         self.begin_shutdown();
         let grace = Duration::from_millis(self.inner.config.server.shutdown_grace_ms);
+        self.inner.channel_tasks.stop(grace).await;
         if !self.inner.supervisor.shutdown(grace).await {
             tracing::warn!(
                 "running turns did not finish in time; they will be replayed on next start"

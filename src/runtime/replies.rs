@@ -8,6 +8,10 @@ use dashmap::DashMap;
 use serde::Serialize;
 use tokio::sync::{broadcast, oneshot};
 
+use crate::channels::ChannelRouter;
+use crate::inbound::ChatKind;
+use crate::store::InboxItem;
+
 /// One reply of the agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Reply {
@@ -22,12 +26,51 @@ pub struct Reply {
     /// True when the turn failed and this is an error notice.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub error: bool,
+    /// Where the reply goes back to on its platform.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<ReplyRoute>,
+}
+
+/// Where a reply goes back to: the chat of the newest message it answers. Channels that push
+/// replies to a platform (Telegram, callbacks) read it; the channel router picks the channel by
+/// `channel`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReplyRoute {
+    /// The `channel` of the message answered (e.g. `telegram`).
+    pub channel: String,
+    /// Its account id.
+    pub account_id: String,
+    /// Its chat kind.
+    pub chat_kind: ChatKind,
+    /// Its chat id.
+    pub chat_id: String,
+    /// Its thread id, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_id: Option<String>,
+    /// Its platform message id (a platform reply quotes it).
+    pub message_id: String,
+}
+
+impl ReplyRoute {
+    /// The route of a turn over `batch`: the newest message's chat.
+    pub fn of(batch: &[InboxItem]) -> Option<Self> {
+        let m = &batch.last()?.record.message;
+        Some(Self {
+            channel: m.channel.clone(),
+            account_id: m.account_id.clone(),
+            chat_kind: m.chat_kind,
+            chat_id: m.chat_id.clone(),
+            thread_id: m.thread_id.clone(),
+            message_id: m.message_id.clone(),
+        })
+    }
 }
 
 /// Fan-out of replies.
 pub struct ReplyHub {
     stream: broadcast::Sender<Arc<Reply>>,
     waiters: DashMap<String, oneshot::Sender<Arc<Reply>>>,
+    router: ChannelRouter,
 }
 
 /// Dropping the guard stops waiting (e.g. when the HTTP client went away), so the waiter map
@@ -58,6 +101,7 @@ impl ReplyHub {
         Self {
             stream,
             waiters: DashMap::new(),
+            router: ChannelRouter::default(),
         }
     }
 
@@ -81,6 +125,12 @@ impl ReplyHub {
     /// Stops every pending waiter (they see `None`); used at shutdown.
     pub fn close(&self) {
         self.waiters.clear();
+        self.router.clear();
+    }
+
+    /// The channels replies are pushed to.
+    pub fn router(&self) -> &ChannelRouter {
+        &self.router
     }
 
     /// Publishes a reply.
@@ -91,6 +141,7 @@ impl ReplyHub {
                 let _ = tx.send(Arc::clone(&reply));
             }
         }
+        self.router.route(&reply);
         let _ = self.stream.send(reply);
     }
 }

@@ -10,7 +10,7 @@ use tokio::sync::Semaphore;
 use turnstile_actors::{TurnBatch, TurnControl, TurnError, TurnReport};
 
 use super::batch::queue_info;
-use super::replies::{Reply, ReplyHub};
+use super::replies::{Reply, ReplyHub, ReplyRoute};
 use crate::config::Config;
 use crate::context::processors::CLEARED_TOOL_RESULT;
 use crate::context::{
@@ -18,6 +18,7 @@ use crate::context::{
 };
 use crate::error::{Error, ModelError};
 use crate::inbound::sanitize_text;
+use crate::metrics;
 use crate::model::{
     Model, ModelReply, ModelRequest, Role, TokenCounter, ToolCall, MESSAGE_OVERHEAD_TOKENS,
 };
@@ -54,6 +55,8 @@ struct Answer {
     entries: Vec<TranscriptEntry>,
     text: String,
     steered: Vec<InboxItem>,
+    /// Completion tokens of the final call (the server's count when it reports usage).
+    completion_tokens: u32,
 }
 
 /// Why the tool loop stopped without an answer.
@@ -128,6 +131,8 @@ impl TurnEngine {
     ) -> Result<TurnReport, TurnError> {
         let failed = |e: Error| TurnError::Failed(e.to_string());
         let all: Vec<InboxItem> = batch.all_items().cloned().collect();
+        let oldest = all.iter().map(|i| i.record.accepted_at_ms).min();
+        let mut timer = metrics::TurnTimer::start(oldest.unwrap_or_default(), now_ms());
         let users = self.user_entries(all.iter());
         let current: Vec<CurrentMessage> = all
             .iter()
@@ -142,11 +147,14 @@ impl TurnEngine {
         let assembly = self
             .assemble(session_key, &current, queue_info(batch))
             .map_err(failed)?;
+        timer.assembled(session_key, assembly.budget.used, assembly.budget.total);
         let answer = match self.answer(&assembly, &mut control).await {
             Ok(answer) => answer,
             Err(Stop::Cancelled) => return Err(TurnError::Cancelled),
             Err(Stop::Failed(e)) => return Err(failed(e)),
         };
+        timer.model_done();
+        let completion_tokens = answer.completion_tokens;
         let mut entries = users;
         entries.extend(answer.entries);
         let reply = TranscriptEntry {
@@ -166,6 +174,7 @@ impl TurnEngine {
         self.commit_and_publish(session_key, &consumed, entries, reply, false)
             .await
             .map_err(failed)?;
+        timer.finished(completion_tokens);
         Ok(report)
     }
 
@@ -183,7 +192,10 @@ impl TurnEngine {
             _ = control.cancelled() => return Err(Stop::Cancelled),
         };
         tokio::select! {
-            reply = self.model.complete(request) => reply.map_err(|e| Stop::Failed(e.into())),
+            reply = self.model.complete(request) => reply.map_err(|e| {
+                metrics::model_error(e.kind());
+                Stop::Failed(e.into())
+            }),
             _ = control.cancelled() => Err(Stop::Cancelled),
         }
     }
@@ -229,10 +241,14 @@ impl TurnEngine {
             request.prompt_tokens = prompt_tokens;
             let reply = self.complete(&request, control).await?;
             if reply.tool_calls.is_empty() {
+                let completion_tokens = reply
+                    .usage
+                    .map_or_else(|| self.tokens.count(&reply.text), |u| u.completion_tokens);
                 return Ok(Answer {
                     entries,
                     text: reply.text,
                     steered,
+                    completion_tokens,
                 });
             }
             if round >= limits.max_rounds {
@@ -241,10 +257,12 @@ impl TurnEngine {
                 } else {
                     reply.text
                 };
+                let completion_tokens = self.tokens.count(&text);
                 return Ok(Answer {
                     entries,
                     text,
                     steered,
+                    completion_tokens,
                 });
             }
             round += 1;
@@ -410,6 +428,7 @@ impl TurnEngine {
                 .collect(),
             seq: seqs.last().copied().unwrap_or_default(),
             error,
+            route: ReplyRoute::of(batch),
         });
         Ok(())
     }

@@ -34,6 +34,12 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
+    /// Sets the `Retry-After` header, in seconds.
+    pub fn with_retry_after(mut self, secs: u64) -> Self {
+        self.retry_after_secs = Some(secs);
+        self
+    }
+
     /// 404.
     pub fn not_found(what: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", what)
@@ -51,6 +57,13 @@ impl From<Error> for ApiError {
                 "timeout",
                 format!("timed out waiting for {what}"),
             ),
+            Error::NotAvailable(what) => {
+                Self::new(StatusCode::NOT_IMPLEMENTED, "not_available", what)
+            }
+            Error::Conflict(m) => Self {
+                retry_after_secs: Some(1),
+                ..Self::new(StatusCode::CONFLICT, "conflict", m)
+            },
             Error::Actors(e) => {
                 tracing::error!(error = %e, "actor system unavailable");
                 Self {

@@ -3,13 +3,19 @@
 //! [`app`] builds the router for a runtime (tests use it directly); [`serve`] runs it on a
 //! bound listener until a shutdown future resolves, then drains.
 
+mod admin;
+mod auth;
 mod error;
 mod events;
+mod guard;
+mod limits;
 mod messages;
 mod openai;
 mod sessions;
 
 use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, State};
@@ -19,7 +25,9 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+pub use auth::{bearer, check_exposure, Auth, PUBLIC_PATHS};
 pub use error::ApiError;
+pub use limits::RateLimiter;
 
 use crate::runtime::Runtime;
 
@@ -31,13 +39,31 @@ pub struct AppState {
     closing: watch::Receiver<bool>,
 }
 
-/// The router for `runtime`. `closing` ends long-lived streams (SSE) at shutdown.
+/// The router for `runtime`, with the API key named by `[server] api_key_env` (read from the
+/// environment now). `closing` ends long-lived streams (SSE) at shutdown.
 pub fn app(runtime: Runtime, closing: watch::Receiver<bool>) -> Router {
+    let auth = Auth::from_config(&runtime.config().server);
+    app_with_auth(runtime, closing, auth)
+}
+
+/// Like [`app`] with explicit credentials (for embedding applications that hold the key).
+pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Auth) -> Router {
     let max_body = runtime.config().server.max_body_bytes;
+    crate::metrics::install_prometheus();
+    let guard = Arc::new(guard::Guard {
+        auth,
+        limiter: RateLimiter::from_config(&runtime.config().server.rate_limit),
+    });
     Router::new()
         .route("/v1/messages", post(messages::post_message))
         .route("/v1/sessions", get(sessions::list))
-        .route("/v1/sessions/{key}", get(sessions::show))
+        .route(
+            "/v1/sessions/{key}",
+            get(sessions::show).delete(admin::delete),
+        )
+        .route("/v1/sessions/{key}/compact", post(admin::compact))
+        .route("/v1/stats", get(admin::stats))
+        .route("/metrics", get(admin::metrics))
         .route("/v1/sessions/{key}/transcript", get(sessions::transcript))
         .route("/v1/sessions/{key}/context", get(sessions::context))
         .route("/v1/events", get(events::stream))
@@ -45,6 +71,7 @@ pub fn app(runtime: Runtime, closing: watch::Receiver<bool>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(guard, guard::check))
         .with_state(AppState { runtime, closing })
 }
 
@@ -58,14 +85,19 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
 
 /// Serves `runtime` on `listener` until `shutdown` resolves; then stops accepting, ends
 /// streams, lets in-flight requests and running turns finish within the configured grace, and
-/// flushes the store.
+/// flushes the store. Refuses (`InvalidInput`) a non-loopback listener without an API key.
 pub async fn serve(
     listener: TcpListener,
     runtime: Runtime,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let server_config = &runtime.config().server;
+    let auth = Auth::from_config(server_config);
+    check_exposure(listener.local_addr()?, &auth, &server_config.api_key_env)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let (close_tx, close_rx) = watch::channel(false);
-    let router = app(runtime.clone(), close_rx.clone());
+    let router = app_with_auth(runtime.clone(), close_rx.clone(), auth)
+        .into_make_service_with_connect_info::<SocketAddr>();
     let grace = Duration::from_millis(runtime.config().server.shutdown_grace_ms);
     let mut signalled = close_rx;
     let stopping = runtime.clone();

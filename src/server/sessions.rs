@@ -69,8 +69,5 @@ pub(super) async fn context(
     let Some(assembly) = state.runtime.context_dump(&key)? else {
         return Err(ApiError::not_found(format!("no session {key:?}")));
     };
-    let mut dump = assembly.dump();
-    // The key as the client named it (the dump carries the normalised one too).
-    dump["session_key"] = Value::String(key);
-    Ok(Json(dump))
+    Ok(Json(assembly.dump()))
 }

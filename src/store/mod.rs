@@ -9,8 +9,10 @@
 //! at all.
 
 mod channel;
+mod channel_state;
 mod codec;
 mod dedupe;
+mod delete;
 mod durability;
 mod keys;
 mod records;
@@ -26,6 +28,7 @@ use sled::Transactional;
 
 pub use codec::{decode, encode, VALUE_VERSION};
 pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
+pub use delete::SessionDeletion;
 pub use durability::GroupCommit;
 pub use records::{
     ChannelMessage, EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent,

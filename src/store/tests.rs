@@ -11,7 +11,7 @@ fn config(dir: &std::path::Path) -> StorageConfig {
     }
 }
 
-fn record(id: &str) -> InboxRecord {
+pub(super) fn record(id: &str) -> InboxRecord {
     InboxRecord {
         message: InboundMessage {
             channel: "test".into(),
@@ -39,7 +39,7 @@ fn record(id: &str) -> InboxRecord {
     }
 }
 
-fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
+pub(super) fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
     TranscriptEntry {
         kind,
         text: text.into(),

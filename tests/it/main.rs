@@ -11,13 +11,24 @@
 //! - `restart`: transcripts are identical across a graceful restart.
 //! - `kill9`: nothing acknowledged is lost across `kill -9` of the binary.
 //! - `shutdown`: SIGTERM stops the binary cleanly and loses nothing.
+//! - `queue`: queue modes, admission (429), passivation under load, panicking turns.
+//! - `loadtest`: the load driver and `turnstile loadtest`.
+//! - `harness`: helpers of the operator tests below.
+//! - `auth`, `callback`, `ops_cli`, `telegram`: bearer auth and limits, webhook callbacks,
+//!   the operator CLI, the Telegram channel against a fake Bot API.
 
+mod harness;
+
+mod auth;
 mod bad_input;
+mod callback;
 mod http_api;
 mod kill9;
 mod loadtest;
 mod openai;
+mod ops_cli;
 mod queue;
 mod restart;
 mod shutdown;
 mod support;
+mod telegram;

@@ -1,6 +1,7 @@
 //! `trim_to_budget`: admits blocks in precedence order (priority desc, weight desc, collection
-//! index — for history that is newest first) while they fit the budget; immutable blocks are
-//! always admitted. Once a conversation block does not fit, the rest of its source's
+//! index — for history that is newest first) while they fit the budget; immutable blocks and
+//! the current message are always admitted (the pipeline cut an oversized current message to
+//! fit when it was collected). Once a conversation block does not fit, the rest of its source's
 //! conversation (older messages) goes too, so history has no holes.
 
 use std::collections::HashSet;
@@ -46,11 +47,11 @@ pub(crate) fn trim(blocks: &mut Blocks) {
     let mut used: u32 = blocks
         .blocks()
         .iter()
-        .filter(|b| b.immutable)
+        .filter(|b| b.immutable || b.must_keep())
         .fold(0, |a, b| a.saturating_add(b.token_count));
     let mut closed: HashSet<String> = HashSet::new();
     blocks.drop_where(|b| {
-        if b.immutable {
+        if b.immutable || b.must_keep() {
             return None;
         }
         let conversation = b.placement() == Placement::Conversation;

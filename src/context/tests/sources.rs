@@ -468,3 +468,33 @@ fn pipeline_parses_from_toml() {
     .map(|c| crate::context::ContextEngine::new(&c, &Registry::builtin(), tokens()))
     .is_ok_and(|e| e.is_err()));
 }
+
+#[test]
+fn an_oversized_current_message_is_cut_to_fit_never_dropped() {
+    let mut config = config_with_workspace(None);
+    config.context.max_tokens = 300;
+    let engine = engine(&config);
+    let store = MemoryStore::new();
+    let text = format!("BEGIN {} END", "word ".repeat(2_000));
+    let now = [current(
+        inbound(ChatKind::Group, "m1", &text, 0),
+        1,
+        vec![],
+        vec![],
+    )];
+    let a = assemble(&engine, &store, "agent:main:t:group:g", 1, &now);
+    let last = a.messages().last().cloned().expect("a user message");
+    assert!(last.content.contains("BEGIN"), "the head is kept");
+    assert!(last.content.contains("END"), "the tail is kept");
+    assert!(last.content.contains("cut to fit the context budget"));
+    assert!(a.budget.used <= a.budget.total, "{:?}", a.budget);
+    assert!(
+        a.budget.used * 10 > a.budget.total * 8,
+        "the budget is used: {:?}",
+        a.budget
+    );
+    assert!(a
+        .dropped
+        .iter()
+        .all(|d| d.kind != crate::context::BlockKind::CurrentMessage));
+}

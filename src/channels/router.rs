@@ -1,0 +1,167 @@
+//! The channel router: sends each published reply to the channel that serves the platform of
+//! the message it answers (`Reply::route.channel`), or to the fallback channel (callbacks) when
+//! none claims it. Replies reach the reply hub's stream and waiters whatever happens here.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use crate::error::ConfigError;
+use crate::metrics;
+use crate::runtime::Reply;
+
+/// Something that takes a reply for delivery without waiting for it (a channel actor's
+/// mailbox). Implemented for every started channel by `Runtime::add_channel`.
+pub trait ReplySink: Send + Sync + 'static {
+    /// The channel's name (metrics, logs).
+    fn name(&self) -> &str;
+    /// Hands the reply over; delivery (and its retries) happens elsewhere.
+    fn deliver(&self, reply: Arc<Reply>) -> Result<(), String>;
+}
+
+/// Which replies a channel serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Serves {
+    /// Replies to messages whose `channel` is one of these names.
+    Channels(Vec<String>),
+    /// Replies that no named claim covers (at most one channel may be the fallback).
+    Unclaimed,
+}
+
+#[derive(Default)]
+struct Routes {
+    named: HashMap<String, Arc<dyn ReplySink>>,
+    fallback: Option<Arc<dyn ReplySink>>,
+}
+
+/// Reply routes by message channel. Written when channels start, read per reply.
+#[derive(Default)]
+pub struct ChannelRouter {
+    routes: RwLock<Routes>,
+}
+
+impl ChannelRouter {
+    /// Routes the replies `serves` names to `sink`. Two channels claiming the same name, or two
+    /// fallbacks, are a configuration error.
+    pub fn add(&self, sink: Arc<dyn ReplySink>, serves: Serves) -> Result<(), ConfigError> {
+        let mut routes = self
+            .routes
+            .write()
+            .map_err(|_| ConfigError::Invalid("channel routes poisoned".into()))?;
+        match serves {
+            Serves::Channels(names) => {
+                for name in &names {
+                    if let Some(other) = routes.named.get(name) {
+                        return Err(ConfigError::Invalid(format!(
+                            "channels: replies of {name:?} are already served by {:?}",
+                            other.name()
+                        )));
+                    }
+                }
+                for name in names {
+                    routes.named.insert(name, Arc::clone(&sink));
+                }
+            }
+            Serves::Unclaimed => {
+                if let Some(other) = &routes.fallback {
+                    return Err(ConfigError::Invalid(format!(
+                        "channels: {:?} already receives every unclaimed reply",
+                        other.name()
+                    )));
+                }
+                routes.fallback = Some(sink);
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands `reply` to the channel serving its route, if any.
+    pub fn route(&self, reply: &Arc<Reply>) {
+        let Some(route) = &reply.route else { return };
+        let sink = match self.routes.read() {
+            Ok(routes) => routes
+                .named
+                .get(&route.channel)
+                .or(routes.fallback.as_ref())
+                .cloned(),
+            Err(_) => None,
+        };
+        let Some(sink) = sink else { return };
+        if let Err(error) = sink.deliver(Arc::clone(reply)) {
+            metrics::delivery(sink.name(), false);
+            tracing::warn!(
+                channel = sink.name(),
+                session_key = %reply.session_key,
+                %error,
+                "reply not handed to its channel; it stays readable through the API"
+            );
+        }
+    }
+
+    /// Forgets every route (at shutdown, so channel actors can stop).
+    pub fn clear(&self) {
+        if let Ok(mut routes) = self.routes.write() {
+            *routes = Routes::default();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::inbound::ChatKind;
+    use crate::runtime::ReplyRoute;
+
+    struct Recorder(&'static str, Mutex<Vec<String>>);
+
+    impl ReplySink for Recorder {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn deliver(&self, reply: Arc<Reply>) -> Result<(), String> {
+            self.1.lock().unwrap().push(reply.text.clone());
+            Ok(())
+        }
+    }
+
+    fn reply(channel: &str) -> Arc<Reply> {
+        Arc::new(Reply {
+            session_key: "k".into(),
+            text: channel.into(),
+            in_reply_to: vec!["1".into()],
+            seq: 1,
+            error: false,
+            route: Some(ReplyRoute {
+                channel: channel.into(),
+                account_id: "default".into(),
+                chat_kind: ChatKind::Direct,
+                chat_id: "c".into(),
+                thread_id: None,
+                message_id: "1".into(),
+            }),
+        })
+    }
+
+    #[test]
+    fn named_routes_win_and_the_fallback_takes_the_rest() {
+        let router = ChannelRouter::default();
+        let tg = Arc::new(Recorder("telegram", Mutex::default()));
+        let cb = Arc::new(Recorder("callback", Mutex::default()));
+        router
+            .add(tg.clone(), Serves::Channels(vec!["telegram".into()]))
+            .unwrap();
+        router.add(cb.clone(), Serves::Unclaimed).unwrap();
+        assert!(router.add(cb.clone(), Serves::Unclaimed).is_err());
+        assert!(router
+            .add(cb.clone(), Serves::Channels(vec!["telegram".into()]))
+            .is_err());
+        router.route(&reply("telegram"));
+        router.route(&reply("webhook"));
+        assert_eq!(*tg.1.lock().unwrap(), vec!["telegram"]);
+        assert_eq!(*cb.1.lock().unwrap(), vec!["webhook"]);
+        router.clear();
+        router.route(&reply("telegram"));
+        assert_eq!(tg.1.lock().unwrap().len(), 1);
+    }
+}

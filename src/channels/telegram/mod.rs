@@ -1,0 +1,134 @@
+//! The Telegram channel: a bot on the Bot API, long polling `getUpdates` for messages and
+//! answering with `sendMessage`.
+//!
+//! - `api.rs`: the Bot API client (reqwest); `api_base` is configurable so tests use a fake.
+//! - `convert.rs`: updates to inbound messages (chat kinds, forum topics, mentions).
+//! - `chunk.rs`: replies longer than 4,096 UTF-16 units become several messages.
+//! - `poller.rs`: the long-poll loop; the next offset is stored durably after the updates
+//!   before it are durably accepted, so a restart neither skips nor (beyond the last batch)
+//!   repeats updates.
+//!
+//! Replies go to the chat of the newest message they answer, quoting it; in forum topics they
+//! go to the topic.
+
+mod api;
+mod chunk;
+mod convert;
+mod poller;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use turnstile_actors::Channel;
+
+pub use api::{ApiError, BotApi, Message, Update, User};
+pub use chunk::{split_message, MAX_MESSAGE_UTF16};
+pub use convert::{split_chat_id, to_inbound, BotIdentity, TELEGRAM};
+
+use super::retry::backoff;
+use super::Serves;
+use crate::config::TelegramConfig;
+use crate::error::{ConfigError, Error};
+use crate::metrics;
+use crate::runtime::{Reply, Runtime};
+use crate::secret::Secret;
+
+/// The Telegram channel's delivery side.
+#[derive(Debug)]
+pub struct TelegramChannel {
+    api: BotApi,
+    config: TelegramConfig,
+}
+
+/// A chat id as the Bot API takes it: a number when it is one, else a `@channel` name.
+fn chat_value(chat: &str) -> Value {
+    chat.parse::<i64>()
+        .map_or_else(|_| json!(chat), |n| json!(n))
+}
+
+impl TelegramChannel {
+    /// The channel for the bot behind `api`.
+    pub fn new(api: BotApi, config: TelegramConfig) -> Self {
+        Self { api, config }
+    }
+
+    /// Sends one chunk, retrying transient failures. Returns false if it was given up.
+    async fn send_chunk(&self, body: &Value) -> bool {
+        let initial = Duration::from_millis(self.config.retry_backoff_ms);
+        let max = Duration::from_millis(self.config.max_retry_backoff_ms);
+        for attempt in 1..=self.config.send_attempts {
+            let error = match self.api.send_message(body).await {
+                Ok(_) => return true,
+                Err(e) => e,
+            };
+            if !error.is_transient() || attempt == self.config.send_attempts {
+                tracing::error!(%error, attempts = attempt, "telegram sendMessage gave up; the reply stays readable through the API");
+                return false;
+            }
+            metrics::delivery_retry(TELEGRAM);
+            tracing::warn!(%error, attempt, "telegram sendMessage failed; retrying");
+            let pause = match &error {
+                ApiError::Api {
+                    retry_after: Some(secs),
+                    ..
+                } => Duration::from_secs(*secs).min(max),
+                _ => backoff(initial, max, attempt),
+            };
+            tokio::time::sleep(pause).await;
+        }
+        false
+    }
+}
+
+impl Channel for TelegramChannel {
+    type Reply = Arc<Reply>;
+
+    fn name(&self) -> &str {
+        TELEGRAM
+    }
+
+    async fn deliver(&self, reply: Arc<Reply>) {
+        let Some(route) = &reply.route else { return };
+        if route.account_id != self.config.account_id {
+            tracing::debug!(account = %route.account_id, "reply for another telegram account; not sent");
+            return;
+        }
+        let (chat, topic) = split_chat_id(&route.chat_id);
+        let reply_to = route.message_id.parse::<i64>().ok();
+        let mut ok = true;
+        for (i, text) in split_message(&reply.text, MAX_MESSAGE_UTF16)
+            .into_iter()
+            .enumerate()
+        {
+            let mut body = json!({"chat_id": chat_value(chat), "text": text});
+            if let Some(topic) = topic.and_then(|t| t.parse::<i64>().ok()) {
+                body["message_thread_id"] = json!(topic);
+            }
+            if let (0, Some(id)) = (i, reply_to) {
+                body["reply_parameters"] =
+                    json!({"message_id": id, "allow_sending_without_reply": true});
+            }
+            if !self.send_chunk(&body).await {
+                ok = false;
+                break;
+            }
+        }
+        metrics::delivery(TELEGRAM, ok);
+    }
+}
+
+/// Starts the Telegram channel from `[channels.telegram]`: the delivery actor and the poller.
+pub(crate) async fn start(runtime: &Runtime, config: TelegramConfig) -> Result<(), Error> {
+    let token = Secret::require_env(&config.bot_token_env, "channels.telegram")?;
+    let api = BotApi::new(&config.api_base, token.expose())
+        .map_err(|e| ConfigError::Invalid(format!("channels.telegram: {e}")))?;
+    let channel = TelegramChannel::new(api.clone(), config.clone());
+    let port = runtime
+        .add_channel(Arc::new(channel), Serves::Channels(vec![TELEGRAM.into()]))
+        .await?;
+    let poller = poller::Poller::new(api, config, port.clone());
+    port.spawn(poller.run());
+    tracing::info!("telegram channel started");
+    Ok(())
+}

@@ -1,0 +1,468 @@
+//! Metrics and per-turn observability, behind small named functions so each call site is one
+//! line (`metrics::inbound_accepted("api")`, `timer.assembled(..)`).
+//!
+//! Values go through the `metrics` facade: with no recorder installed every call is a cheap
+//! no-op (an embedding application may install its own). The server installs a Prometheus
+//! recorder once per process ([`install_prometheus`]) and renders it on `GET /metrics`; a second
+//! runtime in the same process (tests) shares it, so counters are per process, not per runtime.
+//!
+//! A few figures the operator CLI shows (`turnstile stats`) are also kept in process-wide
+//! atomics here, because a Prometheus recorder cannot be read back: see [`process_stats`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use serde::Serialize;
+use tracing::field::Empty;
+use tracing::Span;
+
+/// Histogram buckets for durations, in seconds: sub-millisecond assembly up to slow models.
+pub const LATENCY_BUCKETS_SECONDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 120.0,
+];
+/// Histogram buckets for token counts.
+pub const TOKEN_BUCKETS: &[f64] = &[
+    64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 32768.0, 65536.0, 131072.0,
+];
+/// Histogram buckets for the share of the context budget a turn used.
+pub const RATIO_BUCKETS: &[f64] = &[0.1, 0.25, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0];
+/// A turn whose context uses more than this share of its budget is logged and counted.
+pub const BUDGET_WARNING_RATIO: f64 = 0.9;
+/// How often histogram samples are folded into their buckets when nobody scrapes. The
+/// recorder buffers raw samples until then, so this bounds that buffer.
+pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+static PROMETHEUS: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the Prometheus recorder for this process (once; later calls return the same
+/// handle). Returns `None` when another recorder was installed first (by an embedding
+/// application), in which case `/metrics` reports that it is not served here.
+pub fn install_prometheus() -> Option<PrometheusHandle> {
+    PROMETHEUS
+        .get_or_init(|| {
+            let handle = match build_recorder() {
+                Ok(handle) => handle,
+                Err(error) => {
+                    tracing::warn!(%error, "Prometheus recorder not installed; /metrics is off");
+                    return None;
+                }
+            };
+            describe();
+            let upkeep = handle.clone();
+            let started = std::thread::Builder::new()
+                .name("metrics-upkeep".into())
+                .spawn(move || loop {
+                    std::thread::sleep(UPKEEP_INTERVAL);
+                    upkeep.run_upkeep();
+                });
+            if let Err(error) = started {
+                tracing::warn!(%error, "metrics upkeep thread not started; samples fold on scrape only");
+            }
+            Some(handle)
+        })
+        .clone()
+}
+
+fn build_recorder() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS_SECONDS)?
+        .set_buckets_for_metric(Matcher::Suffix("_tokens".into()), TOKEN_BUCKETS)?
+        .set_buckets_for_metric(
+            Matcher::Full("turnstile_context_budget_ratio".into()),
+            RATIO_BUCKETS,
+        )?
+        .install_recorder()
+}
+
+/// The Prometheus text of every metric, or `None` when this process has no Prometheus
+/// recorder.
+pub fn render() -> Option<String> {
+    PROMETHEUS.get().cloned().flatten().map(|h| h.render())
+}
+
+fn describe() {
+    describe_counter!(
+        "turnstile_inbound_accepted_total",
+        "Inbound messages accepted (durably queued), by channel"
+    );
+    describe_counter!(
+        "turnstile_inbound_dropped_total",
+        "Inbound messages not turned into a turn, by channel and reason"
+    );
+    describe_counter!("turnstile_turns_total", "Turns finished, by outcome");
+    describe_histogram!(
+        "turnstile_turn_phase_seconds",
+        metrics::Unit::Seconds,
+        "Turn latency split by phase: queue_wait, assembly, model, persist"
+    );
+    describe_histogram!(
+        "turnstile_turn_seconds",
+        metrics::Unit::Seconds,
+        "Turn latency from start to published reply (without queue wait)"
+    );
+    describe_histogram!(
+        "turnstile_turn_prompt_tokens",
+        "Tokens of the assembled context sent to the model, per turn"
+    );
+    describe_histogram!(
+        "turnstile_turn_completion_tokens",
+        "Tokens of the model's answer, per turn"
+    );
+    describe_histogram!(
+        "turnstile_context_budget_ratio",
+        "Share of the context budget a turn used"
+    );
+    describe_counter!(
+        "turnstile_context_budget_warnings_total",
+        "Turns whose context used more than 90% of the budget"
+    );
+    describe_counter!("turnstile_compactions_total", "Compactions, by trigger");
+    describe_counter!(
+        "turnstile_compaction_freed_tokens_total",
+        "Tokens removed from contexts by compaction"
+    );
+    describe_counter!("turnstile_evictions_total", "Sessions evicted, by reason");
+    describe_counter!("turnstile_model_errors_total", "Model call errors, by kind");
+    describe_counter!(
+        "turnstile_assembly_cache_total",
+        "Assembly cache lookups, by result (hit, miss)"
+    );
+    describe_counter!(
+        "turnstile_channel_deliveries_total",
+        "Replies delivered to a platform, by channel and outcome"
+    );
+    describe_counter!(
+        "turnstile_channel_delivery_retries_total",
+        "Delivery attempts that failed and were retried, by channel"
+    );
+    describe_counter!(
+        "turnstile_http_rejected_total",
+        "HTTP requests refused before reaching a handler, by reason"
+    );
+    describe_gauge!(
+        "turnstile_disk_bytes",
+        metrics::Unit::Bytes,
+        "Bytes used under the data dir"
+    );
+    describe_gauge!("turnstile_sessions", "Stored sessions");
+    describe_gauge!("turnstile_live_lanes", "Live session lanes");
+    describe_gauge!(
+        "turnstile_inbox_depth",
+        "Messages accepted but not yet answered"
+    );
+    // Counters that may stay at zero for a long time are registered so dashboards see them.
+    counter!("turnstile_compactions_total", "trigger" => "manual").absolute(0);
+    counter!("turnstile_evictions_total", "reason" => "disk_budget").absolute(0);
+}
+
+// ---- inbound ----
+
+/// A message was accepted through `channel` (the channel actor's name, e.g. `api`).
+pub fn inbound_accepted(channel: &str) {
+    counter!("turnstile_inbound_accepted_total", "channel" => channel.to_string()).increment(1);
+}
+
+/// A message through `channel` did not become a turn: dropped by preflight (`duplicate`,
+/// `no_mention`…) or refused (`invalid`, `overloaded`, `shutting_down`, `storage`).
+pub fn inbound_dropped(channel: &str, reason: &'static str) {
+    counter!(
+        "turnstile_inbound_dropped_total",
+        "channel" => channel.to_string(),
+        "reason" => reason
+    )
+    .increment(1);
+}
+
+// ---- turns ----
+
+/// The tracing span of one turn. Its timing fields are filled in as the turn goes
+/// ([`TurnTimer`]), so a log line emitted inside the turn carries the key and the split.
+pub fn turn_span(session_key: &str, items: usize) -> Span {
+    tracing::info_span!(
+        "turn",
+        session_key = %session_key,
+        items,
+        queue_wait_ms = Empty,
+        assembly_ms = Empty,
+        model_ms = Empty,
+        persist_ms = Empty,
+        prompt_tokens = Empty,
+        completion_tokens = Empty,
+    )
+}
+
+/// Times the phases of one turn and reports them (metrics, the current span, the
+/// context-budget warning). Create it when the turn starts, call the phase methods in order.
+#[derive(Debug)]
+pub struct TurnTimer {
+    started: Instant,
+    phase: Instant,
+    queue_wait: Duration,
+    assembly: Duration,
+    model: Duration,
+    prompt_tokens: u32,
+    completion_tokens: u32,
+}
+
+impl TurnTimer {
+    /// Starts timing a turn whose oldest item was accepted at `oldest_accepted_ms` (ms since
+    /// the epoch; `now_ms` is the current time on the same clock).
+    pub fn start(oldest_accepted_ms: u64, now_ms: u64) -> Self {
+        let now = Instant::now();
+        Self {
+            started: now,
+            phase: now,
+            queue_wait: Duration::from_millis(now_ms.saturating_sub(oldest_accepted_ms)),
+            assembly: Duration::ZERO,
+            model: Duration::ZERO,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+        }
+    }
+
+    fn lap(&mut self) -> Duration {
+        let now = Instant::now();
+        let d = now.duration_since(self.phase);
+        self.phase = now;
+        d
+    }
+
+    /// The context is assembled: `used` of `total` budget tokens. Warns (log and counter) when
+    /// it is over [`BUDGET_WARNING_RATIO`].
+    pub fn assembled(&mut self, session_key: &str, used: u32, total: u32) {
+        self.assembly = self.lap();
+        self.prompt_tokens = used;
+        let ratio = if total == 0 {
+            1.0
+        } else {
+            f64::from(used) / f64::from(total)
+        };
+        histogram!("turnstile_context_budget_ratio").record(ratio);
+        if ratio > BUDGET_WARNING_RATIO {
+            counter!("turnstile_context_budget_warnings_total").increment(1);
+            tracing::warn!(
+                session_key,
+                used,
+                total,
+                "context uses more than 90% of its token budget"
+            );
+        }
+    }
+
+    /// The model answered.
+    pub fn model_done(&mut self) {
+        self.model = self.lap();
+    }
+
+    /// The turn is committed and its reply (of `completion_tokens` tokens) published: records
+    /// every phase.
+    pub fn finished(mut self, completion_tokens: u32) {
+        let persist = self.lap();
+        self.completion_tokens = completion_tokens;
+        let total = self.started.elapsed();
+        for (phase, d) in [
+            ("queue_wait", self.queue_wait),
+            ("assembly", self.assembly),
+            ("model", self.model),
+            ("persist", persist),
+        ] {
+            histogram!("turnstile_turn_phase_seconds", "phase" => phase).record(d.as_secs_f64());
+        }
+        histogram!("turnstile_turn_seconds").record(total.as_secs_f64());
+        histogram!("turnstile_turn_prompt_tokens").record(f64::from(self.prompt_tokens));
+        histogram!("turnstile_turn_completion_tokens").record(f64::from(self.completion_tokens));
+        counter!("turnstile_turns_total", "outcome" => "ok").increment(1);
+        STATS.record_turn(self.prompt_tokens);
+        let span = Span::current();
+        span.record("queue_wait_ms", millis(self.queue_wait));
+        span.record("assembly_ms", millis(self.assembly));
+        span.record("model_ms", millis(self.model));
+        span.record("persist_ms", millis(persist));
+        span.record("prompt_tokens", self.prompt_tokens);
+        span.record("completion_tokens", self.completion_tokens);
+        tracing::debug!("turn finished");
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A turn attempt failed (it may be retried).
+pub fn turn_failed() {
+    counter!("turnstile_turns_total", "outcome" => "failed").increment(1);
+}
+
+/// A turn was given up after its retries and answered with an error notice.
+pub fn turn_abandoned() {
+    counter!("turnstile_turns_total", "outcome" => "abandoned").increment(1);
+}
+
+/// A model call failed; `kind` is [`crate::error::ModelError::kind`].
+pub fn model_error(kind: &'static str) {
+    counter!("turnstile_model_errors_total", "kind" => kind).increment(1);
+}
+
+// ---- context, compaction, disk ----
+
+/// One lookup in the assembly cache.
+pub fn assembly_cache(hit: bool) {
+    let result = if hit { "hit" } else { "miss" };
+    counter!("turnstile_assembly_cache_total", "result" => result).increment(1);
+    if hit {
+        STATS.cache_hits.fetch_add(1, Ordering::Relaxed);
+    } else {
+        STATS.cache_misses.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A compaction finished (`trigger`: `threshold`, `overflow`, `manual`, `ttl`), shrinking the
+/// session's history from `before` to `after` tokens.
+pub fn compaction(trigger: &'static str, before: u64, after: u64) {
+    counter!("turnstile_compactions_total", "trigger" => trigger).increment(1);
+    counter!("turnstile_compaction_freed_tokens_total").increment(before.saturating_sub(after));
+}
+
+/// A session was evicted (`reason`: `disk_budget`, `prune_after`, `max_sessions`, `empty`).
+pub fn eviction(reason: &'static str) {
+    counter!("turnstile_evictions_total", "reason" => reason).increment(1);
+}
+
+/// Gauges sampled when `/metrics` is scraped.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RuntimeGauges {
+    /// Bytes under the data dir.
+    pub disk_bytes: u64,
+    /// Stored sessions.
+    pub sessions: u64,
+    /// Live lanes.
+    pub live_lanes: u64,
+    /// Unanswered messages.
+    pub inbox_depth: u64,
+}
+
+/// Sets the sampled gauges.
+pub fn runtime_gauges(g: RuntimeGauges) {
+    // Gauges are f64; these counts stay far below 2^53.
+    gauge!("turnstile_disk_bytes").set(g.disk_bytes as f64);
+    gauge!("turnstile_sessions").set(g.sessions as f64);
+    gauge!("turnstile_live_lanes").set(g.live_lanes as f64);
+    gauge!("turnstile_inbox_depth").set(g.inbox_depth as f64);
+}
+
+// ---- channels and HTTP ----
+
+/// A reply was handed to the platform (`ok`) or given up after its retries.
+pub fn delivery(channel: &str, ok: bool) {
+    let outcome = if ok { "delivered" } else { "failed" };
+    counter!(
+        "turnstile_channel_deliveries_total",
+        "channel" => channel.to_string(),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
+
+/// A delivery attempt failed and will be retried.
+pub fn delivery_retry(channel: &str) {
+    counter!("turnstile_channel_delivery_retries_total", "channel" => channel.to_string())
+        .increment(1);
+}
+
+/// An HTTP request was refused before its handler (`unauthorized`, `rate_limited`).
+pub fn http_rejected(reason: &'static str) {
+    counter!("turnstile_http_rejected_total", "reason" => reason).increment(1);
+}
+
+// ---- process-wide figures for `turnstile stats` ----
+
+struct ProcessStats {
+    turns: AtomicU64,
+    context_tokens_sum: AtomicU64,
+    context_tokens_max: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+}
+
+static STATS: ProcessStats = ProcessStats {
+    turns: AtomicU64::new(0),
+    context_tokens_sum: AtomicU64::new(0),
+    context_tokens_max: AtomicU64::new(0),
+    cache_hits: AtomicU64::new(0),
+    cache_misses: AtomicU64::new(0),
+};
+
+impl ProcessStats {
+    fn record_turn(&self, prompt_tokens: u32) {
+        let t = u64::from(prompt_tokens);
+        self.turns.fetch_add(1, Ordering::Relaxed);
+        self.context_tokens_sum.fetch_add(t, Ordering::Relaxed);
+        self.context_tokens_max.fetch_max(t, Ordering::Relaxed);
+    }
+}
+
+/// Turn figures of this process since it started.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ProcessTurnStats {
+    /// Turns finished.
+    pub turns: u64,
+    /// Average context (prompt) tokens per turn.
+    pub avg_context_tokens: f64,
+    /// Largest context of a turn.
+    pub max_context_tokens: u64,
+    /// Assembly cache hits / lookups; `None` before any lookup.
+    pub assembly_cache_hit_rate: Option<f64>,
+}
+
+/// The process-wide turn figures.
+pub fn process_stats() -> ProcessTurnStats {
+    let turns = STATS.turns.load(Ordering::Relaxed);
+    let sum = STATS.context_tokens_sum.load(Ordering::Relaxed);
+    let hits = STATS.cache_hits.load(Ordering::Relaxed);
+    let lookups = hits + STATS.cache_misses.load(Ordering::Relaxed);
+    ProcessTurnStats {
+        turns,
+        avg_context_tokens: if turns == 0 {
+            0.0
+        } else {
+            sum as f64 / turns as f64
+        },
+        max_context_tokens: STATS.context_tokens_max.load(Ordering::Relaxed),
+        assembly_cache_hit_rate: (lookups > 0).then(|| hits as f64 / lookups as f64),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_recorder_renders_turn_metrics() {
+        let handle = install_prometheus().expect("first recorder in this test process");
+        assert!(
+            install_prometheus().is_some(),
+            "a second install shares the handle"
+        );
+        inbound_accepted("unit");
+        let mut t = TurnTimer::start(1_000, 1_250);
+        t.assembled("k", 95, 100);
+        t.model_done();
+        t.finished(7);
+        let text = handle.render();
+        assert!(
+            text.contains("turnstile_inbound_accepted_total{channel=\"unit\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("turnstile_turn_phase_seconds_bucket{phase=\"queue_wait\""),
+            "{text}"
+        );
+        assert!(text.contains("turnstile_context_budget_warnings_total"));
+        assert!(process_stats().turns >= 1);
+        assert!(process_stats().max_context_tokens >= 95);
+    }
+}

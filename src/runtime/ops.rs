@@ -1,0 +1,186 @@
+//! Operator actions on a runtime: delete a session, compact one, and the figures behind
+//! `turnstile stats` and `GET /v1/stats`.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::Runtime;
+use crate::error::Error;
+use crate::inbound::normalize_session_key;
+use crate::metrics;
+
+/// Sessions read per page while computing stats.
+const STATS_PAGE: usize = 1_000;
+/// Most directory entries visited when measuring disk use (the data dir holds a handful of sled
+/// files plus archives; this only guards against a runaway tree).
+pub(crate) const MAX_DISK_WALK_ENTRIES: usize = 100_000;
+
+/// What deleting a session removed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Deleted {
+    /// The session key.
+    pub session_key: String,
+    /// Transcript entries removed.
+    pub entries: u64,
+    /// Accepted but unanswered messages removed.
+    pub pending_messages: u64,
+}
+
+/// What a compaction did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Compacted {
+    /// The session key.
+    pub session_key: String,
+    /// History tokens before.
+    pub tokens_before: u64,
+    /// History tokens after.
+    pub tokens_after: u64,
+}
+
+/// The figures of `turnstile stats`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stats {
+    /// Stored sessions.
+    pub sessions: u64,
+    /// Transcript entries across sessions.
+    pub transcript_entries: u64,
+    /// Average transcript tokens per session (the history a session holds).
+    pub avg_session_tokens: f64,
+    /// Largest transcript, in tokens.
+    pub max_session_tokens: u64,
+    /// Compactions across sessions.
+    pub compactions: u64,
+    /// Turns run by this process; `None` when read from a data dir without a server.
+    pub turns: Option<u64>,
+    /// Average context (prompt) tokens per turn of this process.
+    pub avg_context_tokens: Option<f64>,
+    /// Largest context of a turn of this process.
+    pub max_context_tokens: Option<u64>,
+    /// Assembly cache hit rate of this process; `None` before any lookup.
+    pub assembly_cache_hit_rate: Option<f64>,
+    /// Bytes under the data dir.
+    pub disk_bytes: u64,
+    /// Live session lanes.
+    pub live_lanes: u64,
+    /// Accepted messages not yet answered.
+    pub queued_messages: u64,
+}
+
+impl Runtime {
+    /// Deletes a session: its record, transcript and unanswered messages, in one transaction.
+    /// `Ok(None)` if there is no such session; [`Error::Conflict`] while a turn of it runs.
+    pub async fn delete_session(&self, key: &str) -> Result<Option<Deleted>, Error> {
+        let key = normalize_session_key(key);
+        if self.inner.running.is_running(&key) {
+            return Err(Error::Conflict(format!(
+                "session {key:?} is running a turn; retry when it has finished"
+            )));
+        }
+        let store = &self.inner.engine.store;
+        let Some(gone) = store.delete_session(&key)? else {
+            return Ok(None);
+        };
+        store.commit().wait(gone.ticket).await?;
+        tracing::info!(session_key = %key, entries = gone.entries, pending = gone.pending, "session deleted");
+        Ok(Some(Deleted {
+            session_key: key,
+            entries: gone.entries,
+            pending_messages: gone.pending,
+        }))
+    }
+
+    /// Compacts a session now. `Ok(None)` if there is no such session.
+    ///
+    /// This build has no compactor yet, so an existing session gets
+    /// [`Error::NotAvailable`]; the compactor replaces this body.
+    pub async fn compact(&self, key: &str) -> Result<Option<Compacted>, Error> {
+        if self.session(key)?.is_none() {
+            return Ok(None);
+        }
+        Err(Error::NotAvailable(
+            "compaction: this build has no compactor yet",
+        ))
+    }
+
+    /// Current figures: a scan of the sessions (blocking; call it off the async threads for
+    /// big stores) plus this process's turn figures.
+    pub fn stats(&self) -> Result<Stats, Error> {
+        let store = &self.inner.engine.store;
+        let (mut sessions, mut entries, mut tokens, mut max_tokens, mut compactions) =
+            (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut after: Option<String> = None;
+        loop {
+            let page = store.list_sessions(after.as_deref(), STATS_PAGE)?;
+            for (_, r) in &page {
+                sessions += 1;
+                entries += r.entries;
+                tokens += r.tokens;
+                max_tokens = max_tokens.max(r.tokens);
+                compactions += u64::from(r.compaction_count);
+            }
+            match page.last() {
+                Some((k, _)) if page.len() == STATS_PAGE => after = Some(k.clone()),
+                _ => break,
+            }
+        }
+        let process = metrics::process_stats();
+        Ok(Stats {
+            sessions,
+            transcript_entries: entries,
+            avg_session_tokens: if sessions == 0 {
+                0.0
+            } else {
+                tokens as f64 / sessions as f64
+            },
+            max_session_tokens: max_tokens,
+            compactions,
+            turns: Some(process.turns),
+            avg_context_tokens: Some(process.avg_context_tokens),
+            max_context_tokens: Some(process.max_context_tokens),
+            assembly_cache_hit_rate: process.assembly_cache_hit_rate,
+            disk_bytes: disk_bytes(store.data_dir()),
+            live_lanes: self.live_lanes() as u64,
+            queued_messages: self.queued() as u64,
+        })
+    }
+
+    /// Samples the gauges `/metrics` shows (disk, sessions, lanes, inbox depth).
+    pub fn sample_gauges(&self) {
+        let store = &self.inner.engine.store;
+        metrics::runtime_gauges(metrics::RuntimeGauges {
+            disk_bytes: disk_bytes(store.data_dir()),
+            sessions: store.session_count() as u64,
+            live_lanes: self.live_lanes() as u64,
+            inbox_depth: self.queued() as u64,
+        });
+    }
+}
+
+/// Bytes of the files under `dir` (not following symlinks), visiting at most
+/// [`MAX_DISK_WALK_ENTRIES`] entries. Unreadable entries count as 0.
+pub(crate) fn disk_bytes(dir: &Path) -> u64 {
+    let mut total = 0u64;
+    let mut visited = 0usize;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            visited += 1;
+            if visited > MAX_DISK_WALK_ENTRIES {
+                return total;
+            }
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}

@@ -1,0 +1,162 @@
+//! How channels plug into a runtime: [`Runtime::add_channel`] starts a channel actor, routes
+//! its replies to it, and returns a [`ChannelPort`] through which the channel's own tasks
+//! (pollers, listeners) submit messages, keep small durable state (offsets) and learn that the
+//! runtime is stopping.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use turnstile_actors::{Channel, ChannelHandle};
+
+use super::{Ack, Refusal, Reply, Runtime, TurnBackend};
+use crate::channels::{ReplySink, Serves};
+use crate::error::Error;
+use crate::inbound::InboundMessage;
+
+/// The background tasks of a runtime's channels and the signal that stops them.
+pub(crate) struct ChannelTasks {
+    stop: watch::Sender<bool>,
+    /// One or two per channel; channels are few and configured, so this stays small.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl ChannelTasks {
+    pub(crate) fn new() -> Self {
+        Self {
+            stop: watch::channel(false).0,
+            tasks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Tells every channel task to stop and waits for them, at most `deadline`; tasks still
+    /// running then are aborted.
+    pub(crate) async fn stop(&self, deadline: Duration) {
+        let _ = self.stop.send(true);
+        let tasks = match self.tasks.lock() {
+            Ok(mut t) => std::mem::take(&mut *t),
+            Err(_) => return,
+        };
+        let until = tokio::time::Instant::now() + deadline;
+        for mut task in tasks {
+            if tokio::time::timeout_at(until, &mut task).await.is_err() {
+                tracing::warn!("a channel task did not stop in time; aborting it");
+                task.abort();
+            }
+        }
+    }
+}
+
+struct ChannelSink<C: Channel<Reply = Arc<Reply>>> {
+    name: String,
+    handle: ChannelHandle<TurnBackend, C>,
+}
+
+impl<C: Channel<Reply = Arc<Reply>>> ReplySink for ChannelSink<C> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn deliver(&self, reply: Arc<Reply>) -> Result<(), String> {
+        self.handle.deliver(reply).map_err(|e| e.to_string())
+    }
+}
+
+/// A started channel's way into the runtime.
+pub struct ChannelPort<C: Channel<Reply = Arc<Reply>>> {
+    runtime: Runtime,
+    handle: ChannelHandle<TurnBackend, C>,
+    name: String,
+}
+
+impl<C: Channel<Reply = Arc<Reply>>> Clone for ChannelPort<C> {
+    fn clone(&self) -> Self {
+        Self {
+            runtime: self.runtime.clone(),
+            handle: self.handle.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+impl<C: Channel<Reply = Arc<Reply>>> ChannelPort<C> {
+    /// The channel's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// Validates and submits a message through this channel; like [`Runtime::submit`].
+    pub async fn submit(&self, message: InboundMessage) -> Result<Result<Ack, Refusal>, Error> {
+        self.runtime
+            .submit_through(&self.handle, &self.name, message, None)
+            .await
+    }
+
+    /// This channel's value stored under `key`, if any.
+    pub fn load_state(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        let store = &self.runtime.inner.engine.store;
+        Ok(store.channel_state(&self.name, key)?)
+    }
+
+    /// Stores this channel's `value` under `key` and waits until it is durable.
+    pub async fn save_state(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+        let store = &self.runtime.inner.engine.store;
+        let ticket = store.set_channel_state(&self.name, key, value)?;
+        store.commit().wait(ticket).await?;
+        Ok(())
+    }
+
+    /// Becomes true when the runtime begins to shut down; channel tasks end on it.
+    pub fn stopping(&self) -> watch::Receiver<bool> {
+        self.runtime.inner.channel_tasks.stop.subscribe()
+    }
+
+    /// Runs `task` until it ends; shutdown waits for it (after signalling [`Self::stopping`]).
+    pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(task);
+        match self.runtime.inner.channel_tasks.tasks.lock() {
+            Ok(mut tasks) => {
+                tasks.retain(|t| !t.is_finished());
+                tasks.push(handle);
+            }
+            Err(_) => handle.abort(),
+        }
+    }
+}
+
+impl Runtime {
+    /// Starts `channel` as an actor of this runtime and routes to it the replies `serves` names.
+    /// Returns the port its tasks submit through.
+    pub async fn add_channel<C>(
+        &self,
+        channel: Arc<C>,
+        serves: Serves,
+    ) -> Result<ChannelPort<C>, Error>
+    where
+        C: Channel<Reply = Arc<Reply>>,
+    {
+        let name = channel.name().to_string();
+        let handle = ChannelHandle::start(channel, &self.inner.supervisor).await?;
+        let sink = ChannelSink {
+            name: name.clone(),
+            handle: handle.clone(),
+        };
+        self.inner
+            .engine
+            .replies
+            .router()
+            .add(Arc::new(sink), serves)?;
+        Ok(ChannelPort {
+            runtime: self.clone(),
+            handle,
+            name,
+        })
+    }
+}

@@ -1,0 +1,64 @@
+//! The middleware in front of every route: auth, then rate limits. Probes (`/healthz`,
+//! `/readyz`) pass untouched so orchestrators never need the key or get throttled.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::auth::{Auth, PUBLIC_PATHS};
+use super::error::ApiError;
+use super::limits::{retry_after_secs, RateLimiter};
+use crate::metrics;
+
+/// What the middleware checks.
+#[derive(Debug)]
+pub(super) struct Guard {
+    pub(super) auth: Auth,
+    pub(super) limiter: Option<RateLimiter>,
+}
+
+pub(super) async fn check(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if PUBLIC_PATHS.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
+    let authenticated = guard.auth.is_required() && guard.auth.permits(request.headers());
+    if guard.auth.is_required() && !authenticated {
+        metrics::http_rejected("unauthorized");
+        let mut response = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "send `Authorization: Bearer <key>` with the server's API key",
+        )
+        .into_response();
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return response;
+    }
+    if let Some(limiter) = &guard.limiter {
+        let ip = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        if let Err(wait) = limiter.check(ip, authenticated) {
+            metrics::http_rejected("rate_limited");
+            let secs = retry_after_secs(wait);
+            return ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("too many requests; retry in {secs} s"),
+            )
+            .with_retry_after(secs)
+            .into_response();
+        }
+    }
+    next.run(request).await
+}

@@ -1,0 +1,47 @@
+//! Small durable values channels keep between runs (e.g. Telegram's `getUpdates` offset), in
+//! the `channel_state` tree under `channel NUL key`.
+
+use super::Store;
+use crate::error::StoreError;
+
+const TREE: &str = "channel_state";
+
+fn state_key(channel: &str, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(channel.len() + key.len() + 1);
+    k.extend_from_slice(channel.as_bytes());
+    k.push(0);
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+impl Store {
+    fn channel_tree(&self) -> Result<sled::Tree, StoreError> {
+        self.inner
+            .db
+            .open_tree(TREE)
+            .map_err(StoreError::sled("opening channel state"))
+    }
+
+    /// The value `channel` stored under `key`.
+    pub fn channel_state(&self, channel: &str, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .channel_tree()?
+            .get(state_key(channel, key))
+            .map_err(StoreError::sled("reading channel state"))?
+            .map(|v| v.to_vec()))
+    }
+
+    /// Stores `value` for `channel` under `key` (not yet flushed) and returns the group-commit
+    /// ticket to wait on.
+    pub fn set_channel_state(
+        &self,
+        channel: &str,
+        key: &str,
+        value: &[u8],
+    ) -> Result<u64, StoreError> {
+        self.channel_tree()?
+            .insert(state_key(channel, key), value)
+            .map_err(StoreError::sled("writing channel state"))?;
+        Ok(self.inner.commit.ticket())
+    }
+}
