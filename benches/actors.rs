@@ -123,9 +123,12 @@ async fn drive(keys: &[SessionKey], messages: u64, concurrency: u64) -> Duration
 
 fn routing(c: &mut Criterion) {
     let rt = runtime();
-    let messages: u64 = if ci() { 2_000 } else { 50_000 };
+    let messages: u64 = if ci() { 2_000 } else { 20_000 };
     let mut group = c.benchmark_group("supervisor_routing");
+    // One iteration is a whole run (seconds); ten of them make the sample.
     group.sample_size(10);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(15));
     group.throughput(Throughput::Elements(messages));
     for sessions in [1_000usize, if ci() { 2_000 } else { 100_000 }] {
         let keys: Vec<SessionKey> = (0..sessions)
@@ -152,6 +155,8 @@ fn lane_spawn(c: &mut Criterion) {
         .collect();
     let mut group = c.benchmark_group("lane_spawn");
     group.sample_size(10);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(10));
     group.throughput(Throughput::Elements(lanes));
     group.bench_function(BenchmarkId::new("first_message_to_new_keys", lanes), |b| {
         b.iter_custom(|iters| {
