@@ -19,7 +19,11 @@ async fn main() -> Result<(), turnstile::Error> {
         chat_id: "42".into(),
         thread_id: None,
         message_id: "m1".into(),
-        sender: Sender { id: "alice".into(), name: "Alice".into(), is_bot: false },
+        sender: Sender {
+            id: "alice".into(),
+            name: "Alice".into(),
+            is_bot: false,
+        },
         text: "Hello, Turnstile!".into(),
         mentions: vec![],
         mentioned_bot: false,

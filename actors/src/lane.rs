@@ -217,7 +217,12 @@ impl<B: Backend> Lane<B> {
         Ok(())
     }
 
-    fn spawn_turn(&self, myself: &ActorRef<LaneMsg<B::Item>>, key: &SessionKey, batch: Vec<B::Item>) {
+    fn spawn_turn(
+        &self,
+        myself: &ActorRef<LaneMsg<B::Item>>,
+        key: &SessionKey,
+        batch: Vec<B::Item>,
+    ) {
         let backend = Arc::clone(&self.backend);
         let key = key.clone();
         let turn = tokio::spawn(async move { backend.run_turn(key, batch).await });

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::{broadcast, Semaphore};
-use turnstile_actors::{ChannelHandle, LaneSettings, SupervisorHandle};
+use turnstile_actors::{
+    ChannelHandle, JanitorHandle, JanitorSettings, JanitorStatus, LaneSettings, SupervisorHandle,
+};
 
 pub use backend::{Accepted, TurnBackend};
 pub use replies::{Reply, ReplyHub, ReplyWaiter};
@@ -20,11 +22,12 @@ pub use turn::TurnEngine;
 
 use crate::channels::ApiChannel;
 use crate::config::Config;
+use crate::config::JanitorMode;
 use crate::context::Assembly;
 use crate::error::Error;
 use crate::inbound::{normalize_session_key, InboundEvent, InboundMessage};
 use crate::model::{EchoModel, Encoding, Model, TokenCounter};
-use crate::store::{EntryKind, SessionRecord, Store};
+use crate::store::{EntryKind, SessionRecord, Store, StoreBudget};
 
 /// Why preflight decided a message is not a turn. Each decision is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -195,6 +198,7 @@ impl RuntimeBuilder {
         });
         let (supervisor, _) = SupervisorHandle::start(backend).await?;
         let api = ChannelHandle::start(Arc::new(ApiChannel), &supervisor).await?;
+        let janitor = start_janitor(&store, &config, &supervisor).await?;
         let pending = store.sessions_with_pending()?;
         if !pending.is_empty() {
             tracing::info!(sessions = pending.len(), "replaying unanswered messages");
@@ -206,10 +210,38 @@ impl RuntimeBuilder {
                 engine,
                 supervisor,
                 api,
+                janitor,
                 closing: AtomicBool::new(false),
             }),
         })
     }
+}
+
+/// Starts the janitor over the store; lanes that are live are never evicted, and the store
+/// wakes the janitor when writes cross its live-byte trigger.
+async fn start_janitor(
+    store: &Store,
+    config: &Config,
+    supervisor: &SupervisorHandle<TurnBackend>,
+) -> Result<JanitorHandle, Error> {
+    let registry = supervisor.registry().clone();
+    let budget = StoreBudget::new(
+        store.clone(),
+        &config.storage,
+        Arc::new(move |key: &str| registry.is_live(key)),
+    );
+    let janitor = JanitorHandle::start(
+        Arc::new(budget),
+        JanitorSettings {
+            interval: Duration::from_millis(config.storage.janitor_interval_ms),
+            enforce: config.storage.janitor_mode == JanitorMode::Enforce,
+        },
+        Duration::from_secs(10),
+    )
+    .await?;
+    let signal = janitor.clone();
+    store.set_janitor_hook(move || signal.high_water());
+    Ok(janitor)
 }
 
 fn model_from_config(config: &Config) -> Result<Arc<dyn Model>, Error> {
@@ -233,6 +265,7 @@ struct Inner {
     engine: Arc<TurnEngine>,
     supervisor: SupervisorHandle<TurnBackend>,
     api: ChannelHandle<TurnBackend, ApiChannel>,
+    janitor: JanitorHandle,
     closing: AtomicBool,
 }
 
@@ -370,6 +403,11 @@ impl Runtime {
         self.inner.engine.store.queued()
     }
 
+    /// What the janitor has done: passes, the newest disk measurement, evictions.
+    pub async fn janitor_status(&self) -> Result<JanitorStatus, Error> {
+        Ok(self.inner.janitor.status().await?)
+    }
+
     /// Marks the runtime as closing: new submissions are refused. [`Runtime::shutdown`] does
     /// this too; servers call it first so readiness flips before connections drain.
     pub fn begin_shutdown(&self) {
@@ -392,6 +430,7 @@ impl Runtime {
             );
         }
         self.inner.engine.replies.close();
+        self.inner.janitor.stop(grace).await;
         self.inner.engine.store.close().await?;
         Ok(())
     }

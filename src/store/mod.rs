@@ -1,13 +1,31 @@
 //! Storage on sled: sessions, transcripts and the durable inbox, in one database per data dir.
 //!
 //! Trees: `sessions` (session key → [`SessionRecord`]), `transcript` (session id + seq →
-//! [`TranscriptEntry`]), `inbox` (session key + NUL + inbox seq → [`InboxRecord`]), `meta`
-//! (schema version). A turn's commit touches `sessions`, `transcript` and `inbox` in one
-//! transaction, so a turn is either wholly stored and consumed or not at all.
+//! [`TranscriptEntry`]), `inbox` (session key + NUL + inbox seq → [`InboxRecord`]),
+//! `by_updated` (updated_at + session key → (), the eviction order), `quarantine` (values
+//! that could not be decoded, kept for inspection), `meta` (schema version). A turn's commit
+//! touches `sessions`, `transcript`, `inbox` and `by_updated` in one transaction, so a turn is
+//! either wholly stored and consumed or not at all.
+//!
+//! Disk budget, repair and interchange live in their own files: `disk` (measuring, the live
+//! byte meter), `evict` (removing whole sessions), `archive` (compressed JSONL of evicted
+//! sessions), `budget` (the janitor's [`StoreBudget`]), `doctor` (checks, repair,
+//! quarantine), `migrate` (schema migrations on open), `compact` (a prefix replaced by a summary),
+//! `export` and `import_openclaw`.
 
+mod archive;
+mod budget;
+mod by_updated;
 mod codec;
+mod compact;
+mod disk;
+mod doctor;
 mod durability;
+mod evict;
+mod export;
+mod import_openclaw;
 mod keys;
+mod migrate;
 mod records;
 
 use std::collections::BTreeSet;
@@ -19,8 +37,16 @@ use std::time::Duration;
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
+pub use archive::ARCHIVE_DIR;
+pub use budget::{Liveness, StoreBudget};
 pub use codec::{decode, encode, VALUE_VERSION};
+pub use compact::MAX_COMPACTED_ENTRIES;
+pub use disk::dir_disk_bytes;
+pub use doctor::{Depth, DoctorReport, Finding};
 pub use durability::GroupCommit;
+pub use evict::Evicted;
+pub use export::{write_session_jsonl, ExportEntry, ExportHeader, EXPORT_VERSION};
+pub use import_openclaw::{import_openclaw, ImportReport, MAX_LINE_BYTES};
 pub use records::{
     EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent, ToolInfo,
     TranscriptEntry,
@@ -28,10 +54,14 @@ pub use records::{
 
 use crate::config::StorageConfig;
 use crate::error::StoreError;
+#[cfg(test)]
+use migrate::SCHEMA_KEY;
 
-/// The schema version this build writes.
-pub const SCHEMA_VERSION: u8 = 1;
-const SCHEMA_KEY: &[u8] = b"schema_version";
+/// The database's directory under the data dir.
+pub const DB_DIR: &str = "db";
+
+/// The schema version this build writes. Older stores are migrated on open (`migrate`).
+pub const SCHEMA_VERSION: u8 = 2;
 
 /// The sled database and its trees. Cheap to clone.
 #[derive(Clone)]
@@ -44,9 +74,15 @@ struct StoreInner {
     sessions: sled::Tree,
     transcript: sled::Tree,
     inbox: sled::Tree,
+    by_updated: sled::Tree,
+    quarantine: sled::Tree,
     commit: GroupCommit,
     queued: AtomicUsize,
     data_dir: PathBuf,
+    /// Live logical bytes and the janitor's high-water trigger.
+    meter: disk::UsageMeter,
+    /// What the repair on open found and did.
+    open_report: std::sync::OnceLock<DoctorReport>,
 }
 
 /// One accepted inbox item, as handed to a lane.
@@ -75,36 +111,29 @@ impl Store {
     /// Opens (or creates) the database under `config.data_dir`. Must be called inside a tokio
     /// runtime (it starts the group-commit flusher).
     pub fn open(config: &StorageConfig) -> Result<Self, StoreError> {
+        Self::open_with(config, true)
+    }
+
+    /// Opens the store without the repairs on open (schema migrations still run), so that
+    /// `turnstile doctor` can report problems before fixing them.
+    pub fn open_unrepaired(config: &StorageConfig) -> Result<Self, StoreError> {
+        Self::open_with(config, false)
+    }
+
+    fn open_with(config: &StorageConfig, repair: bool) -> Result<Self, StoreError> {
         let data_dir = config.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(|source| StoreError::DataDir {
             path: data_dir.clone(),
             source,
         })?;
+        let db_path = data_dir.join(DB_DIR);
         let db = sled::Config::new()
-            .path(data_dir.join("db"))
+            .path(&db_path)
             .cache_capacity(config.cache_capacity_bytes)
             .flush_every_ms(Some(config.flush_every_ms.max(1)))
             .open()
-            .map_err(StoreError::sled("opening the database"))?;
-        let meta = db
-            .open_tree("meta")
-            .map_err(StoreError::sled("opening meta"))?;
-        match meta
-            .get(SCHEMA_KEY)
-            .map_err(StoreError::sled("reading schema"))?
-        {
-            None => {
-                meta.insert(SCHEMA_KEY, &[SCHEMA_VERSION])
-                    .map_err(StoreError::sled("writing schema"))?;
-            }
-            Some(v) if v.first().copied().unwrap_or(0) > SCHEMA_VERSION => {
-                return Err(StoreError::SchemaTooNew {
-                    found: v[0],
-                    supported: SCHEMA_VERSION,
-                });
-            }
-            Some(_) => {}
-        }
+            .map_err(|source| StoreError::from_open(&db_path, source))?;
+        let migrated_from = migrate::run(&db)?;
         let open = |name: &'static str| {
             db.open_tree(name)
                 .map_err(StoreError::sled("opening a tree"))
@@ -112,23 +141,47 @@ impl Store {
         let sessions = open("sessions")?;
         let transcript = open("transcript")?;
         let inbox = open("inbox")?;
+        let by_updated = open(by_updated::TREE)?;
+        let quarantine = open(doctor::QUARANTINE_TREE)?;
         let queued = AtomicUsize::new(inbox.len());
         let commit = GroupCommit::start(
             db.clone(),
             config.durability,
             Duration::from_millis(config.flush_every_ms.max(1)),
         );
-        Ok(Self {
+        let store = Self {
             inner: Arc::new(StoreInner {
                 db,
                 sessions,
                 transcript,
                 inbox,
+                by_updated,
+                quarantine,
                 commit,
                 queued,
                 data_dir,
+                meter: disk::UsageMeter::default(),
+                open_report: std::sync::OnceLock::new(),
             }),
-        })
+        };
+        // Quick checks and repairs on every open; `turnstile doctor` runs the full ones.
+        let mut report = store.doctor(Depth::Quick, repair)?;
+        report.migrated_from = migrated_from;
+        if !report.is_clean() {
+            tracing::warn!(report = %report, "store repaired on open");
+        }
+        store.inner.meter.set_live(report.live_bytes);
+        store
+            .inner
+            .queued
+            .store(store.inner.inbox.len(), Ordering::Relaxed);
+        let _ = store.inner.open_report.set(report);
+        Ok(store)
+    }
+
+    /// What the checks on open found and repaired.
+    pub fn open_report(&self) -> Option<&DoctorReport> {
+        self.inner.open_report.get()
     }
 
     /// The data directory.
@@ -161,11 +214,14 @@ impl Store {
             .map_err(StoreError::sled("allocating an inbox sequence"))?
             .saturating_add(1);
         let bytes = encode(&record)?;
+        let key = keys::inbox_key(session_key, seq);
+        let written = (key.len() + bytes.len()) as u64;
         self.inner
             .inbox
-            .insert(keys::inbox_key(session_key, seq), bytes)
+            .insert(key, bytes)
             .map_err(StoreError::sled("writing the inbox"))?;
         self.inner.queued.fetch_add(1, Ordering::Relaxed);
+        self.inner.meter.add(written);
         let ticket = self.inner.commit.ticket();
         Ok((
             InboxItem {
@@ -219,19 +275,13 @@ impl Store {
         turn: TurnCommit<'_>,
     ) -> Result<(SessionRecord, Vec<u64>, u64), StoreError> {
         let inner = &self.inner;
-        let new_id = match inner
-            .sessions
-            .get(turn.session_key)
-            .map_err(StoreError::sled("reading a session"))?
-        {
-            Some(_) => None,
-            None => Some(
-                inner
-                    .db
-                    .generate_id()
-                    .map_err(StoreError::sled("allocating a session id"))?,
-            ),
-        };
+        // Allocated up front for every turn (sled cannot allocate inside a transaction) and
+        // used only if the session turns out to be new — it may have been evicted since the
+        // caller last saw it. An unused id is simply skipped.
+        let new_id = inner
+            .db
+            .generate_id()
+            .map_err(StoreError::sled("allocating a session id"))?;
         let encoded: Vec<(Vec<u8>, &TranscriptEntry)> = turn
             .entries
             .iter()
@@ -242,13 +292,18 @@ impl Store {
             .iter()
             .map(|s| keys::inbox_key(turn.session_key, *s))
             .collect();
-        let result = (&inner.sessions, &inner.transcript, &inner.inbox).transaction(
-            |(sessions, transcript, inbox)| {
+        let result = (
+            &inner.sessions,
+            &inner.transcript,
+            &inner.inbox,
+            &inner.by_updated,
+        )
+            .transaction(|(sessions, transcript, inbox, by_updated)| {
                 let mut record = match sessions.get(turn.session_key)? {
                     Some(bytes) => decode::<SessionRecord>("sessions", &bytes)
                         .map_err(ConflictableTransactionError::Abort)?,
                     None => SessionRecord {
-                        id: new_id.unwrap_or_default(),
+                        id: new_id,
                         created_at_ms: turn.now_ms,
                         updated_at_ms: turn.now_ms,
                         next_seq: 1,
@@ -269,18 +324,21 @@ impl Store {
                     seqs.push(seq);
                 }
                 let mut consumed = 0usize;
+                let mut inbox_freed = 0u64;
                 for k in &inbox_keys {
-                    if inbox.remove(k.as_slice())?.is_some() {
+                    if let Some(old) = inbox.remove(k.as_slice())? {
                         consumed += 1;
+                        inbox_freed += (k.len() + old.len()) as u64;
                     }
                 }
+                by_updated.remove(by_updated::key(record.updated_at_ms, turn.session_key))?;
                 record.updated_at_ms = turn.now_ms;
+                by_updated.insert(by_updated::key(record.updated_at_ms, turn.session_key), &[])?;
                 let bytes = encode(&record).map_err(ConflictableTransactionError::Abort)?;
                 sessions.insert(turn.session_key.as_bytes(), bytes)?;
-                Ok((record, seqs, consumed))
-            },
-        );
-        let (record, seqs, consumed) = result.map_err(|e| match e {
+                Ok((record, seqs, consumed, inbox_freed))
+            });
+        let (record, seqs, consumed, inbox_freed) = result.map_err(|e| match e {
             TransactionError::Abort(e) => e,
             TransactionError::Storage(source) => StoreError::Sled {
                 context: "committing a turn",
@@ -291,6 +349,10 @@ impl Store {
             consumed.min(inner.queued.load(Ordering::Relaxed)),
             Ordering::Relaxed,
         );
+        inner.meter.sub(inbox_freed);
+        inner
+            .meter
+            .add(encoded.iter().map(|(b, _)| b.len() as u64 + 16).sum());
         Ok((record, seqs, inner.commit.ticket()))
     }
 
@@ -381,3 +443,9 @@ impl Store {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod storage_tests;
+
+#[cfg(test)]
+mod model_tests;
