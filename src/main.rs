@@ -123,7 +123,7 @@ fn storage_config(data_dir: PathBuf) -> turnstile::config::StorageConfig {
 }
 
 async fn doctor(data_dir: PathBuf, repair: bool) -> anyhow::Result<()> {
-    if !data_dir.join(turnstile::store::DB_DIR).exists() {
+    if !Store::exists(&data_dir) {
         anyhow::bail!("no store under {}", data_dir.display());
     }
     let store = Store::open_unrepaired(&storage_config(data_dir))?;
@@ -148,7 +148,7 @@ async fn import_openclaw(dir: PathBuf, data_dir: PathBuf) -> anyhow::Result<()> 
 }
 
 async fn export(key: String, data_dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<()> {
-    if !data_dir.join(turnstile::store::DB_DIR).exists() {
+    if !Store::exists(&data_dir) {
         anyhow::bail!("no store under {}", data_dir.display());
     }
     let store = Store::open(&storage_config(data_dir))?;

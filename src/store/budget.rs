@@ -1,23 +1,25 @@
 //! [`StoreBudget`]: the janitor's [`DiskBudget`] over this store and its data dir.
 //!
 //! # How space comes back
-//! sled never shrinks its file when keys are deleted, but it does reuse the space: a segment
-//! whose live share drops to half is relocated, freed segments are reused lowest offset first,
-//! and free segments at the end of the file are truncated. Measured on sled 0.34.7, a workload
-//! that keeps deleting the oldest data settles at 2.2–3.3× the live bytes and stays there
-//! (ARCHITECTURE.md has the numbers). So the janitor does not wait for the file to shrink —
-//! right after an eviction it usually has not — it controls the *live* bytes instead:
+//! sled never shrinks its file when keys are deleted. It reuses freed space (segments at most
+//! half live are relocated, free segments are reused lowest first and truncated at the end of
+//! the file), and with small values that keeps a churning database at about 2.2–3.3× its live
+//! bytes. With large values it does not: a node whose items exceed a quarter of a segment is
+//! written as a blob file on every change, and under sustained churn the database grew without
+//! bound in our measurements. So the janitor controls two things:
 //!
-//! * `amplification` is estimated as `db bytes / live bytes`, but only when the database file
-//!   has just grown (then sled had no free space left to reuse, so the ratio is real); a
-//!   measurement taken while freed space is still inside the file would overstate it and make
-//!   the janitor evict far too much.
-//! * The live-byte target is `(high water − bytes outside the db) / amplification`; above it,
-//!   the oldest idle sessions are evicted until live bytes are 10% below it.
-//! * The target is handed to the store's meter, which calls the janitor the moment a write
-//!   crosses it, so the reaction does not wait for the next tick.
-//! * If the data dir is ever over the hard limit anyway, the estimate is raised to the
-//!   pessimistic `db bytes / live bytes` at once.
+//! * **Live bytes.** Sessions are evicted (oldest `updated_at` first, never one with a live
+//!   lane or queued messages) until the live bytes — transcripts and queued messages, counted
+//!   by the store's meter — are 10% below `high_water / BUDGETED_AMPLIFICATION` of the budget
+//!   (20% of it by default). The store calls the janitor the moment a write crosses that level.
+//! * **Garbage.** When the data dir passes `REWRITE_AT` of the high-water mark and the
+//!   database holds at least `MIN_GARBAGE_RATIO` times its live bytes, the live data is
+//!   rewritten into a fresh database generation (`Store::rewrite`) and the old one deleted.
+//!   The copy needs room for one more copy of the live data, which is why live bytes are held
+//!   to 20%: the old generation (about 60% of the budget, plus what arrives during the pass)
+//!   and the new one (the live bytes plus sled's overhead) fit together.
+//!
+//! Archives (when `keep_archives` is on) are deleted, oldest first, before anything else.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -26,7 +28,7 @@ use std::time::{Duration, Instant};
 use turnstile_actors::{DiskBudget, DiskUsage, ReclaimReport};
 
 use super::evict::{Candidate, TRANSCRIPT_KEY_BYTES};
-use super::{archive, decode, disk, SessionRecord, Store, DB_DIR};
+use super::{archive, decode, disk, SessionRecord, Store};
 use crate::config::StorageConfig;
 use crate::error::StoreError;
 
@@ -34,15 +36,14 @@ use crate::error::StoreError;
 /// evicted.
 pub type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
-/// The amplification assumed before one is measured (sled 0.34.7 measured 2.2–3.3×).
-const INITIAL_AMPLIFICATION: f64 = 3.0;
-/// Bounds on the amplification estimate.
-const MIN_AMPLIFICATION: f64 = 1.0;
-const MAX_AMPLIFICATION: f64 = 8.0;
-/// The database file must have grown by this much for a new amplification estimate.
-const GROWTH_FOR_ESTIMATE: u64 = 1 << 20;
-/// Below this many live bytes the ratio is dominated by sled's fixed overhead; not estimated.
-const MIN_LIVE_FOR_ESTIMATE: u64 = 1 << 20;
+/// Disk bytes budgeted per live byte: sled's own amplification (2.2–3.3× measured) plus room
+/// for the copy a rewrite makes. Live bytes are held to `high_water / 4` of the budget.
+const BUDGETED_AMPLIFICATION: f64 = 4.0;
+/// A rewrite starts when the data dir passes this fraction of the high-water mark...
+const REWRITE_AT: f64 = 0.75;
+/// ...and the database holds at least this many bytes per live byte (otherwise a rewrite
+/// would give little back).
+const MIN_GARBAGE_RATIO: f64 = 2.0;
 /// Eviction goes this far below the target, so the next pass is not one write away.
 const EVICT_TO_FRACTION: f64 = 0.9;
 /// How often live bytes are recounted exactly (and empty sessions collected); between
@@ -65,13 +66,12 @@ pub struct StoreBudget {
     prune_after_ms: Option<u64>,
     max_sessions: Option<u64>,
     is_live: Liveness,
-    estimate: Mutex<Estimate>,
+    measured: Mutex<Measured>,
 }
 
-#[derive(Debug)]
-struct Estimate {
-    amplification: f64,
-    /// Database bytes at the newest measurement.
+#[derive(Debug, Default)]
+struct Measured {
+    /// Bytes of the current database generation at the newest measurement.
     db_bytes: u64,
     last_recount: Option<Instant>,
 }
@@ -99,20 +99,13 @@ impl StoreBudget {
                 .then(|| u64::from(config.prune_after_days) * DAY_MS),
             max_sessions: config.max_sessions,
             is_live,
-            estimate: Mutex::new(Estimate {
-                amplification: INITIAL_AMPLIFICATION,
-                db_bytes: 0,
-                last_recount: None,
-            }),
+            measured: Mutex::new(Measured::default()),
         }
     }
 
-    /// The current amplification estimate (db bytes per live byte).
-    pub fn amplification(&self) -> f64 {
-        self.estimate
-            .lock()
-            .map(|e| e.amplification)
-            .unwrap_or(INITIAL_AMPLIFICATION)
+    /// The live bytes the janitor keeps the store under, for a measurement `usage`.
+    pub fn live_target(&self, usage: &DiskUsage) -> u64 {
+        (usage.high_water_bytes as f64 / BUDGETED_AMPLIFICATION) as u64
     }
 
     fn busy(&self, key: &str) -> Result<bool, StoreError> {
@@ -241,72 +234,54 @@ impl StoreBudget {
     fn reclaim_inner(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, StoreError> {
         let mut report = ReclaimReport::default();
         let (db_bytes, recount_due) = {
-            let e = self
-                .estimate
+            let m = self
+                .measured
                 .lock()
-                .map_err(|_| StoreError::Flush("janitor estimate poisoned".into()))?;
+                .map_err(|_| StoreError::Flush("janitor measurement poisoned".into()))?;
             (
-                e.db_bytes,
-                e.last_recount.is_none_or(|t| t.elapsed() >= RECOUNT_EVERY),
+                m.db_bytes,
+                m.last_recount.is_none_or(|t| t.elapsed() >= RECOUNT_EVERY),
             )
         };
         let mut empty = Vec::new();
         if recount_due {
             let (live, found) = self.store.recount(MAX_EMPTY_PER_PASS)?;
-            self.store.inner.meter.set_live(live);
+            self.store.shared.meter.set_live(live);
             empty = found;
-            if let Ok(mut e) = self.estimate.lock() {
-                e.last_recount = Some(Instant::now());
+            if let Ok(mut m) = self.measured.lock() {
+                m.last_recount = Some(Instant::now());
             }
         }
-        let mut other = usage.disk_bytes.saturating_sub(db_bytes);
+        let mut disk_bytes = usage.disk_bytes;
 
         // 1. Archives, oldest first.
-        if usage.disk_bytes > usage.high_water_bytes {
-            let over = usage.disk_bytes - usage.high_water_bytes;
-            other = other.saturating_sub(self.delete_archives(over, enforce, &mut report)?);
+        if disk_bytes > usage.high_water_bytes {
+            let over = disk_bytes - usage.high_water_bytes;
+            disk_bytes -= self.delete_archives(over, enforce, &mut report)?.min(disk_bytes);
         }
 
         // 2. Whole sessions, oldest first, down to the live-byte target.
-        let live = self.store.live_bytes();
-        let mut amplification = self.amplification();
-        if db_bytes + other > self.limit_bytes && live >= MIN_LIVE_FOR_ESTIMATE {
-            // Over the hard limit: the estimate was too low; take the pessimistic one.
-            amplification = amplification.max(db_bytes as f64 / live as f64);
-            if let Ok(mut e) = self.estimate.lock() {
-                e.amplification = amplification.clamp(MIN_AMPLIFICATION, MAX_AMPLIFICATION);
-            }
-        }
-        let db_room = usage.high_water_bytes.saturating_sub(other);
-        let target = (db_room as f64 / amplification) as u64;
+        let target = self.live_target(usage);
         self.store.set_janitor_trigger(target);
         let mut progress = Progress {
-            live,
+            live: self.store.live_bytes(),
             sessions: 0,
             evicted: 0,
             simulated: HashSet::new(),
         };
-        if live > target {
+        if progress.live > target {
             let goal = (target as f64 * EVICT_TO_FRACTION) as u64;
-            self.evict_oldest(
-                enforce,
-                &mut progress,
-                &mut report,
-                "disk budget",
-                |_, p| p.live > goal,
-            )?;
+            self.evict_oldest(enforce, &mut progress, &mut report, "disk budget", |_, p| {
+                p.live > goal
+            })?;
         }
 
         // 3. Sessions not updated for `prune_after_days`.
         if let Some(age) = self.prune_after_ms {
             let cutoff = now_ms().saturating_sub(age);
-            self.evict_oldest(
-                enforce,
-                &mut progress,
-                &mut report,
-                "prune_after",
-                |c, _| c.updated_at_ms < cutoff,
-            )?;
+            self.evict_oldest(enforce, &mut progress, &mut report, "prune_after", |c, _| {
+                c.updated_at_ms < cutoff
+            })?;
         }
 
         // 4. Empty sessions.
@@ -329,15 +304,27 @@ impl StoreBudget {
 
         // 5. Beyond `max_sessions`.
         if let Some(max) = self.max_sessions {
-            progress.sessions = (self.store.inner.by_updated.len() as u64)
+            progress.sessions = (self.store.inner().by_updated.len() as u64)
                 .saturating_sub(progress.simulated.len() as u64);
-            self.evict_oldest(
-                enforce,
-                &mut progress,
-                &mut report,
-                "max_sessions",
-                |_, p| p.sessions > max,
-            )?;
+            self.evict_oldest(enforce, &mut progress, &mut report, "max_sessions", |_, p| {
+                p.sessions > max
+            })?;
+        }
+
+        // 6. Garbage: rewrite the database when it is mostly dead space.
+        let live = self.store.live_bytes();
+        let rewrite_at = (usage.high_water_bytes as f64 * REWRITE_AT) as u64;
+        let mostly_garbage = db_bytes as f64 >= MIN_GARBAGE_RATIO * live.max(1) as f64;
+        if disk_bytes > rewrite_at && mostly_garbage && live <= target {
+            if enforce {
+                let done = self.store.rewrite()?;
+                report.bytes_freed += done.bytes_before.saturating_sub(done.bytes_after);
+                if let Ok(mut m) = self.measured.lock() {
+                    m.db_bytes = done.bytes_after;
+                }
+            } else {
+                tracing::warn!(db_bytes, live, "would rewrite the database (janitor_mode = warn)");
+            }
         }
         Ok(report)
     }
@@ -348,16 +335,11 @@ impl DiskBudget for StoreBudget {
         let dir = self.store.data_dir();
         let disk_bytes =
             disk::dir_disk_bytes(dir).map_err(|e| format!("measuring {}: {e}", dir.display()))?;
-        let db_bytes = disk::dir_disk_bytes(&dir.join(DB_DIR))
-            .map_err(|e| format!("measuring {}: {e}", dir.display()))?;
-        let live = self.store.live_bytes();
-        if let Ok(mut e) = self.estimate.lock() {
-            // Only a growing file shows the real ratio (see the module doc).
-            if db_bytes >= e.db_bytes + GROWTH_FOR_ESTIMATE && live >= MIN_LIVE_FOR_ESTIMATE {
-                e.amplification =
-                    (db_bytes as f64 / live as f64).clamp(MIN_AMPLIFICATION, MAX_AMPLIFICATION);
-            }
-            e.db_bytes = db_bytes;
+        let db_dir = self.store.inner().dir.clone();
+        let db_bytes = disk::dir_disk_bytes(&db_dir)
+            .map_err(|e| format!("measuring {}: {e}", db_dir.display()))?;
+        if let Ok(mut m) = self.measured.lock() {
+            m.db_bytes = db_bytes;
         }
         Ok(DiskUsage {
             disk_bytes,
@@ -381,7 +363,7 @@ impl Store {
     ) -> Result<(u64, Vec<(String, u64)>), StoreError> {
         let mut live = 0u64;
         let mut empty = Vec::new();
-        for kv in self.inner.sessions.iter() {
+        for kv in self.inner().sessions.iter() {
             let (k, v) = kv.map_err(StoreError::sled("scanning sessions"))?;
             let Ok(record) = decode::<SessionRecord>("sessions", &v) else {
                 continue;
@@ -394,7 +376,7 @@ impl Store {
                 ));
             }
         }
-        for kv in self.inner.inbox.iter() {
+        for kv in self.inner().inbox.iter() {
             let (k, v) = kv.map_err(StoreError::sled("scanning the inbox"))?;
             live += (k.len() + v.len()) as u64;
         }

@@ -39,7 +39,8 @@ impl Store {
             return Ok(None);
         };
         let summary_bytes = encode(summary)?;
-        let inner = &self.inner;
+        let _write = self.write_gate();
+        let inner = self.inner();
         let result = (&inner.sessions, &inner.transcript).transaction(|(sessions, transcript)| {
             let Some(bytes) = sessions.get(key)? else {
                 return Ok(None);
@@ -82,8 +83,8 @@ impl Store {
                 .iter()
                 .map(|(_, len, _)| len + TRANSCRIPT_KEY_BYTES)
                 .sum();
-            inner.meter.sub(removed);
-            inner
+            self.shared.meter.sub(removed);
+            self.shared
                 .meter
                 .add(summary_bytes.len() as u64 + TRANSCRIPT_KEY_BYTES);
         }

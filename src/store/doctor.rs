@@ -178,14 +178,14 @@ impl Store {
         if depth == Depth::Full {
             self.check_transcript(&mut report, repair, sessions)?;
         }
-        report.quarantined_total = self.inner.quarantine.len() as u64;
+        report.quarantined_total = self.inner().quarantine.len() as u64;
         Ok(report)
     }
 
     /// The stored schema version.
     pub fn schema_version(&self) -> Result<u8, StoreError> {
         let meta = self
-            .inner
+            .inner()
             .db
             .open_tree("meta")
             .map_err(StoreError::sled("opening meta"))?;
@@ -199,7 +199,7 @@ impl Store {
     /// Quarantined values: (tree, key, value bytes), at most `limit`.
     pub fn quarantined(&self, limit: usize) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.inner.quarantine.iter().take(limit) {
+        for kv in self.inner().quarantine.iter().take(limit) {
             let (k, v) = kv.map_err(StoreError::sled("reading quarantine"))?;
             let (tree, key) = match k.iter().position(|b| *b == 0) {
                 Some(i) => (&k[..i], &k[i + 1..]),
@@ -227,7 +227,7 @@ impl Store {
         qkey.extend_from_slice(key);
         // Copy first, then remove: a crash in between leaves the value in both places and the
         // next run quarantines it again under the same key.
-        self.inner
+        self.inner()
             .quarantine
             .insert(qkey, value)
             .map_err(StoreError::sled("writing quarantine"))?;
@@ -237,7 +237,8 @@ impl Store {
     }
 
     fn check_inbox(&self, report: &mut DoctorReport, repair: bool) -> Result<(), StoreError> {
-        let tree = &self.inner.inbox;
+        let inner = self.inner();
+        let tree = &inner.inbox;
         for kv in tree.iter() {
             let (k, v) = kv.map_err(StoreError::sled("scanning the inbox"))?;
             let problem = if keys::split_inbox_key(&k).is_none() {
@@ -265,7 +266,8 @@ impl Store {
         repair: bool,
         collect: bool,
     ) -> Result<HashMap<u64, (String, SessionRecord)>, StoreError> {
-        let tree = &self.inner.sessions;
+        let inner = self.inner();
+        let tree = &inner.sessions;
         let mut by_id = HashMap::new();
         for kv in tree.iter() {
             let (k, v) = kv.map_err(StoreError::sled("scanning sessions"))?;
@@ -296,7 +298,7 @@ impl Store {
             report.live_bytes += record.bytes + record.entries * TRANSCRIPT_KEY_BYTES;
             let index_key = by_updated::key(record.updated_at_ms, &key);
             if !self
-                .inner
+                .inner()
                 .by_updated
                 .contains_key(&index_key)
                 .map_err(StoreError::sled("reading by_updated"))?
@@ -308,7 +310,7 @@ impl Store {
                     "session missing from the index",
                 );
                 if repair {
-                    self.inner
+                    self.inner()
                         .by_updated
                         .insert(index_key, &[])
                         .map_err(StoreError::sled("repairing by_updated"))?;
@@ -322,7 +324,7 @@ impl Store {
     }
 
     fn check_index(&self, report: &mut DoctorReport, repair: bool) -> Result<(), StoreError> {
-        for k in self.inner.by_updated.iter().keys() {
+        for k in self.inner().by_updated.iter().keys() {
             let k = k.map_err(StoreError::sled("scanning by_updated"))?;
             let stale = match by_updated::split(&k) {
                 None => true,
@@ -335,7 +337,7 @@ impl Store {
                 report.index_stale += 1;
                 report.note("by_updated", &k, "index entry without a matching session");
                 if repair {
-                    self.inner
+                    self.inner()
                         .by_updated
                         .remove(&k)
                         .map_err(StoreError::sled("repairing by_updated"))?;
@@ -351,7 +353,8 @@ impl Store {
         repair: bool,
         sessions: HashMap<u64, (String, SessionRecord)>,
     ) -> Result<(), StoreError> {
-        let tree = &self.inner.transcript;
+        let inner = self.inner();
+        let tree = &inner.transcript;
         let mut tallies: HashMap<u64, Tally> = HashMap::new();
         for kv in tree.iter() {
             let (k, v) = kv.map_err(StoreError::sled("scanning the transcript"))?;
@@ -438,7 +441,7 @@ impl Store {
                 };
                 // Only if unchanged since read; a concurrent turn's record wins.
                 let _ = self
-                    .inner
+                    .inner()
                     .sessions
                     .compare_and_swap(key.as_bytes(), Some(old), Some(encode(&fixed)?))
                     .map_err(StoreError::sled("repairing counters"))?;

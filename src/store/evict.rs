@@ -42,21 +42,21 @@ pub(super) struct Candidate {
 impl Store {
     /// Live logical bytes (transcript and inbox keys and values), as the janitor counts them.
     pub fn live_bytes(&self) -> u64 {
-        self.inner.meter.live()
+        self.shared.meter.live()
     }
 
     /// Installs the function called when live bytes reach the janitor's trigger (see
     /// [`Store::set_janitor_trigger`]). It runs on the writing thread: it must be cheap and
     /// must not block. Only the first call has an effect.
     pub fn set_janitor_hook(&self, hook: impl Fn() + Send + Sync + 'static) {
-        if !self.inner.meter.set_hook(Box::new(hook)) {
+        if !self.shared.meter.set_hook(Box::new(hook)) {
             tracing::warn!("janitor hook already installed; ignoring another");
         }
     }
 
     /// Sets the live-byte level at which the janitor hook fires.
     pub fn set_janitor_trigger(&self, live_bytes: u64) {
-        self.inner.meter.set_trigger(live_bytes);
+        self.shared.meter.set_trigger(live_bytes);
     }
 
     /// Up to `limit` sessions in `updated_at` order, starting after the index key `after`.
@@ -67,10 +67,10 @@ impl Store {
     ) -> Result<Vec<Candidate>, StoreError> {
         let iter = match after {
             Some(a) => self
-                .inner
+                .inner()
                 .by_updated
                 .range::<&[u8], _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
-            None => self.inner.by_updated.iter(),
+            None => self.inner().by_updated.iter(),
         };
         let mut out = Vec::new();
         for k in iter.keys().take(limit) {
@@ -96,7 +96,8 @@ impl Store {
         key: &str,
         expected_updated_at: Option<u64>,
     ) -> Result<Option<Evicted>, StoreError> {
-        let inner = &self.inner;
+        let write = self.write_gate();
+        let inner = self.inner();
         let removed = (&inner.sessions, &inner.by_updated).transaction(|(sessions, index)| {
             let Some(bytes) = sessions.get(key)? else {
                 return Ok(None);
@@ -121,9 +122,10 @@ impl Store {
                 })
             }
         };
+        drop(write);
         let entries_deleted = self.delete_transcript(record.id)?;
         let bytes = record.bytes + record.entries * TRANSCRIPT_KEY_BYTES;
-        inner.meter.sub(bytes);
+        self.shared.meter.sub(bytes);
         Ok(Some(Evicted {
             record,
             entries_deleted,
@@ -135,10 +137,11 @@ impl Store {
     pub(super) fn delete_transcript(&self, id: u64) -> Result<u64, StoreError> {
         let mut deleted = 0u64;
         loop {
+            let _write = self.write_gate();
+            let inner = self.inner();
             let mut batch = sled::Batch::default();
             let mut n = 0usize;
-            for k in self
-                .inner
+            for k in inner
                 .transcript
                 .scan_prefix(keys::transcript_prefix(id))
                 .keys()
@@ -150,7 +153,7 @@ impl Store {
             if n == 0 {
                 return Ok(deleted);
             }
-            self.inner
+            inner
                 .transcript
                 .apply_batch(batch)
                 .map_err(StoreError::sled("deleting a transcript"))?;

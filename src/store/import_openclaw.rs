@@ -580,11 +580,9 @@ impl Store {
         compaction_count: u32,
         mut entries: Vec<TranscriptEntry>,
     ) -> Result<bool, StoreError> {
-        let inner = &self.inner;
-        let id = inner
-            .db
-            .generate_id()
-            .map_err(StoreError::sled("allocating a session id"))?;
+        let write = self.write_gate();
+        let inner = self.inner();
+        let id = inner.next_id()?;
         let mut record = SessionRecord {
             id,
             created_at_ms,
@@ -629,8 +627,9 @@ impl Store {
                 })
             }
         };
+        drop(write);
         if written {
-            inner
+            self.shared
                 .meter
                 .add(record.bytes + record.entries * TRANSCRIPT_KEY_BYTES);
         } else {

@@ -27,11 +27,12 @@ mod import_openclaw;
 mod keys;
 mod migrate;
 mod records;
+mod rewrite;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sled::transaction::{ConflictableTransactionError, TransactionError};
@@ -45,6 +46,7 @@ pub use disk::dir_disk_bytes;
 pub use doctor::{Depth, DoctorReport, Finding};
 pub use durability::GroupCommit;
 pub use evict::Evicted;
+pub use rewrite::Rewritten;
 pub use export::{write_session_jsonl, ExportEntry, ExportHeader, EXPORT_VERSION};
 pub use import_openclaw::{import_openclaw, ImportReport, MAX_LINE_BYTES};
 pub use records::{
@@ -64,11 +66,31 @@ pub const DB_DIR: &str = "db";
 pub const SCHEMA_VERSION: u8 = 2;
 
 /// The sled database and its trees. Cheap to clone.
+///
+/// The database can be replaced while the store is in use (`rewrite`: the janitor copies the
+/// live data into a fresh database to give space back), so every operation first takes the
+/// current generation with [`Store::inner`]; writes also hold the write gate shared, which a
+/// rewrite holds exclusively while it copies.
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<StoreInner>,
+    shared: Arc<Shared>,
 }
 
+/// What stays the same across database generations.
+struct Shared {
+    current: RwLock<Arc<StoreInner>>,
+    /// Writers hold it shared; a rewrite holds it exclusively while it copies.
+    write_gate: RwLock<()>,
+    queued: AtomicUsize,
+    data_dir: PathBuf,
+    config: StorageConfig,
+    /// Live logical bytes and the janitor's high-water trigger.
+    meter: disk::UsageMeter,
+    /// What the repair on open found and did.
+    open_report: std::sync::OnceLock<DoctorReport>,
+}
+
+/// One generation of the database: the sled instance, its trees and its group commit.
 struct StoreInner {
     db: sled::Db,
     sessions: sled::Tree,
@@ -77,12 +99,64 @@ struct StoreInner {
     by_updated: sled::Tree,
     quarantine: sled::Tree,
     commit: GroupCommit,
-    queued: AtomicUsize,
-    data_dir: PathBuf,
-    /// Live logical bytes and the janitor's high-water trigger.
-    meter: disk::UsageMeter,
-    /// What the repair on open found and did.
-    open_report: std::sync::OnceLock<DoctorReport>,
+    /// Added to sled's `generate_id`, so ids keep increasing across generations.
+    id_base: u64,
+    /// This generation's directory.
+    dir: PathBuf,
+}
+
+impl StoreInner {
+    /// Opens the generation in `dir`, running schema migrations.
+    fn open(dir: PathBuf, config: &StorageConfig) -> Result<(Self, Option<u8>), StoreError> {
+        let db = sled::Config::new()
+            .path(&dir)
+            .cache_capacity(config.cache_capacity_bytes)
+            .flush_every_ms(Some(config.flush_every_ms.max(1)))
+            .open()
+            .map_err(|source| StoreError::from_open(&dir, source))?;
+        let migrated_from = migrate::run(&db)?;
+        Ok((Self::from_db(db, dir, config, 0)?, migrated_from))
+    }
+
+    /// The generation over an open database; group-commit tickets continue after
+    /// `first_ticket`.
+    fn from_db(
+        db: sled::Db,
+        dir: PathBuf,
+        config: &StorageConfig,
+        first_ticket: u64,
+    ) -> Result<Self, StoreError> {
+        let open = |name: &'static str| {
+            db.open_tree(name)
+                .map_err(StoreError::sled("opening a tree"))
+        };
+        let inner = StoreInner {
+            sessions: open("sessions")?,
+            transcript: open("transcript")?,
+            inbox: open("inbox")?,
+            by_updated: open(by_updated::TREE)?,
+            quarantine: open(doctor::QUARANTINE_TREE)?,
+            id_base: rewrite::id_base(&db)?,
+            commit: GroupCommit::start_at(
+                db.clone(),
+                config.durability,
+                Duration::from_millis(config.flush_every_ms.max(1)),
+                first_ticket,
+            ),
+            db,
+            dir,
+        };
+        Ok(inner)
+    }
+
+    /// A new id, larger than every id handed out before in any generation.
+    fn next_id(&self) -> Result<u64, StoreError> {
+        Ok(self.id_base
+            + self
+                .db
+                .generate_id()
+                .map_err(StoreError::sled("allocating an id"))?)
+    }
 }
 
 /// One accepted inbox item, as handed to a lane.
@@ -126,40 +200,18 @@ impl Store {
             path: data_dir.clone(),
             source,
         })?;
-        let db_path = data_dir.join(DB_DIR);
-        let db = sled::Config::new()
-            .path(&db_path)
-            .cache_capacity(config.cache_capacity_bytes)
-            .flush_every_ms(Some(config.flush_every_ms.max(1)))
-            .open()
-            .map_err(|source| StoreError::from_open(&db_path, source))?;
-        let migrated_from = migrate::run(&db)?;
-        let open = |name: &'static str| {
-            db.open_tree(name)
-                .map_err(StoreError::sled("opening a tree"))
-        };
-        let sessions = open("sessions")?;
-        let transcript = open("transcript")?;
-        let inbox = open("inbox")?;
-        let by_updated = open(by_updated::TREE)?;
-        let quarantine = open(doctor::QUARANTINE_TREE)?;
-        let queued = AtomicUsize::new(inbox.len());
-        let commit = GroupCommit::start(
-            db.clone(),
-            config.durability,
-            Duration::from_millis(config.flush_every_ms.max(1)),
-        );
+        let dir = rewrite::current_dir(&data_dir)?;
+        let (inner, migrated_from) = StoreInner::open(dir, config)?;
+        // Leftovers of an interrupted rewrite or of a retired generation.
+        rewrite::remove_other_generations(&data_dir, &inner.dir);
+        let queued = AtomicUsize::new(inner.inbox.len());
         let store = Self {
-            inner: Arc::new(StoreInner {
-                db,
-                sessions,
-                transcript,
-                inbox,
-                by_updated,
-                quarantine,
-                commit,
+            shared: Arc::new(Shared {
+                current: RwLock::new(Arc::new(inner)),
+                write_gate: RwLock::new(()),
                 queued,
                 data_dir,
+                config: config.clone(),
                 meter: disk::UsageMeter::default(),
                 open_report: std::sync::OnceLock::new(),
             }),
@@ -170,33 +222,56 @@ impl Store {
         if !report.is_clean() {
             tracing::warn!(report = %report, "store repaired on open");
         }
-        store.inner.meter.set_live(report.live_bytes);
+        store.shared.meter.set_live(report.live_bytes);
         store
-            .inner
+            .shared
             .queued
-            .store(store.inner.inbox.len(), Ordering::Relaxed);
-        let _ = store.inner.open_report.set(report);
+            .store(store.inner().inbox.len(), Ordering::Relaxed);
+        let _ = store.shared.open_report.set(report);
         Ok(store)
+    }
+
+    /// The current database generation.
+    fn inner(&self) -> Arc<StoreInner> {
+        let current = self
+            .shared
+            .current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(&current)
+    }
+
+    /// Held (shared) by every write, so a rewrite can exclude writes while it copies.
+    fn write_gate(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.shared
+            .write_gate
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// True when `data_dir` holds a store.
+    pub fn exists(data_dir: &Path) -> bool {
+        rewrite::current_dir(data_dir).is_ok_and(|d| d.exists())
     }
 
     /// What the checks on open found and repaired.
     pub fn open_report(&self) -> Option<&DoctorReport> {
-        self.inner.open_report.get()
+        self.shared.open_report.get()
     }
 
     /// The data directory.
     pub fn data_dir(&self) -> &Path {
-        &self.inner.data_dir
+        &self.shared.data_dir
     }
 
-    /// Group commit for this database.
-    pub fn commit(&self) -> &GroupCommit {
-        &self.inner.commit
+    /// Group commit for the current database.
+    pub fn commit(&self) -> GroupCommit {
+        self.inner().commit.clone()
     }
 
     /// Unconsumed inbox items across all sessions.
     pub fn queued(&self) -> usize {
-        self.inner.queued.load(Ordering::Relaxed)
+        self.shared.queued.load(Ordering::Relaxed)
     }
 
     /// Writes an accepted message to the inbox (not yet flushed) and returns its item and the
@@ -206,23 +281,20 @@ impl Store {
         session_key: &str,
         record: InboxRecord,
     ) -> Result<(InboxItem, u64), StoreError> {
+        let _write = self.write_gate();
+        let inner = self.inner();
         // Sequences start at 1: lanes treat 0 as "nothing seen yet".
-        let seq = self
-            .inner
-            .db
-            .generate_id()
-            .map_err(StoreError::sled("allocating an inbox sequence"))?
-            .saturating_add(1);
+        let seq = inner.next_id()?.saturating_add(1);
         let bytes = encode(&record)?;
         let key = keys::inbox_key(session_key, seq);
         let written = (key.len() + bytes.len()) as u64;
-        self.inner
+        inner
             .inbox
             .insert(key, bytes)
             .map_err(StoreError::sled("writing the inbox"))?;
-        self.inner.queued.fetch_add(1, Ordering::Relaxed);
-        self.inner.meter.add(written);
-        let ticket = self.inner.commit.ticket();
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        self.shared.meter.add(written);
+        let ticket = inner.commit.ticket();
         Ok((
             InboxItem {
                 seq,
@@ -242,7 +314,7 @@ impl Store {
         let start = keys::inbox_key(session_key, after.saturating_add(1));
         let end = keys::inbox_key(session_key, u64::MAX);
         let mut out = Vec::new();
-        for kv in self.inner.inbox.range(start..=end).take(limit) {
+        for kv in self.inner().inbox.range(start..=end).take(limit) {
             let (k, v) = kv.map_err(StoreError::sled("reading the inbox"))?;
             let Some((_, seq)) = keys::split_inbox_key(&k) else {
                 continue;
@@ -259,7 +331,7 @@ impl Store {
     /// Session keys that have unconsumed inbox items (for replay after a restart).
     pub fn sessions_with_pending(&self) -> Result<Vec<String>, StoreError> {
         let mut keys = BTreeSet::new();
-        for kv in self.inner.inbox.iter().keys() {
+        for kv in self.inner().inbox.iter().keys() {
             let k = kv.map_err(StoreError::sled("scanning the inbox"))?;
             if let Some((session, _)) = keys::split_inbox_key(&k) {
                 keys.insert(session.to_string());
@@ -274,14 +346,12 @@ impl Store {
         &self,
         turn: TurnCommit<'_>,
     ) -> Result<(SessionRecord, Vec<u64>, u64), StoreError> {
-        let inner = &self.inner;
+        let _write = self.write_gate();
+        let inner = self.inner();
         // Allocated up front for every turn (sled cannot allocate inside a transaction) and
         // used only if the session turns out to be new — it may have been evicted since the
         // caller last saw it. An unused id is simply skipped.
-        let new_id = inner
-            .db
-            .generate_id()
-            .map_err(StoreError::sled("allocating a session id"))?;
+        let new_id = inner.next_id()?;
         let encoded: Vec<(Vec<u8>, &TranscriptEntry)> = turn
             .entries
             .iter()
@@ -345,12 +415,13 @@ impl Store {
                 source,
             },
         })?;
-        inner.queued.fetch_sub(
-            consumed.min(inner.queued.load(Ordering::Relaxed)),
+        let queued = &self.shared.queued;
+        queued.fetch_sub(
+            consumed.min(queued.load(Ordering::Relaxed)),
             Ordering::Relaxed,
         );
-        inner.meter.sub(inbox_freed);
-        inner
+        self.shared.meter.sub(inbox_freed);
+        self.shared
             .meter
             .add(encoded.iter().map(|(b, _)| b.len() as u64 + 16).sum());
         Ok((record, seqs, inner.commit.ticket()))
@@ -358,7 +429,7 @@ impl Store {
 
     /// The session stored under `key`.
     pub fn session(&self, key: &str) -> Result<Option<SessionRecord>, StoreError> {
-        self.inner
+        self.inner()
             .sessions
             .get(key)
             .map_err(StoreError::sled("reading a session"))?
@@ -373,11 +444,11 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<(String, SessionRecord)>, StoreError> {
         let iter = match after {
-            Some(a) => self.inner.sessions.range::<&[u8], _>((
+            Some(a) => self.inner().sessions.range::<&[u8], _>((
                 std::ops::Bound::Excluded(a.as_bytes()),
                 std::ops::Bound::Unbounded,
             )),
-            None => self.inner.sessions.iter(),
+            None => self.inner().sessions.iter(),
         };
         let mut out = Vec::new();
         for kv in iter.take(limit) {
@@ -390,7 +461,7 @@ impl Store {
 
     /// Number of stored sessions.
     pub fn session_count(&self) -> usize {
-        self.inner.sessions.len()
+        self.inner().sessions.len()
     }
 
     /// A session's transcript entries with `seq > after`, oldest first, at most `limit`.
@@ -403,7 +474,7 @@ impl Store {
         let start = keys::transcript_key(session_id, after.saturating_add(1));
         let end = keys::transcript_key(session_id, u64::MAX);
         let mut out = Vec::new();
-        for kv in self.inner.transcript.range(start..=end).take(limit) {
+        for kv in self.inner().transcript.range(start..=end).take(limit) {
             let (k, v) = kv.map_err(StoreError::sled("reading a transcript"))?;
             let seq = keys::transcript_seq(&k).unwrap_or_default();
             out.push((seq, decode("transcript", &v)?));
@@ -420,7 +491,7 @@ impl Store {
     ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
         let mut out = Vec::new();
         for kv in self
-            .inner
+            .inner()
             .transcript
             .scan_prefix(keys::transcript_prefix(session_id))
             .rev()
@@ -437,7 +508,8 @@ impl Store {
 
     /// Flushes everything and stops the flusher.
     pub async fn close(&self) -> Result<(), StoreError> {
-        self.inner.commit.close().await
+        let inner = self.inner();
+        inner.commit.close().await
     }
 }
 

@@ -39,7 +39,10 @@ impl Server {
             .arg(data_dir)
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("TURNSTILE_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
