@@ -40,10 +40,17 @@ pub type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 /// for the copy a rewrite makes. Live bytes are held to `high_water / 4` of the budget.
 const BUDGETED_AMPLIFICATION: f64 = 4.0;
 /// A rewrite starts when the data dir passes this fraction of the high-water mark...
-const REWRITE_AT: f64 = 0.75;
+const REWRITE_AT: f64 = 0.6;
 /// ...and the database holds at least this many bytes per live byte (otherwise a rewrite
-/// would give little back).
+/// would give little back)...
 const MIN_GARBAGE_RATIO: f64 = 2.0;
+/// ...and has grown by this factor since the last rewrite left it (so rewrites do not follow
+/// each other when sled's fresh copy is itself large).
+const REWRITE_GROWTH: f64 = 1.3;
+/// A fresh generation is kept to this fraction of the rewrite threshold: when a rewrite shows
+/// that sled needs more bytes per live byte than budgeted (large values become blob files),
+/// the live-byte target is lowered accordingly.
+const FRESH_FRACTION_OF_REWRITE_AT: f64 = 0.6;
 /// Eviction goes this far below the target, so the next pass is not one write away.
 const EVICT_TO_FRACTION: f64 = 0.9;
 /// How often live bytes are recounted exactly (and empty sessions collected); between
@@ -74,6 +81,10 @@ struct Measured {
     /// Bytes of the current database generation at the newest measurement.
     db_bytes: u64,
     last_recount: Option<Instant>,
+    /// Bytes of the database right after the newest rewrite.
+    after_rewrite: u64,
+    /// Database bytes per live byte right after the newest rewrite.
+    fresh_amplification: Option<f64>,
 }
 
 /// How eviction is simulated in warn mode and tracked in enforce mode.
@@ -103,9 +114,20 @@ impl StoreBudget {
         }
     }
 
-    /// The live bytes the janitor keeps the store under, for a measurement `usage`.
+    /// The live bytes the janitor keeps the store under, for a measurement `usage`: a
+    /// quarter of high water, lower if a rewrite showed sled needs more room per live byte.
     pub fn live_target(&self, usage: &DiskUsage) -> u64 {
-        (usage.high_water_bytes as f64 / BUDGETED_AMPLIFICATION) as u64
+        let budgeted = usage.high_water_bytes as f64 / BUDGETED_AMPLIFICATION;
+        let fresh = self
+            .measured
+            .lock()
+            .ok()
+            .and_then(|m| m.fresh_amplification)
+            .map(|amp| {
+                usage.high_water_bytes as f64 * REWRITE_AT * FRESH_FRACTION_OF_REWRITE_AT / amp
+            })
+            .unwrap_or(budgeted);
+        budgeted.min(fresh) as u64
     }
 
     fn busy(&self, key: &str) -> Result<bool, StoreError> {
@@ -233,7 +255,7 @@ impl StoreBudget {
 
     fn reclaim_inner(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, StoreError> {
         let mut report = ReclaimReport::default();
-        let (db_bytes, recount_due) = {
+        let (db_bytes, recount_due, after_rewrite) = {
             let m = self
                 .measured
                 .lock()
@@ -241,6 +263,7 @@ impl StoreBudget {
             (
                 m.db_bytes,
                 m.last_recount.is_none_or(|t| t.elapsed() >= RECOUNT_EVERY),
+                m.after_rewrite,
             )
         };
         let mut empty = Vec::new();
@@ -314,13 +337,18 @@ impl StoreBudget {
         // 6. Garbage: rewrite the database when it is mostly dead space.
         let live = self.store.live_bytes();
         let rewrite_at = (usage.high_water_bytes as f64 * REWRITE_AT) as u64;
-        let mostly_garbage = db_bytes as f64 >= MIN_GARBAGE_RATIO * live.max(1) as f64;
+        let mostly_garbage = db_bytes as f64 >= MIN_GARBAGE_RATIO * live.max(1) as f64
+            && db_bytes as f64 >= REWRITE_GROWTH * after_rewrite as f64;
         if disk_bytes > rewrite_at && mostly_garbage && live <= target {
             if enforce {
                 let done = self.store.rewrite()?;
                 report.bytes_freed += done.bytes_before.saturating_sub(done.bytes_after);
                 if let Ok(mut m) = self.measured.lock() {
                     m.db_bytes = done.bytes_after;
+                    m.after_rewrite = done.bytes_after;
+                    if live > 0 {
+                        m.fresh_amplification = Some(done.bytes_after as f64 / live as f64);
+                    }
                 }
             } else {
                 tracing::warn!(db_bytes, live, "would rewrite the database (janitor_mode = warn)");
