@@ -129,8 +129,16 @@ async fn check_budget(budget: u64, factor: u64, text_bytes: usize, print: bool) 
             );
         }
         if let Ok(dir) = std::env::var("TURNSTILE_KEEP_LOGS") {
-            let _ = std::process::Command::new("cp").arg("-r").arg(conf.path()).arg(&dir).status();
-            let _ = std::process::Command::new("cp").arg("-r").arg(data.path()).arg(format!("{dir}/data")).status();
+            let _ = std::process::Command::new("cp")
+                .arg("-r")
+                .arg(conf.path())
+                .arg(&dir)
+                .status();
+            let _ = std::process::Command::new("cp")
+                .arg("-r")
+                .arg(data.path())
+                .arg(format!("{dir}/data"))
+                .status();
         }
         println!(
             "max data_dir {:.2} MiB (limit {:.2} MiB + 10%)",
@@ -156,7 +164,13 @@ async fn check_budget(budget: u64, factor: u64, text_bytes: usize, print: bool) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_times_the_budget_stays_within_it() {
-    check_budget(32 << 20, 4, 16 << 10, std::env::var_os("TURNSTILE_PRINT").is_some()).await;
+    check_budget(
+        32 << 20,
+        4,
+        16 << 10,
+        std::env::var_os("TURNSTILE_PRINT").is_some(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

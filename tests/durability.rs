@@ -74,7 +74,8 @@ async fn acknowledged_messages_survive_kill_9() {
             let _ = s.await;
         }
         let server = Server::start(data.path(), conf.path(), CONFIG).await;
-        check_all_answered(&client, &server.url, &acked.lock().unwrap().clone()).await;
+        let snapshot = acked.lock().unwrap().clone();
+        check_all_answered(&client, &server.url, &snapshot).await;
         drop(server);
     }
     let total: usize = acked.lock().unwrap().values().map(HashSet::len).sum();

@@ -280,7 +280,9 @@ impl StoreBudget {
         // 1. Archives, oldest first.
         if disk_bytes > usage.high_water_bytes {
             let over = disk_bytes - usage.high_water_bytes;
-            disk_bytes -= self.delete_archives(over, enforce, &mut report)?.min(disk_bytes);
+            disk_bytes -= self
+                .delete_archives(over, enforce, &mut report)?
+                .min(disk_bytes);
         }
 
         // 2. Whole sessions, oldest first, down to the live-byte target.
@@ -294,17 +296,25 @@ impl StoreBudget {
         };
         if progress.live > target {
             let goal = (target as f64 * EVICT_TO_FRACTION) as u64;
-            self.evict_oldest(enforce, &mut progress, &mut report, "disk budget", |_, p| {
-                p.live > goal
-            })?;
+            self.evict_oldest(
+                enforce,
+                &mut progress,
+                &mut report,
+                "disk budget",
+                |_, p| p.live > goal,
+            )?;
         }
 
         // 3. Sessions not updated for `prune_after_days`.
         if let Some(age) = self.prune_after_ms {
             let cutoff = now_ms().saturating_sub(age);
-            self.evict_oldest(enforce, &mut progress, &mut report, "prune_after", |c, _| {
-                c.updated_at_ms < cutoff
-            })?;
+            self.evict_oldest(
+                enforce,
+                &mut progress,
+                &mut report,
+                "prune_after",
+                |c, _| c.updated_at_ms < cutoff,
+            )?;
         }
 
         // 4. Empty sessions.
@@ -329,9 +339,13 @@ impl StoreBudget {
         if let Some(max) = self.max_sessions {
             progress.sessions = (self.store.inner().by_updated.len() as u64)
                 .saturating_sub(progress.simulated.len() as u64);
-            self.evict_oldest(enforce, &mut progress, &mut report, "max_sessions", |_, p| {
-                p.sessions > max
-            })?;
+            self.evict_oldest(
+                enforce,
+                &mut progress,
+                &mut report,
+                "max_sessions",
+                |_, p| p.sessions > max,
+            )?;
         }
 
         // 6. Garbage: rewrite the database when it is mostly dead space.
@@ -351,7 +365,11 @@ impl StoreBudget {
                     }
                 }
             } else {
-                tracing::warn!(db_bytes, live, "would rewrite the database (janitor_mode = warn)");
+                tracing::warn!(
+                    db_bytes,
+                    live,
+                    "would rewrite the database (janitor_mode = warn)"
+                );
             }
         }
         Ok(report)

@@ -47,6 +47,17 @@ pub struct Finding {
     pub problem: String,
 }
 
+/// A value moved to the quarantine tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The tree it came from.
+    pub tree: String,
+    /// Its key there.
+    pub key: Vec<u8>,
+    /// Its bytes, as found.
+    pub value: Vec<u8>,
+}
+
 /// What a check found and (with repair) did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DoctorReport {
@@ -196,8 +207,8 @@ impl Store {
             .unwrap_or(SCHEMA_VERSION))
     }
 
-    /// Quarantined values: (tree, key, value bytes), at most `limit`.
-    pub fn quarantined(&self, limit: usize) -> Result<Vec<(String, Vec<u8>, Vec<u8>)>, StoreError> {
+    /// Quarantined values, at most `limit`.
+    pub fn quarantined(&self, limit: usize) -> Result<Vec<Quarantined>, StoreError> {
         let mut out = Vec::new();
         for kv in self.inner().quarantine.iter().take(limit) {
             let (k, v) = kv.map_err(StoreError::sled("reading quarantine"))?;
@@ -205,11 +216,11 @@ impl Store {
                 Some(i) => (&k[..i], &k[i + 1..]),
                 None => (&k[..], &[][..]),
             };
-            out.push((
-                String::from_utf8_lossy(tree).into_owned(),
-                key.to_vec(),
-                v.to_vec(),
-            ));
+            out.push(Quarantined {
+                tree: String::from_utf8_lossy(tree).into_owned(),
+                key: key.to_vec(),
+                value: v.to_vec(),
+            });
         }
         Ok(out)
     }

@@ -43,16 +43,16 @@ pub use budget::{Liveness, StoreBudget};
 pub use codec::{decode, encode, VALUE_VERSION};
 pub use compact::MAX_COMPACTED_ENTRIES;
 pub use disk::dir_disk_bytes;
-pub use doctor::{Depth, DoctorReport, Finding};
+pub use doctor::{Depth, DoctorReport, Finding, Quarantined};
 pub use durability::GroupCommit;
 pub use evict::Evicted;
-pub use rewrite::Rewritten;
 pub use export::{write_session_jsonl, ExportEntry, ExportHeader, EXPORT_VERSION};
 pub use import_openclaw::{import_openclaw, ImportReport, MAX_LINE_BYTES};
 pub use records::{
     EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent, ToolInfo,
     TranscriptEntry,
 };
+pub use rewrite::Rewritten;
 
 use crate::config::StorageConfig;
 use crate::error::StoreError;

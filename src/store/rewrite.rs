@@ -91,8 +91,12 @@ pub(super) fn remove_other_generations(data_dir: &Path, current: &Path) {
             .is_some();
         if is_generation && path != current && path.is_dir() {
             match std::fs::remove_dir_all(&path) {
-                Ok(()) => tracing::info!(dir = %path.display(), "deleted an old database generation"),
-                Err(e) => tracing::warn!(dir = %path.display(), error = %e, "could not delete an old database generation"),
+                Ok(()) => {
+                    tracing::info!(dir = %path.display(), "deleted an old database generation")
+                }
+                Err(e) => {
+                    tracing::warn!(dir = %path.display(), error = %e, "could not delete an old database generation")
+                }
             }
         }
     }
@@ -195,8 +199,7 @@ impl Store {
         db.open_tree("meta")
             .and_then(|m| m.insert(ID_BASE_KEY, &base.to_be_bytes()))
             .map_err(StoreError::sled("writing the id base"))?;
-        db.flush()
-            .map_err(StoreError::sled("flushing a rewrite"))?;
+        db.flush().map_err(StoreError::sled("flushing a rewrite"))?;
         switch_current(&self.shared.data_dir, &name)?;
         let next = StoreInner::from_db(db, dir.clone(), config, old.commit.written())?;
         let bytes_after = disk::dir_disk_bytes(&dir).unwrap_or(0);

@@ -310,7 +310,7 @@ async fn doctor_finds_quarantines_and_repairs() {
     let q = store.quarantined(10).unwrap();
     assert!(q
         .iter()
-        .any(|(t, k, v)| t == "sessions" && k == b"broken" && v == &[1, 0xff, 0xff]));
+        .any(|q| q.tree == "sessions" && q.key == b"broken" && q.value == [1, 0xff, 0xff]));
     // The good message is still queued.
     assert_eq!(store.pending("good", 0, 10).unwrap().len(), 1);
     store.close().await.unwrap();
@@ -514,7 +514,10 @@ async fn a_rewrite_gives_space_back_and_keeps_everything_live() {
     let kept = store.session("s195").unwrap().unwrap();
     // As the janitor does: on the blocking pool, so the old flusher can wind down.
     let s = store.clone();
-    let done = tokio::task::spawn_blocking(move || s.rewrite()).await.unwrap().unwrap();
+    let done = tokio::task::spawn_blocking(move || s.rewrite())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(done.old_deleted);
     assert!(done.bytes_after * 2 < done.bytes_before, "{done:?}");
     assert!(!dir.path().join("db").exists());
