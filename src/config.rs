@@ -356,5 +356,10 @@ mod tests {
         assert!(Config::parse("[lanes]\nqueue_cap = 0\n").is_err());
         assert!(Config::parse("[model]\nprovider = \"openai\"\n").is_err());
         assert!(Config::parse("[storage]\ndurability = \"batched\"\n").is_ok());
+        assert!(Config::parse("[storage]\nhigh_water = 1.5\n").is_err());
+        assert!(Config::parse("[storage]\nmax_disk_bytes = 1000\n").is_err());
+        let c = Config::parse("[storage]\njanitor_mode = \"warn\"\nmax_sessions = 5\n").unwrap();
+        assert_eq!(c.storage.janitor_mode, JanitorMode::Warn);
+        assert_eq!(c.storage.max_sessions, Some(5));
     }
 }
