@@ -51,6 +51,9 @@ const REWRITE_GROWTH: f64 = 1.3;
 /// that sled needs more bytes per live byte than budgeted (large values become blob files),
 /// the live-byte target is lowered accordingly.
 const FRESH_FRACTION_OF_REWRITE_AT: f64 = 0.6;
+/// When live bytes stay above the target after a pass (busy sessions), the next signal waits
+/// for `target / TRIGGER_SLACK_DIVISOR` more bytes.
+const TRIGGER_SLACK_DIVISOR: u64 = 10;
 /// Eviction goes this far below the target, so the next pass is not one write away.
 const EVICT_TO_FRACTION: f64 = 0.9;
 /// How often live bytes are recounted exactly (and empty sessions collected); between
@@ -188,7 +191,8 @@ impl StoreBudget {
         }
         let bytes = record.bytes + record.entries * TRANSCRIPT_KEY_BYTES;
         if !enforce {
-            tracing::warn!(session_key = %c.session_key, bytes, why, "would evict session (janitor_mode = warn)");
+            // One summary line per pass (the janitor's) instead of one per session.
+            tracing::debug!(session_key = %c.session_key, bytes, why, "would evict session (janitor_mode = warn)");
             return Ok(Some(bytes));
         }
         let archived = if self.keep_archives {
@@ -287,7 +291,6 @@ impl StoreBudget {
 
         // 2. Whole sessions, oldest first, down to the live-byte target.
         let target = self.live_target(usage);
-        self.store.set_janitor_trigger(target);
         let mut progress = Progress {
             live: self.store.live_bytes(),
             sessions: 0,
@@ -304,6 +307,15 @@ impl StoreBudget {
                 |_, p| p.live > goal,
             )?;
         }
+        // The next signal: at the target, or — when busy sessions alone exceed it — only after
+        // a tenth of the target more, so the janitor is not woken by every write. Warn mode
+        // relies on the routine tick only.
+        let trigger = if enforce {
+            target.max(progress.live.saturating_add(target / TRIGGER_SLACK_DIVISOR))
+        } else {
+            u64::MAX
+        };
+        self.store.set_janitor_trigger(trigger);
 
         // 3. Sessions not updated for `prune_after_days`.
         if let Some(age) = self.prune_after_ms {
