@@ -72,9 +72,35 @@ pub(super) fn current_dir(data_dir: &Path) -> Result<PathBuf, StoreError> {
             }
             Ok(data_dir.join(name))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(data_dir.join(DB_DIR)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let first = data_dir.join(DB_DIR);
+            // Without CURRENT only the first generation can be current. If it is gone while
+            // later ones exist, CURRENT was lost: refuse rather than start empty and delete them.
+            if !first.exists() && has_later_generation(data_dir) {
+                return Err(StoreError::Decode {
+                    tree: "CURRENT",
+                    reason: format!(
+                        "{} is missing but db.<n> directories exist; write the name of the newest \
+                         complete one into it",
+                        path.display()
+                    ),
+                });
+            }
+            Ok(first)
+        }
         Err(e) => Err(StoreError::file("read", &path)(e)),
     }
+}
+
+fn has_later_generation(data_dir: &Path) -> bool {
+    std::fs::read_dir(data_dir).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(generation_number)
+                .is_some_and(|n| n > 0)
+        })
+    })
 }
 
 /// Deletes generation directories other than `current` (interrupted or retired ones).
@@ -247,6 +273,18 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_current_file_is_refused_not_guessed() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(current_dir(dir.path()).unwrap(), dir.path().join("db"));
+        std::fs::create_dir(dir.path().join("db.3")).unwrap();
+        assert!(current_dir(dir.path()).is_err());
+        std::fs::write(dir.path().join(CURRENT_FILE), "db.3").unwrap();
+        assert_eq!(current_dir(dir.path()).unwrap(), dir.path().join("db.3"));
+        std::fs::write(dir.path().join(CURRENT_FILE), "../etc").unwrap();
+        assert!(current_dir(dir.path()).is_err());
+    }
 
     #[test]
     fn generation_names() {
