@@ -40,7 +40,7 @@ use sled::Transactional;
 
 pub use archive::ARCHIVE_DIR;
 pub use budget::{Liveness, StoreBudget};
-pub use codec::{decode, encode, VALUE_VERSION};
+pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
 pub use compact::MAX_COMPACTED_ENTRIES;
 pub use disk::dir_disk_bytes;
 pub use doctor::{Depth, DoctorReport, Finding, Quarantined};
