@@ -15,6 +15,10 @@ use crate::context::{
 };
 use crate::error::ConfigError;
 
+/// The smallest accepted `storage.max_disk_bytes`: an empty sled database alone takes about a
+/// megabyte.
+pub const MIN_DISK_BYTES: u64 = 4 << 20;
+
 /// The whole configuration. Every section and key is optional.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -151,6 +155,34 @@ pub struct StorageConfig {
     /// Most unconsumed messages in the durable inbox across all sessions; past it submissions
     /// get 429. Default 100,000.
     pub max_queued_messages: usize,
+    /// The disk budget for everything under `data_dir` (database, archives, exports, logs), in
+    /// bytes, measured as blocks really allocated. Default 1 GiB.
+    pub max_disk_bytes: u64,
+    /// Fraction of `max_disk_bytes` above which the janitor frees space. Default 0.8.
+    pub high_water: f64,
+    /// How often the janitor measures the data dir, in ms (it also runs at once when writes
+    /// may have crossed high water). Default 60,000.
+    pub janitor_interval_ms: u64,
+    /// `enforce` (default: archives are deleted and sessions evicted) or `warn` (only logged).
+    pub janitor_mode: JanitorMode,
+    /// Write an evicted session's transcript as gzip-compressed JSONL into
+    /// `<data_dir>/archives` before evicting it. Archives count against the budget and are the
+    /// first thing deleted. Default false.
+    pub keep_archives: bool,
+    /// Sessions not updated for this many days are evicted; 0 keeps them. Default 30.
+    pub prune_after_days: u32,
+    /// Most sessions kept; the oldest beyond it are evicted. Default: no limit.
+    pub max_sessions: Option<u64>,
+}
+
+/// What the janitor does above high water.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JanitorMode {
+    /// Delete archives, then evict sessions, until usage is below high water.
+    Enforce,
+    /// Only log (and report) what would be freed.
+    Warn,
 }
 
 impl Default for StorageConfig {
@@ -161,6 +193,13 @@ impl Default for StorageConfig {
             durability: Durability::Strict,
             flush_every_ms: 100,
             max_queued_messages: 100_000,
+            max_disk_bytes: 1 << 30,
+            high_water: 0.8,
+            janitor_interval_ms: 60_000,
+            janitor_mode: JanitorMode::Enforce,
+            keep_archives: false,
+            prune_after_days: 30,
+            max_sessions: None,
         }
     }
 }
@@ -809,6 +848,15 @@ impl Config {
         if self.storage.max_queued_messages == 0 {
             return bad("storage.max_queued_messages", "must be at least 1");
         }
+        if !(self.storage.high_water > 0.0 && self.storage.high_water <= 1.0) {
+            return bad("storage.high_water", "must be in (0, 1]");
+        }
+        if self.storage.max_disk_bytes < MIN_DISK_BYTES {
+            return bad("storage.max_disk_bytes", "must be at least 4 MiB");
+        }
+        if self.storage.janitor_interval_ms == 0 {
+            return bad("storage.janitor_interval_ms", "must be at least 1");
+        }
         if self.server.events_buffer == 0 {
             return bad("server.events_buffer", "must be at least 1");
         }
@@ -1053,6 +1101,11 @@ allow_bots = true
         assert!(Config::parse("[lanes]\nqueue_cap = 0\n").is_err());
         assert!(Config::parse("[model]\nprovider = \"openai\"\n").is_err());
         assert!(Config::parse("[storage]\ndurability = \"batched\"\n").is_ok());
+        assert!(Config::parse("[storage]\nhigh_water = 1.5\n").is_err());
+        assert!(Config::parse("[storage]\nmax_disk_bytes = 1000\n").is_err());
+        let c = Config::parse("[storage]\njanitor_mode = \"warn\"\nmax_sessions = 5\n").unwrap();
+        assert_eq!(c.storage.janitor_mode, JanitorMode::Warn);
+        assert_eq!(c.storage.max_sessions, Some(5));
     }
 
     #[test]

@@ -54,6 +54,22 @@ pub enum StoreError {
     /// A flush to disk failed; the write is not durable.
     #[error("flush failed: {0}")]
     Flush(String),
+    /// Another process (usually a running `turnstile serve`) holds the database.
+    #[error("the database {path} is in use by another process (stop the server using this data dir first)")]
+    Locked {
+        /// The database directory.
+        path: PathBuf,
+    },
+    /// A file outside the database (archive, export, import source) failed.
+    #[error("cannot {action} {path}: {source}")]
+    File {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The store was written by a newer Turnstile.
     #[error("store schema version {found} is newer than this build supports ({supported})")]
     SchemaTooNew {
@@ -65,6 +81,35 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Maps a failure to open the database, telling a held file lock apart.
+    pub(crate) fn from_open(path: &std::path::Path, source: sled::Error) -> StoreError {
+        match &source {
+            sled::Error::Io(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.to_string().contains("acquire lock") =>
+            {
+                StoreError::Locked {
+                    path: path.to_path_buf(),
+                }
+            }
+            _ => StoreError::Sled {
+                context: "opening the database",
+                source,
+            },
+        }
+    }
+
+    pub(crate) fn file<'a>(
+        action: &'static str,
+        path: &'a std::path::Path,
+    ) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
+        move |source| StoreError::File {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
     pub(crate) fn sled(context: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
         move |source| StoreError::Sled { context, source }
     }

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use turnstile::model::{Encoding, TokenCounter};
+use turnstile::store::{Depth, Store};
 use turnstile::{Config, Runtime};
 
 #[derive(Parser)]
@@ -47,6 +49,35 @@ enum Command {
     },
     /// Bounded load against a server (or an in-process runtime), with a latency report.
     Loadtest(LoadtestArgs),
+    /// Check the store under a data dir (the server must not be running on it): schema,
+    /// undecodable values, the inbox, the eviction index, orphan entries, counters. Exits 1
+    /// when problems were found and not repaired.
+    Doctor {
+        /// Data directory. Default ./turnstile-data.
+        #[arg(long, default_value = "./turnstile-data")]
+        data_dir: PathBuf,
+        /// Repair what is found: quarantine undecodable values, rebuild the index, delete
+        /// orphan entries, recompute counters.
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Import sessions from another system into a data dir (the server must not be running
+    /// on it).
+    Import {
+        #[command(subcommand)]
+        source: ImportSource,
+    },
+    /// Write one session as JSONL (a header line, then one line per transcript entry).
+    Export {
+        /// The session key.
+        key: String,
+        /// Data directory. Default ./turnstile-data.
+        #[arg(long, default_value = "./turnstile-data")]
+        data_dir: PathBuf,
+        /// Write here instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Chat interactively with a running server.
     Chat {
         /// The server's base URL.
@@ -108,6 +139,18 @@ struct LoadtestArgs {
     json: bool,
 }
 
+#[derive(Subcommand)]
+enum ImportSource {
+    /// An OpenClaw sessions dir (`sessions.json` and `<sessionId>.jsonl` transcripts).
+    Openclaw {
+        /// The sessions dir, e.g. ~/.openclaw/agents/main/sessions.
+        dir: PathBuf,
+        /// Data directory. Default ./turnstile-data.
+        #[arg(long, default_value = "./turnstile-data")]
+        data_dir: PathBuf,
+    },
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     cli::logging::init(cli.log_format);
@@ -125,6 +168,72 @@ fn main() -> anyhow::Result<()> {
         Command::Loadtest(args) => runtime.block_on(loadtest(args)),
         Command::Stats(target) => runtime.block_on(cli::ops::stats(target)),
         Command::Sessions { command } => runtime.block_on(cli::ops::sessions(command)),
+        Command::Doctor { data_dir, repair } => runtime.block_on(doctor(data_dir, repair)),
+        Command::Import {
+            source: ImportSource::Openclaw { dir, data_dir },
+        } => runtime.block_on(import_openclaw(dir, data_dir)),
+        Command::Export { key, data_dir, out } => runtime.block_on(export(key, data_dir, out)),
+    }
+}
+
+fn storage_config(data_dir: PathBuf) -> turnstile::config::StorageConfig {
+    turnstile::config::StorageConfig {
+        data_dir,
+        ..Default::default()
+    }
+}
+
+async fn doctor(data_dir: PathBuf, repair: bool) -> anyhow::Result<()> {
+    if !Store::exists(&data_dir) {
+        anyhow::bail!("no store under {}", data_dir.display());
+    }
+    let store = Store::open_unrepaired(&storage_config(data_dir))?;
+    let report = store.doctor(Depth::Full, repair)?;
+    print!("{report}");
+    store.close().await?;
+    if !report.is_clean() && !repair {
+        eprintln!("run `turnstile doctor --repair` to fix these");
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+async fn import_openclaw(dir: PathBuf, data_dir: PathBuf) -> anyhow::Result<()> {
+    let store = Store::open(&storage_config(data_dir))?;
+    let tokens = TokenCounter::new(Encoding::for_model(&Config::default().model.model));
+    let report = turnstile::store::import_openclaw(&store, &dir, &|t| tokens.count(t))
+        .with_context(|| format!("importing {}", dir.display()))?;
+    print!("{report}");
+    store.close().await?;
+    Ok(())
+}
+
+async fn export(key: String, data_dir: PathBuf, out: Option<PathBuf>) -> anyhow::Result<()> {
+    if !Store::exists(&data_dir) {
+        anyhow::bail!("no store under {}", data_dir.display());
+    }
+    let store = Store::open(&storage_config(data_dir))?;
+    let key = turnstile::inbound::normalize_session_key(&key);
+    let written = match &out {
+        Some(path) => {
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            let mut w = std::io::BufWriter::new(file);
+            store.export_session(&key, &mut w)?
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut w = std::io::BufWriter::new(stdout.lock());
+            store.export_session(&key, &mut w)?
+        }
+    };
+    store.close().await?;
+    match written {
+        Some(n) => {
+            eprintln!("exported {n} entries of {key}");
+            Ok(())
+        }
+        None => anyhow::bail!("no session {key:?}"),
     }
 }
 

@@ -15,6 +15,8 @@
 //! - `lane`: the session-lane actor — one per session key, one turn at a time, FIFO.
 //! - `channel`: the [`Channel`] trait and the actor that connects a transport to the
 //!   supervisor.
+//! - `janitor`: the [`Janitor`] actor — keeps the data dir inside its disk budget through the
+//!   [`DiskBudget`] trait.
 //! - `handle`: [`SupervisorHandle`], the cheap-clone handle callers use; no `ActorRef` leaks.
 //!
 //! # Back-pressure
@@ -27,6 +29,7 @@
 mod backend;
 mod channel;
 mod handle;
+mod janitor;
 mod lane;
 mod messages;
 mod supervisor;
@@ -37,7 +40,12 @@ pub use backend::{
 };
 pub use channel::{Channel, ChannelActor, ChannelHandle, ChannelMsg, MAX_INFLIGHT_DELIVERIES};
 pub use handle::{ActorsError, SupervisorHandle};
+pub use janitor::{
+    DiskBudget, DiskUsage, Janitor, JanitorHandle, JanitorMsg, JanitorSettings, JanitorStatus,
+    ReclaimReport,
+};
 pub use messages::{LaneMsg, SubmitReply, SupervisorMsg, TurnOutcome};
+
 pub use supervisor::{LaneRegistry, Supervisor};
 
 #[cfg(test)]

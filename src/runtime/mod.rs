@@ -18,7 +18,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::{broadcast, Semaphore};
-use turnstile_actors::{Channel, ChannelHandle, LaneSettings, SupervisorHandle};
+use turnstile_actors::{
+    Channel, ChannelHandle, JanitorHandle, JanitorSettings, JanitorStatus, LaneSettings,
+    SupervisorHandle,
+};
 
 use ports::ChannelTasks;
 use running::RunningTurns;
@@ -32,6 +35,7 @@ pub use turn::TurnEngine;
 
 use crate::channels::ApiChannel;
 use crate::config::Config;
+use crate::config::JanitorMode;
 use crate::context::{
     Assembly, CacheStats, ContextEngine, ContextProcessor, ContextSource, Registry, StageContext,
 };
@@ -41,7 +45,7 @@ use crate::inbound::{
 };
 use crate::metrics;
 use crate::model::{EchoModel, Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter};
-use crate::store::{EntryKind, SessionRecord, Store};
+use crate::store::{EntryKind, SessionRecord, Store, StoreBudget};
 use crate::tools::{ToolHandler, ToolRegistry};
 
 /// Why preflight decided a message is not a turn. Each decision is counted.
@@ -290,6 +294,7 @@ impl RuntimeBuilder {
         });
         let (supervisor, _) = SupervisorHandle::start(backend).await?;
         let api = ChannelHandle::start(Arc::new(ApiChannel), &supervisor).await?;
+        let janitor = start_janitor(&store, &config, &running).await?;
         let runtime = Runtime {
             inner: Arc::new(Inner {
                 config,
@@ -297,6 +302,7 @@ impl RuntimeBuilder {
                 preflight,
                 supervisor,
                 api,
+                janitor,
                 closing: AtomicBool::new(false),
                 running,
                 channel_tasks: ChannelTasks::new(),
@@ -320,6 +326,37 @@ impl RuntimeBuilder {
         }
         Ok(runtime)
     }
+}
+
+/// Starts the janitor over the store; sessions with a running turn (or unconsumed inbox
+/// entries) are never evicted, and the store wakes the janitor when writes cross its live-byte
+/// trigger.
+async fn start_janitor(
+    store: &Store,
+    config: &Config,
+    running: &Arc<RunningTurns>,
+) -> Result<JanitorHandle, Error> {
+    // A session is protected while a turn runs for it (the budget also protects sessions with
+    // unconsumed inbox entries). An idle lane holds no session data, so its session may go:
+    // the lane's next turn starts the session afresh.
+    let running = Arc::clone(running);
+    let budget = StoreBudget::new(
+        store.clone(),
+        &config.storage,
+        Arc::new(move |key: &str| running.is_running(key)),
+    );
+    let janitor = JanitorHandle::start(
+        Arc::new(budget),
+        JanitorSettings {
+            interval: Duration::from_millis(config.storage.janitor_interval_ms),
+            enforce: config.storage.janitor_mode == JanitorMode::Enforce,
+        },
+        Duration::from_secs(10),
+    )
+    .await?;
+    let signal = janitor.clone();
+    store.set_janitor_hook(move || signal.high_water());
+    Ok(janitor)
 }
 
 fn model_from_config(config: &Config) -> Result<Arc<dyn Model>, Error> {
@@ -354,6 +391,7 @@ struct Inner {
     preflight: Arc<Preflight>,
     supervisor: SupervisorHandle<TurnBackend>,
     api: ChannelHandle<TurnBackend, ApiChannel>,
+    janitor: JanitorHandle,
     closing: AtomicBool,
     /// Sessions with a turn in progress.
     running: Arc<RunningTurns>,
@@ -546,6 +584,11 @@ impl Runtime {
         self.inner.engine.store.queued()
     }
 
+    /// What the janitor has done: passes, the newest disk measurement, evictions.
+    pub async fn janitor_status(&self) -> Result<JanitorStatus, Error> {
+        Ok(self.inner.janitor.status().await?)
+    }
+
     /// Marks the runtime as closing: new submissions are refused. [`Runtime::shutdown`] does
     /// this too; servers call it first so readiness flips before connections drain.
     pub fn begin_shutdown(&self) {
@@ -569,6 +612,7 @@ impl Runtime {
             );
         }
         self.inner.engine.replies.close();
+        self.inner.janitor.stop(grace).await;
         self.inner.engine.store.close().await?;
         Ok(())
     }

@@ -15,11 +15,28 @@ use crate::inbound::MAX_UNTRUSTED_CHARS;
 /// Key/value pairs to insert.
 pub(super) type Writes = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// Encodes the key/value writes that store `messages` (texts cut to
+/// Leads the keys of the per-session index (chat keys start with a channel name, never 0xFF):
+/// `0xFF` + session key + NUL + message key → the keys written for that message, so evicting
+/// or deleting a session removes the chat messages its turns stored.
+const SESSION_INDEX: u8 = 0xFF;
+
+/// Index entries removed per batch when a session's chat messages are deleted.
+const DELETE_BATCH: usize = 512;
+
+fn session_prefix(session_key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(session_key.len() + 2);
+    k.push(SESSION_INDEX);
+    k.extend_from_slice(session_key.as_bytes());
+    k.push(0);
+    k
+}
+
+/// Encodes the key/value writes that store `messages` for `session_key` (texts cut to
 /// [`MAX_UNTRUSTED_CHARS`] characters: the model never sees more of them).
-pub(super) fn writes(messages: &[ChannelMessage]) -> Result<Writes, StoreError> {
-    let mut out = Vec::with_capacity(messages.len() * 3);
+pub(super) fn writes(session_key: &str, messages: &[ChannelMessage]) -> Result<Writes, StoreError> {
+    let mut out = Vec::with_capacity(messages.len() * 4);
     for m in messages {
+        let first = out.len();
         if m.message_id.contains('\0') {
             continue;
         }
@@ -35,12 +52,58 @@ pub(super) fn writes(messages: &[ChannelMessage]) -> Result<Writes, StoreError> 
                 Vec::new(),
             ));
         }
-        out.push((keys::channel_message_key(channel, chat, id), encode(&m)?));
+        let message_key = keys::channel_message_key(channel, chat, id);
+        out.push((message_key.clone(), encode(&m)?));
+        let written: Vec<Vec<u8>> = out[first..].iter().map(|(k, _)| k.clone()).collect();
+        let mut index_key = session_prefix(session_key);
+        index_key.extend_from_slice(&message_key);
+        out.push((index_key, encode(&written)?));
     }
     Ok(out)
 }
 
 impl Store {
+    /// Deletes the chat messages stored by `session_key`'s turns, in bounded batches. Returns
+    /// the bytes freed.
+    pub(super) fn delete_channel_messages(&self, session_key: &str) -> Result<u64, StoreError> {
+        let prefix = session_prefix(session_key);
+        let mut freed = 0u64;
+        loop {
+            let _write = self.write_gate();
+            let inner = self.inner();
+            let mut batch = sled::Batch::default();
+            let mut n = 0usize;
+            for kv in inner
+                .channel_messages
+                .scan_prefix(&prefix)
+                .take(DELETE_BATCH)
+            {
+                let (k, v) = kv.map_err(StoreError::sled("scanning chat messages"))?;
+                let written: Vec<Vec<u8>> = decode("channel_messages", &v).unwrap_or_default();
+                for key in written {
+                    if let Some(old) = inner
+                        .channel_messages
+                        .get(&key)
+                        .map_err(StoreError::sled("reading chat messages"))?
+                    {
+                        freed += (key.len() + old.len()) as u64;
+                    }
+                    batch.remove(key);
+                }
+                freed += (k.len() + v.len()) as u64;
+                batch.remove(k);
+                n += 1;
+            }
+            if n == 0 {
+                return Ok(freed);
+            }
+            inner
+                .channel_messages
+                .apply_batch(batch)
+                .map_err(StoreError::sled("deleting chat messages"))?;
+        }
+    }
+
     /// The stored message `message_id` of a chat.
     pub fn channel_message(
         &self,
@@ -48,7 +111,7 @@ impl Store {
         chat_id: &str,
         message_id: &str,
     ) -> Result<Option<ChannelMessage>, StoreError> {
-        self.inner
+        self.inner()
             .channel_messages
             .get(keys::channel_message_key(channel, chat_id, message_id))
             .map_err(StoreError::sled("reading a channel message"))?
@@ -66,7 +129,7 @@ impl Store {
     ) -> Result<Vec<ChannelMessage>, StoreError> {
         let prefix = keys::channel_replies_prefix(channel, chat_id, parent);
         let mut ids = Vec::new();
-        for kv in self.inner.channel_messages.scan_prefix(&prefix).keys() {
+        for kv in self.inner().channel_messages.scan_prefix(&prefix).keys() {
             let k = kv.map_err(StoreError::sled("reading channel replies"))?;
             if let Some(id) = k
                 .get(prefix.len() + 8..)
@@ -97,7 +160,7 @@ impl Store {
         let end = keys::channel_time_prefix(channel, chat_id, to_ms.saturating_add(1));
         let prefix_len = keys::chat_prefix(channel, chat_id).len();
         let mut ids = Vec::new();
-        for kv in self.inner.channel_messages.range(start..end).keys() {
+        for kv in self.inner().channel_messages.range(start..end).keys() {
             let k = kv.map_err(StoreError::sled("reading channel messages by time"))?;
             if let Some(id) = keys::channel_time_key_id(&k, prefix_len) {
                 if !ids.iter().any(|seen: &String| seen == id) {

@@ -4,7 +4,8 @@
 use super::Store;
 use crate::error::StoreError;
 
-const TREE: &str = "channel_state";
+/// The tree's name.
+pub(super) const TREE: &str = "channel_state";
 
 fn state_key(channel: &str, key: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(channel.len() + key.len() + 1);
@@ -16,10 +17,7 @@ fn state_key(channel: &str, key: &str) -> Vec<u8> {
 
 impl Store {
     fn channel_tree(&self) -> Result<sled::Tree, StoreError> {
-        self.inner
-            .db
-            .open_tree(TREE)
-            .map_err(StoreError::sled("opening channel state"))
+        Ok(self.inner().channel_state.clone())
     }
 
     /// The value `channel` stored under `key`.
@@ -39,9 +37,12 @@ impl Store {
         key: &str,
         value: &[u8],
     ) -> Result<u64, StoreError> {
-        self.channel_tree()?
+        let _write = self.write_gate();
+        let inner = self.inner();
+        inner
+            .channel_state
             .insert(state_key(channel, key), value)
             .map_err(StoreError::sled("writing channel state"))?;
-        Ok(self.inner.commit.ticket())
+        Ok(inner.commit.ticket())
     }
 }

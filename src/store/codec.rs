@@ -9,8 +9,17 @@ use crate::error::StoreError;
 /// The format version written in front of every value.
 pub const VALUE_VERSION: u8 = 1;
 
-fn config() -> bincode::config::Configuration {
-    bincode::config::standard()
+/// The largest value decoded or encoded. A stored value is at most a few hundred KB (texts are
+/// capped at admission); the limit makes a corrupt length prefix an error instead of an
+/// attempt to allocate it (found by the `stored_value` fuzz target).
+pub const MAX_VALUE_BYTES: usize = 16 << 20;
+
+fn config() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<MAX_VALUE_BYTES>,
+> {
+    bincode::config::standard().with_limit::<MAX_VALUE_BYTES>()
 }
 
 /// Encodes `value` with the version byte in front.
@@ -62,6 +71,9 @@ mod tests {
         assert!(decode::<(u64, String)>("t", &[]).is_err());
         assert!(decode::<(u64, String)>("t", &[9, 1, 2]).is_err());
         assert!(decode::<(u64, String)>("t", &[1, 0xff, 0xff, 0xff]).is_err());
+        // A length prefix claiming ~3 EB: an error, not an allocation (fuzzer finding).
+        let huge = [1u8, 0, 0xfd, 0, 0x70, 0x70, 0x70, 0x70, 0x70, 0x70, 0x2a];
+        assert!(decode::<crate::store::TranscriptEntry>("t", &huge).is_err());
         let mut long = bytes.clone();
         long.push(0);
         assert!(decode::<(u64, String, Option<u32>)>("t", &long).is_err());

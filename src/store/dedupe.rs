@@ -48,15 +48,13 @@ impl Store {
         record: InboxRecord,
         dedupe: Option<DedupeMark<'_>>,
     ) -> Result<(InboxItem, u64), StoreError> {
-        let inner = &self.inner;
+        let _write = self.write_gate();
+        let inner = self.inner();
         // Sequences start at 1: lanes treat 0 as "nothing seen yet".
-        let seq = inner
-            .db
-            .generate_id()
-            .map_err(StoreError::sled("allocating an inbox sequence"))?
-            .saturating_add(1);
+        let seq = inner.next_id()?.saturating_add(1);
         let bytes = encode(&record)?;
         let inbox_key = keys::inbox_key(session_key, seq);
+        let written = (inbox_key.len() + bytes.len()) as u64;
         match dedupe {
             None => {
                 inner
@@ -81,9 +79,10 @@ impl Store {
                     })?;
             }
         }
-        inner
+        self.shared
             .queued
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared.meter.add(written);
         let ticket = inner.commit.ticket();
         if let Some(mark) = dedupe {
             if let Err(e) = self.prune_dedupe(mark.now_ms, DEDUPE_PRUNE_PER_WRITE) {
@@ -102,7 +101,7 @@ impl Store {
     /// True when `key` was remembered and has not expired at `now_ms`.
     pub fn dedupe_seen(&self, key: &str, now_ms: u64) -> Result<bool, StoreError> {
         let Some(bytes) = self
-            .inner
+            .inner()
             .dedupe
             .get(key.as_bytes())
             .map_err(StoreError::sled("reading dedupe keys"))?
@@ -116,8 +115,9 @@ impl Store {
     /// Removes expired dedupe entries among the next `budget` entries after the prune cursor
     /// (wrapping around once at the end of the tree). Returns how many it removed.
     pub fn prune_dedupe(&self, now_ms: u64, budget: usize) -> Result<usize, StoreError> {
-        let inner = &self.inner;
-        let mut cursor = inner
+        let inner = self.inner();
+        let mut cursor = self
+            .shared
             .dedupe_cursor
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -163,6 +163,6 @@ impl Store {
 
     /// Number of remembered dedupe keys (expired ones not yet pruned included).
     pub fn dedupe_len(&self) -> usize {
-        self.inner.dedupe.len()
+        self.inner().dedupe.len()
     }
 }

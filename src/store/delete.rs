@@ -30,15 +30,30 @@ impl Store {
     /// caller makes sure no turn runs for the session (a turn that commits anyway recreates
     /// it with its own entries, which is consistent).
     pub fn delete_session(&self, session_key: &str) -> Result<Option<SessionDeletion>, StoreError> {
-        let inner = &self.inner;
+        let deleted = self.delete_session_records(session_key)?;
+        if deleted.is_some() {
+            // After the write gate is released: this takes it per batch.
+            self.delete_channel_messages(session_key)?;
+        }
+        Ok(deleted)
+    }
+
+    fn delete_session_records(
+        &self,
+        session_key: &str,
+    ) -> Result<Option<SessionDeletion>, StoreError> {
+        let _write = self.write_gate();
+        let inner = self.inner();
         for _ in 0..MAX_DELETE_ATTEMPTS {
             let record = inner
                 .sessions
                 .get(session_key)
                 .map_err(StoreError::sled("reading a session"))?;
+            let mut index_key = None;
             let transcript_keys = match &record {
                 Some(bytes) => {
                     let r: super::SessionRecord = super::decode("sessions", bytes)?;
+                    index_key = Some(super::by_updated::key(r.updated_at_ms, session_key));
                     inner
                         .transcript
                         .scan_prefix(keys::transcript_prefix(r.id))
@@ -59,12 +74,20 @@ impl Store {
             if record.is_none() && inbox_keys.is_empty() {
                 return Ok(None);
             }
-            let result = (&inner.sessions, &inner.transcript, &inner.inbox).transaction(
-                |(sessions, transcript, inbox)| {
+            let result = (
+                &inner.sessions,
+                &inner.transcript,
+                &inner.inbox,
+                &inner.by_updated,
+            )
+                .transaction(|(sessions, transcript, inbox, by_updated)| {
                     if sessions.get(session_key)? != record {
                         return Err(ConflictableTransactionError::Abort(Changed));
                     }
                     sessions.remove(session_key.as_bytes())?;
+                    if let Some(k) = &index_key {
+                        by_updated.remove(k.as_slice())?;
+                    }
                     for k in &transcript_keys {
                         transcript.remove(k)?;
                     }
@@ -75,12 +98,11 @@ impl Store {
                         }
                     }
                     Ok(pending)
-                },
-            );
+                });
             match result {
                 Ok(pending) => {
                     let removed = usize::try_from(pending).unwrap_or(usize::MAX);
-                    let _ = inner.queued.fetch_update(
+                    let _ = self.shared.queued.fetch_update(
                         std::sync::atomic::Ordering::Relaxed,
                         std::sync::atomic::Ordering::Relaxed,
                         |q| Some(q.saturating_sub(removed)),

@@ -44,12 +44,22 @@ impl GroupCommit {
     /// Starts the flusher task for `db`. In `batched` mode it flushes every `period`; in
     /// `strict` mode whenever a writer waits.
     pub fn start(db: sled::Db, mode: Durability, period: Duration) -> Self {
-        let (flushed, _) = watch::channel(Flushed::default());
+        Self::start_at(db, mode, period, 0)
+    }
+
+    /// Like [`GroupCommit::start`], with tickets continuing after `first_ticket`, which counts
+    /// as flushed: a database generation that replaces a fully flushed one continues its
+    /// ticket numbers, so a ticket taken before the swap is satisfied by either.
+    pub fn start_at(db: sled::Db, mode: Durability, period: Duration, first_ticket: u64) -> Self {
+        let (flushed, _) = watch::channel(Flushed {
+            upto: first_ticket,
+            failed: None,
+        });
         let inner = Arc::new(Inner {
             db,
             task: std::sync::Mutex::new(None),
             mode,
-            written: AtomicU64::new(0),
+            written: AtomicU64::new(first_ticket),
             flushed,
             wake: Notify::new(),
             stop: Notify::new(),
@@ -88,6 +98,42 @@ impl GroupCommit {
             .map(|(_, e)| e.to_string())
             .unwrap_or_default();
         Err(StoreError::Flush(reason))
+    }
+
+    /// The newest ticket handed out.
+    pub fn written(&self) -> u64 {
+        self.inner.written.load(Ordering::Acquire)
+    }
+
+    /// Flushes on the calling thread (for callers that are not async and hold every writer
+    /// off, like a database rewrite) and publishes the result to waiters.
+    pub(super) fn flush_blocking(&self) -> Result<(), StoreError> {
+        let target = self.inner.written.load(Ordering::Acquire);
+        let result = self
+            .inner
+            .db
+            .flush()
+            .map(|_| ())
+            .map_err(|e| StoreError::Flush(e.to_string()));
+        self.inner.flushed.send_modify(|f| match &result {
+            Ok(()) => f.upto = f.upto.max(target),
+            Err(e) => f.failed = Some((target, e.to_string().into())),
+        });
+        result
+    }
+
+    /// Asks the flusher to stop without waiting (see [`GroupCommit::is_stopped`]).
+    pub(super) fn stop(&self) {
+        self.inner.stop.notify_one();
+    }
+
+    /// True once the flusher task has ended (or was never started).
+    pub(super) fn is_stopped(&self) -> bool {
+        self.inner
+            .task
+            .lock()
+            .map(|t| t.as_ref().is_none_or(|t| t.is_finished()))
+            .unwrap_or(true)
     }
 
     /// Flushes everything now and stops the flusher.

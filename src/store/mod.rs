@@ -1,65 +1,179 @@
 //! Storage on sled: sessions, transcripts and the durable inbox, in one database per data dir.
 //!
 //! Trees: `sessions` (session key → [`SessionRecord`]), `transcript` (session id + seq →
-//! [`TranscriptEntry`]), `inbox` (session key + NUL + inbox seq → [`InboxRecord`]), `meta`
-//! (schema version), `dedupe` (preflight dedupe key → expiry ms, see `dedupe.rs`),
-//! `channel_messages` (chat messages by id, time and parent, for reply threads; see
-//! `channel.rs`). A turn's commit touches `sessions`, `transcript`, `inbox` and
-//! `channel_messages` in one transaction, so a turn is either wholly stored and consumed or not
-//! at all.
+//! [`TranscriptEntry`]), `inbox` (session key + NUL + inbox seq → [`InboxRecord`]),
+//! `by_updated` (updated_at + session key → (), the eviction order), `quarantine` (values
+//! that could not be decoded, kept for inspection), `dedupe` (preflight dedupe key → expiry
+//! ms, see `dedupe.rs`), `channel_messages` (chat messages by id, time and parent, for reply
+//! threads; see `channel.rs`), `channel_state` (durable per-channel state, e.g. a Telegram
+//! offset), `meta` (schema version). A turn's commit touches `sessions`, `transcript`, `inbox`,
+//! `channel_messages` and `by_updated` in one transaction, so a turn is either wholly stored
+//! and consumed or not at all.
+//!
+//! Disk budget, repair and interchange live in their own files: `disk` (measuring, the live
+//! byte meter), `evict` (removing whole sessions), `archive` (compressed JSONL of evicted
+//! sessions), `budget` (the janitor's [`StoreBudget`]), `doctor` (checks, repair,
+//! quarantine), `migrate` (schema migrations on open), `compact` (a prefix replaced by a summary),
+//! `export` and `import_openclaw`, `delete` (one session, on request).
 
+mod archive;
+mod budget;
+mod by_updated;
 mod channel;
 mod channel_state;
 mod codec;
+mod compact;
 mod dedupe;
 mod delete;
+mod disk;
+mod doctor;
 mod durability;
+mod evict;
+mod export;
+mod import_openclaw;
 mod keys;
+mod migrate;
 mod records;
+mod rewrite;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
-pub use codec::{decode, encode, VALUE_VERSION};
+pub use archive::ARCHIVE_DIR;
+pub use budget::{Liveness, StoreBudget};
+pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
+pub use compact::MAX_COMPACTED_ENTRIES;
 pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
 pub use delete::SessionDeletion;
+pub use disk::dir_disk_bytes;
+pub use doctor::{Depth, DoctorReport, Finding, Quarantined};
 pub use durability::GroupCommit;
+pub use evict::Evicted;
+pub use export::{write_session_jsonl, ExportEntry, ExportHeader, EXPORT_VERSION};
+pub use import_openclaw::{import_openclaw, ImportReport, MAX_LINE_BYTES};
 pub use records::{
     ChannelMessage, EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent,
     ToolInfo, TranscriptEntry,
 };
+pub use rewrite::Rewritten;
 
 use crate::config::StorageConfig;
 use crate::error::StoreError;
+#[cfg(test)]
+use migrate::SCHEMA_KEY;
 
-/// The schema version this build writes.
-pub const SCHEMA_VERSION: u8 = 1;
-const SCHEMA_KEY: &[u8] = b"schema_version";
+/// The database's directory under the data dir.
+pub const DB_DIR: &str = "db";
+
+/// The schema version this build writes. Older stores are migrated on open (`migrate`).
+pub const SCHEMA_VERSION: u8 = 2;
 
 /// The sled database and its trees. Cheap to clone.
+///
+/// The database can be replaced while the store is in use (`rewrite`: the janitor copies the
+/// live data into a fresh database to give space back), so every operation first takes the
+/// current generation with [`Store::inner`]; writes also hold the write gate shared, which a
+/// rewrite holds exclusively while it copies.
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<StoreInner>,
+    shared: Arc<Shared>,
 }
 
+/// What stays the same across database generations.
+struct Shared {
+    current: RwLock<Arc<StoreInner>>,
+    /// Writers hold it shared; a rewrite holds it exclusively while it copies.
+    write_gate: RwLock<()>,
+    queued: AtomicUsize,
+    data_dir: PathBuf,
+    config: StorageConfig,
+    /// Live logical bytes and the janitor's high-water trigger.
+    meter: disk::UsageMeter,
+    /// What the repair on open found and did.
+    open_report: std::sync::OnceLock<DoctorReport>,
+    /// Where the incremental prune of `dedupe` continues (see `dedupe.rs`).
+    dedupe_cursor: std::sync::Mutex<Vec<u8>>,
+}
+
+/// One generation of the database: the sled instance, its trees and its group commit.
 struct StoreInner {
     db: sled::Db,
     sessions: sled::Tree,
     transcript: sled::Tree,
     inbox: sled::Tree,
+    by_updated: sled::Tree,
+    quarantine: sled::Tree,
     dedupe: sled::Tree,
-    /// Where the incremental prune of `dedupe` continues (see `dedupe.rs`).
-    dedupe_cursor: std::sync::Mutex<Vec<u8>>,
     channel_messages: sled::Tree,
+    channel_state: sled::Tree,
     commit: GroupCommit,
-    queued: AtomicUsize,
-    data_dir: PathBuf,
+    /// Added to sled's `generate_id`, so ids keep increasing across generations.
+    id_base: u64,
+    /// This generation's directory.
+    dir: PathBuf,
+}
+
+impl StoreInner {
+    /// Opens the generation in `dir`, running schema migrations.
+    fn open(dir: PathBuf, config: &StorageConfig) -> Result<(Self, Option<u8>), StoreError> {
+        let db = sled::Config::new()
+            .path(&dir)
+            .cache_capacity(config.cache_capacity_bytes)
+            .flush_every_ms(Some(config.flush_every_ms.max(1)))
+            .open()
+            .map_err(|source| StoreError::from_open(&dir, source))?;
+        let migrated_from = migrate::run(&db)?;
+        Ok((Self::from_db(db, dir, config, 0)?, migrated_from))
+    }
+
+    /// The generation over an open database; group-commit tickets continue after
+    /// `first_ticket`.
+    fn from_db(
+        db: sled::Db,
+        dir: PathBuf,
+        config: &StorageConfig,
+        first_ticket: u64,
+    ) -> Result<Self, StoreError> {
+        let open = |name: &'static str| {
+            db.open_tree(name)
+                .map_err(StoreError::sled("opening a tree"))
+        };
+        let inner = StoreInner {
+            sessions: open("sessions")?,
+            transcript: open("transcript")?,
+            inbox: open("inbox")?,
+            by_updated: open(by_updated::TREE)?,
+            quarantine: open(doctor::QUARANTINE_TREE)?,
+            dedupe: open("dedupe")?,
+            channel_messages: open("channel_messages")?,
+            channel_state: open(channel_state::TREE)?,
+            id_base: rewrite::id_base(&db)?,
+            commit: GroupCommit::start_at(
+                db.clone(),
+                config.durability,
+                Duration::from_millis(config.flush_every_ms.max(1)),
+                first_ticket,
+            ),
+            db,
+            dir,
+        };
+        Ok(inner)
+    }
+
+    /// A new id, larger than every id handed out before in any generation.
+    fn next_id(&self) -> Result<u64, StoreError> {
+        Ok(self.id_base
+            + self
+                .db
+                .generate_id()
+                .map_err(StoreError::sled("allocating an id"))?)
+    }
 }
 
 /// One accepted inbox item, as handed to a lane.
@@ -91,82 +205,95 @@ impl Store {
     /// Opens (or creates) the database under `config.data_dir`. Must be called inside a tokio
     /// runtime (it starts the group-commit flusher).
     pub fn open(config: &StorageConfig) -> Result<Self, StoreError> {
+        Self::open_with(config, true)
+    }
+
+    /// Opens the store without the repairs on open (schema migrations still run), so that
+    /// `turnstile doctor` can report problems before fixing them.
+    pub fn open_unrepaired(config: &StorageConfig) -> Result<Self, StoreError> {
+        Self::open_with(config, false)
+    }
+
+    fn open_with(config: &StorageConfig, repair: bool) -> Result<Self, StoreError> {
         let data_dir = config.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(|source| StoreError::DataDir {
             path: data_dir.clone(),
             source,
         })?;
-        let db = sled::Config::new()
-            .path(data_dir.join("db"))
-            .cache_capacity(config.cache_capacity_bytes)
-            .flush_every_ms(Some(config.flush_every_ms.max(1)))
-            .open()
-            .map_err(StoreError::sled("opening the database"))?;
-        let meta = db
-            .open_tree("meta")
-            .map_err(StoreError::sled("opening meta"))?;
-        match meta
-            .get(SCHEMA_KEY)
-            .map_err(StoreError::sled("reading schema"))?
-        {
-            None => {
-                meta.insert(SCHEMA_KEY, &[SCHEMA_VERSION])
-                    .map_err(StoreError::sled("writing schema"))?;
-            }
-            Some(v) if v.first().copied().unwrap_or(0) > SCHEMA_VERSION => {
-                return Err(StoreError::SchemaTooNew {
-                    found: v[0],
-                    supported: SCHEMA_VERSION,
-                });
-            }
-            Some(_) => {}
-        }
-        let open = |name: &'static str| {
-            db.open_tree(name)
-                .map_err(StoreError::sled("opening a tree"))
-        };
-        let sessions = open("sessions")?;
-        let transcript = open("transcript")?;
-        let inbox = open("inbox")?;
-        let dedupe = open("dedupe")?;
-        let channel_messages = open("channel_messages")?;
-        let queued = AtomicUsize::new(inbox.len());
-        let commit = GroupCommit::start(
-            db.clone(),
-            config.durability,
-            Duration::from_millis(config.flush_every_ms.max(1)),
-        );
+        let dir = rewrite::current_dir(&data_dir)?;
+        let (inner, migrated_from) = StoreInner::open(dir, config)?;
+        // Leftovers of an interrupted rewrite or of a retired generation.
+        rewrite::remove_other_generations(&data_dir, &inner.dir);
+        let queued = AtomicUsize::new(inner.inbox.len());
         let store = Self {
-            inner: Arc::new(StoreInner {
-                db,
-                sessions,
-                transcript,
-                inbox,
-                dedupe,
-                dedupe_cursor: std::sync::Mutex::new(Vec::new()),
-                channel_messages,
-                commit,
+            shared: Arc::new(Shared {
+                current: RwLock::new(Arc::new(inner)),
+                write_gate: RwLock::new(()),
                 queued,
                 data_dir,
+                config: config.clone(),
+                meter: disk::UsageMeter::default(),
+                open_report: std::sync::OnceLock::new(),
+                dedupe_cursor: std::sync::Mutex::new(Vec::new()),
             }),
         };
+        // Quick checks and repairs on every open; `turnstile doctor` runs the full ones.
+        let mut report = store.doctor(Depth::Quick, repair)?;
+        report.migrated_from = migrated_from;
+        if !report.is_clean() {
+            tracing::warn!(report = %report, "store repaired on open");
+        }
+        store.shared.meter.set_live(report.live_bytes);
+        store
+            .shared
+            .queued
+            .store(store.inner().inbox.len(), Ordering::Relaxed);
+        let _ = store.shared.open_report.set(report);
         store.prune_dedupe(dedupe::wall_clock_ms(), DEDUPE_PRUNE_ON_OPEN)?;
         Ok(store)
     }
 
-    /// The data directory.
-    pub fn data_dir(&self) -> &Path {
-        &self.inner.data_dir
+    /// The current database generation.
+    fn inner(&self) -> Arc<StoreInner> {
+        let current = self
+            .shared
+            .current
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(&current)
     }
 
-    /// Group commit for this database.
-    pub fn commit(&self) -> &GroupCommit {
-        &self.inner.commit
+    /// Held (shared) by every write, so a rewrite can exclude writes while it copies.
+    fn write_gate(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.shared
+            .write_gate
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// True when `data_dir` holds a store.
+    pub fn exists(data_dir: &Path) -> bool {
+        rewrite::current_dir(data_dir).is_ok_and(|d| d.exists())
+    }
+
+    /// What the checks on open found and repaired.
+    pub fn open_report(&self) -> Option<&DoctorReport> {
+        self.shared.open_report.get()
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.shared.data_dir
+    }
+
+    /// Group commit for the current database.
+    pub fn commit(&self) -> GroupCommit {
+        self.inner().commit.clone()
     }
 
     /// Unconsumed inbox items across all sessions.
     pub fn queued(&self) -> usize {
-        self.inner.queued.load(Ordering::Relaxed)
+        self.shared.queued.load(Ordering::Relaxed)
     }
 
     /// Writes an accepted message to the inbox (not yet flushed) and returns its item and the
@@ -189,7 +316,7 @@ impl Store {
         let start = keys::inbox_key(session_key, after.saturating_add(1));
         let end = keys::inbox_key(session_key, u64::MAX);
         let mut out = Vec::new();
-        for kv in self.inner.inbox.range(start..=end).take(limit) {
+        for kv in self.inner().inbox.range(start..=end).take(limit) {
             let (k, v) = kv.map_err(StoreError::sled("reading the inbox"))?;
             let Some((_, seq)) = keys::split_inbox_key(&k) else {
                 continue;
@@ -206,7 +333,7 @@ impl Store {
     /// Session keys that have unconsumed inbox items (for replay after a restart).
     pub fn sessions_with_pending(&self) -> Result<Vec<String>, StoreError> {
         let mut keys = BTreeSet::new();
-        for kv in self.inner.inbox.iter().keys() {
+        for kv in self.inner().inbox.iter().keys() {
             let k = kv.map_err(StoreError::sled("scanning the inbox"))?;
             if let Some((session, _)) = keys::split_inbox_key(&k) {
                 keys.insert(session.to_string());
@@ -221,20 +348,12 @@ impl Store {
         &self,
         turn: TurnCommit<'_>,
     ) -> Result<(SessionRecord, Vec<u64>, u64), StoreError> {
-        let inner = &self.inner;
-        let new_id = match inner
-            .sessions
-            .get(turn.session_key)
-            .map_err(StoreError::sled("reading a session"))?
-        {
-            Some(_) => None,
-            None => Some(
-                inner
-                    .db
-                    .generate_id()
-                    .map_err(StoreError::sled("allocating a session id"))?,
-            ),
-        };
+        let _write = self.write_gate();
+        let inner = self.inner();
+        // Allocated up front for every turn (sled cannot allocate inside a transaction) and
+        // used only if the session turns out to be new — it may have been evicted since the
+        // caller last saw it. An unused id is simply skipped.
+        let new_id = inner.next_id()?;
         let encoded: Vec<(Vec<u8>, &TranscriptEntry)> = turn
             .entries
             .iter()
@@ -245,69 +364,90 @@ impl Store {
             .iter()
             .map(|s| keys::inbox_key(turn.session_key, *s))
             .collect();
-        let channel_writes = channel::writes(&turn.channel_messages)?;
+        let channel_writes = channel::writes(turn.session_key, &turn.channel_messages)?;
         let result = (
             &inner.sessions,
             &inner.transcript,
             &inner.inbox,
+            &inner.by_updated,
             &inner.channel_messages,
         )
-            .transaction(|(sessions, transcript, inbox, channel_messages)| {
-                let mut record = match sessions.get(turn.session_key)? {
-                    Some(bytes) => decode::<SessionRecord>("sessions", &bytes)
-                        .map_err(ConflictableTransactionError::Abort)?,
-                    None => SessionRecord {
-                        id: new_id.unwrap_or_default(),
-                        created_at_ms: turn.now_ms,
-                        updated_at_ms: turn.now_ms,
-                        next_seq: 1,
-                        entries: 0,
-                        tokens: 0,
-                        bytes: 0,
-                        compaction_count: 0,
-                    },
-                };
-                let mut seqs = Vec::with_capacity(encoded.len());
-                for (bytes, entry) in &encoded {
-                    let seq = record.next_seq;
-                    transcript.insert(&keys::transcript_key(record.id, seq), bytes.as_slice())?;
-                    record.next_seq += 1;
-                    record.entries += 1;
-                    record.tokens += u64::from(entry.tokens);
-                    record.bytes += bytes.len() as u64;
-                    seqs.push(seq);
-                }
-                let mut consumed = 0usize;
-                for k in &inbox_keys {
-                    if inbox.remove(k.as_slice())?.is_some() {
-                        consumed += 1;
+            .transaction(
+                |(sessions, transcript, inbox, by_updated, channel_messages)| {
+                    let mut record = match sessions.get(turn.session_key)? {
+                        Some(bytes) => decode::<SessionRecord>("sessions", &bytes)
+                            .map_err(ConflictableTransactionError::Abort)?,
+                        None => SessionRecord {
+                            id: new_id,
+                            created_at_ms: turn.now_ms,
+                            updated_at_ms: turn.now_ms,
+                            next_seq: 1,
+                            entries: 0,
+                            tokens: 0,
+                            bytes: 0,
+                            compaction_count: 0,
+                        },
+                    };
+                    let mut seqs = Vec::with_capacity(encoded.len());
+                    for (bytes, entry) in &encoded {
+                        let seq = record.next_seq;
+                        transcript
+                            .insert(&keys::transcript_key(record.id, seq), bytes.as_slice())?;
+                        record.next_seq += 1;
+                        record.entries += 1;
+                        record.tokens += u64::from(entry.tokens);
+                        record.bytes += bytes.len() as u64;
+                        seqs.push(seq);
                     }
-                }
-                for (k, v) in &channel_writes {
-                    channel_messages.insert(k.as_slice(), v.as_slice())?;
-                }
-                record.updated_at_ms = turn.now_ms;
-                let bytes = encode(&record).map_err(ConflictableTransactionError::Abort)?;
-                sessions.insert(turn.session_key.as_bytes(), bytes)?;
-                Ok((record, seqs, consumed))
-            });
-        let (record, seqs, consumed) = result.map_err(|e| match e {
+                    let mut consumed = 0usize;
+                    let mut inbox_freed = 0u64;
+                    for k in &inbox_keys {
+                        if let Some(old) = inbox.remove(k.as_slice())? {
+                            consumed += 1;
+                            inbox_freed += (k.len() + old.len()) as u64;
+                        }
+                    }
+                    for (k, v) in &channel_writes {
+                        channel_messages.insert(k.as_slice(), v.as_slice())?;
+                    }
+                    by_updated.remove(by_updated::key(record.updated_at_ms, turn.session_key))?;
+                    record.updated_at_ms = turn.now_ms;
+                    by_updated
+                        .insert(by_updated::key(record.updated_at_ms, turn.session_key), &[])?;
+                    let bytes = encode(&record).map_err(ConflictableTransactionError::Abort)?;
+                    sessions.insert(turn.session_key.as_bytes(), bytes)?;
+                    Ok((record, seqs, consumed, inbox_freed))
+                },
+            );
+        let (record, seqs, consumed, inbox_freed) = result.map_err(|e| match e {
             TransactionError::Abort(e) => e,
             TransactionError::Storage(source) => StoreError::Sled {
                 context: "committing a turn",
                 source,
             },
         })?;
-        inner.queued.fetch_sub(
-            consumed.min(inner.queued.load(Ordering::Relaxed)),
+        let queued = &self.shared.queued;
+        queued.fetch_sub(
+            consumed.min(queued.load(Ordering::Relaxed)),
             Ordering::Relaxed,
+        );
+        self.shared.meter.sub(inbox_freed);
+        self.shared.meter.add(
+            encoded
+                .iter()
+                .map(|(b, _)| b.len() as u64 + 16)
+                .sum::<u64>()
+                + channel_writes
+                    .iter()
+                    .map(|(k, v)| (k.len() + v.len()) as u64)
+                    .sum::<u64>(),
         );
         Ok((record, seqs, inner.commit.ticket()))
     }
 
     /// The session stored under `key`.
     pub fn session(&self, key: &str) -> Result<Option<SessionRecord>, StoreError> {
-        self.inner
+        self.inner()
             .sessions
             .get(key)
             .map_err(StoreError::sled("reading a session"))?
@@ -322,11 +462,11 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<(String, SessionRecord)>, StoreError> {
         let iter = match after {
-            Some(a) => self.inner.sessions.range::<&[u8], _>((
+            Some(a) => self.inner().sessions.range::<&[u8], _>((
                 std::ops::Bound::Excluded(a.as_bytes()),
                 std::ops::Bound::Unbounded,
             )),
-            None => self.inner.sessions.iter(),
+            None => self.inner().sessions.iter(),
         };
         let mut out = Vec::new();
         for kv in iter.take(limit) {
@@ -339,7 +479,7 @@ impl Store {
 
     /// Number of stored sessions.
     pub fn session_count(&self) -> usize {
-        self.inner.sessions.len()
+        self.inner().sessions.len()
     }
 
     /// A session's transcript entries with `seq > after`, oldest first, at most `limit`.
@@ -352,7 +492,7 @@ impl Store {
         let start = keys::transcript_key(session_id, after.saturating_add(1));
         let end = keys::transcript_key(session_id, u64::MAX);
         let mut out = Vec::new();
-        for kv in self.inner.transcript.range(start..=end).take(limit) {
+        for kv in self.inner().transcript.range(start..=end).take(limit) {
             let (k, v) = kv.map_err(StoreError::sled("reading a transcript"))?;
             let seq = keys::transcript_seq(&k).unwrap_or_default();
             out.push((seq, decode("transcript", &v)?));
@@ -369,7 +509,7 @@ impl Store {
     ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
         let mut out = Vec::new();
         for kv in self
-            .inner
+            .inner()
             .transcript
             .scan_prefix(keys::transcript_prefix(session_id))
             .rev()
@@ -386,9 +526,16 @@ impl Store {
 
     /// Flushes everything and stops the flusher.
     pub async fn close(&self) -> Result<(), StoreError> {
-        self.inner.commit.close().await
+        let inner = self.inner();
+        inner.commit.close().await
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod storage_tests;
+
+#[cfg(test)]
+mod model_tests;

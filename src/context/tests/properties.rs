@@ -1,5 +1,6 @@
-//! Properties over random sessions and budgets: the budget is never exceeded (unless the
-//! immutable blocks alone exceed it), the accounting adds up, the message limit holds, and
+//! Properties over random sessions and budgets: the budget is never exceeded (unless what must
+//! be sent — immutable blocks and the current message cut to its minimum — alone exceeds it),
+//! the current message is always sent, the accounting adds up, the message limit holds, and
 //! the messages need no tool-pairing repair.
 
 use proptest::prelude::*;
@@ -81,12 +82,20 @@ proptest! {
 
         let sum: u32 = a.blocks.iter().map(|b| b.token_count).sum();
         prop_assert_eq!(sum, a.budget.used);
-        let immutable: u32 = a.blocks.iter().filter(|b| b.immutable).map(|b| b.token_count).sum();
+        // What must be sent whatever the budget: immutable blocks and the current message
+        // (cut to fit, but never dropped).
+        let required: u32 = a
+            .blocks
+            .iter()
+            .filter(|b| b.immutable || b.must_keep())
+            .map(|b| b.token_count)
+            .sum();
         prop_assert!(
             a.budget.used <= a.budget.total
-                || (a.budget.used == immutable && immutable > a.budget.total),
+                || (a.budget.used == required && required > a.budget.total),
             "used {} > total {}", a.budget.used, a.budget.total
         );
+        prop_assert!(a.blocks.iter().any(|b| b.must_keep()), "the current message is sent");
         let conversation = a.blocks.iter().filter(|b| b.placement() == Placement::Conversation).count();
         prop_assert!(conversation <= engine.policy(kind).max_messages);
         let mut messages = a.messages().to_vec();

@@ -1,0 +1,450 @@
+//! [`StoreBudget`]: the janitor's [`DiskBudget`] over this store and its data dir.
+//!
+//! # How space comes back
+//! sled never shrinks its file when keys are deleted. It reuses freed space (segments at most
+//! half live are relocated, free segments are reused lowest first and truncated at the end of
+//! the file), and with small values that keeps a churning database at about 2.2–3.3× its live
+//! bytes. With large values it does not: a node whose items exceed a quarter of a segment is
+//! written as a blob file on every change, and under sustained churn the database grew without
+//! bound in our measurements. So the janitor controls two things:
+//!
+//! * **Live bytes.** Sessions are evicted (oldest `updated_at` first, never one with a live
+//!   lane or queued messages) until the live bytes — transcripts and queued messages, counted
+//!   by the store's meter — are 10% below `high_water / BUDGETED_AMPLIFICATION` of the budget
+//!   (20% of it by default). The store calls the janitor the moment a write crosses that level.
+//! * **Garbage.** When the data dir passes `REWRITE_AT` of the high-water mark and the
+//!   database holds at least `MIN_GARBAGE_RATIO` times its live bytes, the live data is
+//!   rewritten into a fresh database generation (`Store::rewrite`) and the old one deleted.
+//!   The copy needs room for one more copy of the live data, which is why live bytes are held
+//!   to 20%: the old generation (about 60% of the budget, plus what arrives during the pass)
+//!   and the new one (the live bytes plus sled's overhead) fit together.
+//!
+//! Archives (when `keep_archives` is on) are deleted, oldest first, before anything else.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use turnstile_actors::{DiskBudget, DiskUsage, ReclaimReport};
+
+use super::evict::{Candidate, TRANSCRIPT_KEY_BYTES};
+use super::{archive, decode, disk, SessionRecord, Store};
+use crate::config::StorageConfig;
+use crate::error::StoreError;
+
+/// Tells whether a session has a live lane (a turn may be running); such sessions are never
+/// evicted.
+pub type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// Disk bytes budgeted per live byte: sled's own amplification (2.2–3.3× measured) plus room
+/// for the copy a rewrite makes. Live bytes are held to `high_water / 4` of the budget.
+const BUDGETED_AMPLIFICATION: f64 = 4.0;
+/// A rewrite starts when the data dir passes this fraction of the high-water mark...
+const REWRITE_AT: f64 = 0.6;
+/// ...and the database holds at least this many bytes per live byte (otherwise a rewrite
+/// would give little back)...
+const MIN_GARBAGE_RATIO: f64 = 2.0;
+/// ...and has grown by this factor since the last rewrite left it (so rewrites do not follow
+/// each other when sled's fresh copy is itself large).
+const REWRITE_GROWTH: f64 = 1.3;
+/// A fresh generation is kept to this fraction of the rewrite threshold: when a rewrite shows
+/// that sled needs more bytes per live byte than budgeted (large values become blob files),
+/// the live-byte target is lowered accordingly.
+const FRESH_FRACTION_OF_REWRITE_AT: f64 = 0.6;
+/// When live bytes stay above the target after a pass (busy sessions), the next signal waits
+/// for `target / TRIGGER_SLACK_DIVISOR` more bytes.
+const TRIGGER_SLACK_DIVISOR: u64 = 10;
+/// Eviction goes this far below the target, so the next pass is not one write away.
+const EVICT_TO_FRACTION: f64 = 0.9;
+/// How often live bytes are recounted exactly (and empty sessions collected); between
+/// recounts the store's meter is used.
+const RECOUNT_EVERY: Duration = Duration::from_secs(300);
+/// Most sessions evicted in one pass; the next pass continues.
+const MAX_EVICTIONS_PER_PASS: u64 = 100_000;
+/// Index entries read per page while choosing what to evict.
+const SCAN_PAGE: usize = 256;
+/// Most empty sessions removed per recount.
+const MAX_EMPTY_PER_PASS: usize = 10_000;
+const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
+
+/// The disk budget of one store.
+pub struct StoreBudget {
+    store: Store,
+    limit_bytes: u64,
+    high_water_bytes: u64,
+    keep_archives: bool,
+    prune_after_ms: Option<u64>,
+    max_sessions: Option<u64>,
+    is_live: Liveness,
+    measured: Mutex<Measured>,
+}
+
+#[derive(Debug, Default)]
+struct Measured {
+    /// Bytes of the current database generation at the newest measurement.
+    db_bytes: u64,
+    last_recount: Option<Instant>,
+    /// Bytes of the database right after the newest rewrite.
+    after_rewrite: u64,
+    /// Database bytes per live byte right after the newest rewrite.
+    fresh_amplification: Option<f64>,
+}
+
+/// How eviction is simulated in warn mode and tracked in enforce mode.
+struct Progress {
+    live: u64,
+    sessions: u64,
+    evicted: u64,
+    /// Warn mode: sessions this pass already reported as evictable (at most
+    /// `MAX_EVICTIONS_PER_PASS`), so later rules do not count them again.
+    simulated: HashSet<String>,
+}
+
+impl StoreBudget {
+    /// A budget for `store` with the `[storage]` settings; `is_live` protects live sessions.
+    pub fn new(store: Store, config: &StorageConfig, is_live: Liveness) -> Self {
+        let limit = config.max_disk_bytes;
+        Self {
+            store,
+            limit_bytes: limit,
+            high_water_bytes: (limit as f64 * config.high_water) as u64,
+            keep_archives: config.keep_archives,
+            prune_after_ms: (config.prune_after_days > 0)
+                .then(|| u64::from(config.prune_after_days) * DAY_MS),
+            max_sessions: config.max_sessions,
+            is_live,
+            measured: Mutex::new(Measured::default()),
+        }
+    }
+
+    /// The live bytes the janitor keeps the store under, for a measurement `usage`: a
+    /// quarter of high water, lower if a rewrite showed sled needs more room per live byte.
+    pub fn live_target(&self, usage: &DiskUsage) -> u64 {
+        let budgeted = usage.high_water_bytes as f64 / BUDGETED_AMPLIFICATION;
+        let fresh = self
+            .measured
+            .lock()
+            .ok()
+            .and_then(|m| m.fresh_amplification)
+            .map(|amp| {
+                usage.high_water_bytes as f64 * REWRITE_AT * FRESH_FRACTION_OF_REWRITE_AT / amp
+            })
+            .unwrap_or(budgeted);
+        budgeted.min(fresh) as u64
+    }
+
+    fn busy(&self, key: &str) -> Result<bool, StoreError> {
+        Ok((self.is_live)(key) || !self.store.pending(key, 0, 1)?.is_empty())
+    }
+
+    /// Evicts sessions oldest first while `want` says so.
+    fn evict_oldest(
+        &self,
+        enforce: bool,
+        progress: &mut Progress,
+        report: &mut ReclaimReport,
+        why: &'static str,
+        mut want: impl FnMut(&Candidate, &Progress) -> bool,
+    ) -> Result<(), StoreError> {
+        let mut cursor: Option<Vec<u8>> = None;
+        loop {
+            let page = self.store.oldest_sessions(cursor.as_deref(), SCAN_PAGE)?;
+            if page.is_empty() {
+                return Ok(());
+            }
+            for candidate in page {
+                if !want(&candidate, progress) || progress.evicted >= MAX_EVICTIONS_PER_PASS {
+                    return Ok(());
+                }
+                if progress.simulated.contains(&candidate.session_key) {
+                    // Warn mode: already reported by an earlier rule of this pass.
+                } else if self.busy(&candidate.session_key)? {
+                    report.sessions_skipped_busy += 1;
+                } else if let Some(bytes) = self.evict_one(&candidate, enforce, why)? {
+                    progress.live = progress.live.saturating_sub(bytes);
+                    progress.sessions = progress.sessions.saturating_sub(1);
+                    progress.evicted += 1;
+                    report.sessions_evicted += 1;
+                    report.bytes_freed += bytes;
+                    if !enforce {
+                        progress.simulated.insert(candidate.session_key.clone());
+                    }
+                }
+                cursor = Some(candidate.index_key);
+            }
+        }
+    }
+
+    /// Evicts one session (archiving it first if configured). Returns the live bytes freed,
+    /// or `None` if it changed meanwhile and was kept.
+    pub(super) fn evict_one(
+        &self,
+        c: &Candidate,
+        enforce: bool,
+        why: &'static str,
+    ) -> Result<Option<u64>, StoreError> {
+        let Some(record) = self.store.session(&c.session_key)? else {
+            return Ok(None);
+        };
+        if record.updated_at_ms != c.updated_at_ms {
+            return Ok(None);
+        }
+        let bytes = record.bytes + record.entries * TRANSCRIPT_KEY_BYTES;
+        if !enforce {
+            // One summary line per pass (the janitor's) instead of one per session.
+            tracing::debug!(session_key = %c.session_key, bytes, why, "would evict session (janitor_mode = warn)");
+            return Ok(Some(bytes));
+        }
+        let archived = if self.keep_archives {
+            Some(archive::write(
+                &self.store,
+                &c.session_key,
+                &record,
+                now_ms(),
+            )?)
+        } else {
+            None
+        };
+        match self
+            .store
+            .evict_session(&c.session_key, Some(c.updated_at_ms))?
+        {
+            Some(evicted) => {
+                tracing::info!(
+                    session_key = %c.session_key,
+                    session_id = evicted.record.id,
+                    updated_at_ms = c.updated_at_ms,
+                    entries = evicted.entries_deleted,
+                    bytes = evicted.bytes,
+                    archived = archived.is_some(),
+                    why,
+                    "evicted session"
+                );
+                Ok(Some(evicted.bytes))
+            }
+            None => {
+                if let Some(path) = archived {
+                    let _ = std::fs::remove_file(path);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Deletes archives oldest first until `over` bytes are gone. Returns bytes deleted.
+    fn delete_archives(
+        &self,
+        mut over: u64,
+        enforce: bool,
+        report: &mut ReclaimReport,
+    ) -> Result<u64, StoreError> {
+        let mut freed = 0u64;
+        for file in archive::list(self.store.data_dir())? {
+            if over == 0 {
+                break;
+            }
+            if enforce {
+                std::fs::remove_file(&file.path).map_err(StoreError::file("delete", &file.path))?;
+                tracing::info!(path = %file.path.display(), bytes = file.disk_bytes, "deleted archive");
+            } else {
+                tracing::warn!(path = %file.path.display(), "would delete archive (janitor_mode = warn)");
+            }
+            over = over.saturating_sub(file.disk_bytes);
+            freed += file.disk_bytes;
+            report.archives_deleted += 1;
+            report.bytes_freed += file.disk_bytes;
+        }
+        Ok(freed)
+    }
+
+    fn reclaim_inner(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, StoreError> {
+        let mut report = ReclaimReport::default();
+        let (db_bytes, recount_due, after_rewrite) = {
+            let m = self
+                .measured
+                .lock()
+                .map_err(|_| StoreError::Flush("janitor measurement poisoned".into()))?;
+            (
+                m.db_bytes,
+                m.last_recount.is_none_or(|t| t.elapsed() >= RECOUNT_EVERY),
+                m.after_rewrite,
+            )
+        };
+        let mut empty = Vec::new();
+        if recount_due {
+            let (live, found) = self.store.recount(MAX_EMPTY_PER_PASS)?;
+            self.store.shared.meter.set_live(live);
+            empty = found;
+            if let Ok(mut m) = self.measured.lock() {
+                m.last_recount = Some(Instant::now());
+            }
+        }
+        let mut disk_bytes = usage.disk_bytes;
+
+        // 1. Archives, oldest first.
+        if disk_bytes > usage.high_water_bytes {
+            let over = disk_bytes - usage.high_water_bytes;
+            disk_bytes -= self
+                .delete_archives(over, enforce, &mut report)?
+                .min(disk_bytes);
+        }
+
+        // 2. Whole sessions, oldest first, down to the live-byte target.
+        let target = self.live_target(usage);
+        let mut progress = Progress {
+            live: self.store.live_bytes(),
+            sessions: 0,
+            evicted: 0,
+            simulated: HashSet::new(),
+        };
+        if progress.live > target {
+            let goal = (target as f64 * EVICT_TO_FRACTION) as u64;
+            self.evict_oldest(
+                enforce,
+                &mut progress,
+                &mut report,
+                "disk budget",
+                |_, p| p.live > goal,
+            )?;
+        }
+        // The next signal: at the target, or — when busy sessions alone exceed it — only after
+        // a tenth of the target more, so the janitor is not woken by every write. Warn mode
+        // relies on the routine tick only.
+        let trigger = if enforce {
+            target.max(progress.live.saturating_add(target / TRIGGER_SLACK_DIVISOR))
+        } else {
+            u64::MAX
+        };
+        self.store.set_janitor_trigger(trigger);
+
+        // 3. Sessions not updated for `prune_after_days`.
+        if let Some(age) = self.prune_after_ms {
+            let cutoff = now_ms().saturating_sub(age);
+            self.evict_oldest(
+                enforce,
+                &mut progress,
+                &mut report,
+                "prune_after",
+                |c, _| c.updated_at_ms < cutoff,
+            )?;
+        }
+
+        // 4. Empty sessions.
+        for (key, updated_at_ms) in empty {
+            if self.busy(&key)? || progress.simulated.contains(&key) {
+                continue;
+            }
+            let c = Candidate {
+                index_key: Vec::new(),
+                updated_at_ms,
+                session_key: key,
+            };
+            if self.evict_one(&c, enforce, "empty")?.is_some() {
+                report.sessions_evicted += 1;
+                if !enforce {
+                    progress.simulated.insert(c.session_key);
+                }
+            }
+        }
+
+        // 5. Beyond `max_sessions`.
+        if let Some(max) = self.max_sessions {
+            progress.sessions = (self.store.inner().by_updated.len() as u64)
+                .saturating_sub(progress.simulated.len() as u64);
+            self.evict_oldest(
+                enforce,
+                &mut progress,
+                &mut report,
+                "max_sessions",
+                |_, p| p.sessions > max,
+            )?;
+        }
+
+        // 6. Garbage: rewrite the database when it is mostly dead space.
+        let live = self.store.live_bytes();
+        let rewrite_at = (usage.high_water_bytes as f64 * REWRITE_AT) as u64;
+        let mostly_garbage = db_bytes as f64 >= MIN_GARBAGE_RATIO * live.max(1) as f64
+            && db_bytes as f64 >= REWRITE_GROWTH * after_rewrite as f64;
+        if disk_bytes > rewrite_at && mostly_garbage && live <= target {
+            if enforce {
+                let done = self.store.rewrite()?;
+                report.bytes_freed += done.bytes_before.saturating_sub(done.bytes_after);
+                if let Ok(mut m) = self.measured.lock() {
+                    m.db_bytes = done.bytes_after;
+                    m.after_rewrite = done.bytes_after;
+                    if live > 0 {
+                        m.fresh_amplification = Some(done.bytes_after as f64 / live as f64);
+                    }
+                }
+            } else {
+                tracing::warn!(
+                    db_bytes,
+                    live,
+                    "would rewrite the database (janitor_mode = warn)"
+                );
+            }
+        }
+        Ok(report)
+    }
+}
+
+impl DiskBudget for StoreBudget {
+    fn usage(&self) -> Result<DiskUsage, String> {
+        let dir = self.store.data_dir();
+        let disk_bytes =
+            disk::dir_disk_bytes(dir).map_err(|e| format!("measuring {}: {e}", dir.display()))?;
+        let db_dir = self.store.inner().dir.clone();
+        let db_bytes = disk::dir_disk_bytes(&db_dir)
+            .map_err(|e| format!("measuring {}: {e}", db_dir.display()))?;
+        if let Ok(mut m) = self.measured.lock() {
+            m.db_bytes = db_bytes;
+        }
+        Ok(DiskUsage {
+            disk_bytes,
+            limit_bytes: self.limit_bytes,
+            high_water_bytes: self.high_water_bytes,
+        })
+    }
+
+    fn reclaim(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, String> {
+        self.reclaim_inner(usage, enforce)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Store {
+    /// Recounts live bytes exactly (sessions and inbox) and collects up to `max_empty` empty
+    /// sessions (key, updated_at). Reads every session record: O(sessions).
+    pub(super) fn recount(
+        &self,
+        max_empty: usize,
+    ) -> Result<(u64, Vec<(String, u64)>), StoreError> {
+        let mut live = 0u64;
+        let mut empty = Vec::new();
+        for kv in self.inner().sessions.iter() {
+            let (k, v) = kv.map_err(StoreError::sled("scanning sessions"))?;
+            let Ok(record) = decode::<SessionRecord>("sessions", &v) else {
+                continue;
+            };
+            live += record.bytes + record.entries * TRANSCRIPT_KEY_BYTES;
+            if record.entries == 0 && empty.len() < max_empty {
+                empty.push((
+                    String::from_utf8_lossy(&k).into_owned(),
+                    record.updated_at_ms,
+                ));
+            }
+        }
+        for kv in self.inner().inbox.iter() {
+            let (k, v) = kv.map_err(StoreError::sled("scanning the inbox"))?;
+            live += (k.len() + v.len()) as u64;
+        }
+        Ok((live, empty))
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}

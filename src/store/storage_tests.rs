@@ -1,0 +1,543 @@
+//! Tests of the disk budget, eviction, archives, doctor, migrations, import and export.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use turnstile_actors::{DiskBudget, DiskUsage};
+
+use super::*;
+use crate::config::{Durability, StorageConfig};
+
+fn config(dir: &std::path::Path) -> StorageConfig {
+    StorageConfig {
+        data_dir: dir.to_path_buf(),
+        cache_capacity_bytes: 1 << 20,
+        durability: Durability::Strict,
+        // The tests use small timestamps, which the age rule would prune.
+        prune_after_days: 0,
+        ..StorageConfig::default()
+    }
+}
+
+fn entry(kind: EntryKind, text: &str, ts: u64) -> TranscriptEntry {
+    TranscriptEntry {
+        kind,
+        text: text.into(),
+        message_id: None,
+        sender: None,
+        timestamp_ms: ts,
+        tokens: 2,
+        tool: None,
+    }
+}
+
+fn turn(store: &Store, key: &str, now_ms: u64, text: &str) -> SessionRecord {
+    store
+        .commit_turn(TurnCommit {
+            session_key: key,
+            entries: vec![
+                entry(EntryKind::User, text, now_ms),
+                entry(EntryKind::Assistant, text, now_ms),
+            ],
+            consumed: vec![],
+            now_ms,
+            channel_messages: vec![],
+        })
+        .unwrap()
+        .0
+}
+
+fn index(store: &Store) -> Vec<(u64, String)> {
+    store
+        .oldest_sessions(None, 1_000)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.updated_at_ms, c.session_key))
+        .collect()
+}
+
+fn no_one_live() -> Liveness {
+    Arc::new(|_: &str| false)
+}
+
+#[tokio::test]
+async fn the_index_follows_commits_and_evictions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    turn(&store, "a", 10, "x");
+    turn(&store, "b", 20, "x");
+    turn(&store, "a", 30, "x");
+    assert_eq!(index(&store), vec![(20, "b".into()), (30, "a".into())]);
+    let live = store.live_bytes();
+    let evicted = store.evict_session("b", Some(999)).unwrap();
+    assert!(evicted.is_none(), "a changed session is kept");
+    let evicted = store.evict_session("b", Some(20)).unwrap().unwrap();
+    assert_eq!(evicted.entries_deleted, 2);
+    assert_eq!(store.live_bytes(), live - evicted.bytes);
+    assert_eq!(index(&store), vec![(30, "a".into())]);
+    assert!(store.session("b").unwrap().is_none());
+    // The next turn of an evicted session starts a fresh one with a new id.
+    let again = turn(&store, "b", 40, "y");
+    assert_ne!(again.id, evicted.record.id);
+    assert_eq!(again.entries, 2);
+    assert!(store.doctor(Depth::Full, false).unwrap().is_clean());
+    store.close().await.unwrap();
+}
+
+fn usage(budget: &StoreBudget) -> DiskUsage {
+    budget.usage().unwrap()
+}
+
+#[tokio::test]
+async fn the_budget_evicts_oldest_idle_sessions_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_disk_bytes = 64 << 20;
+    let store = Store::open(&cfg).unwrap();
+    let text = "z".repeat(2_000);
+    for i in 0..400u64 {
+        turn(&store, &format!("s{i:03}"), 1_000 + i, &text);
+    }
+    // s000 has a queued message, s001 a live lane: neither may go.
+    store.enqueue("s000", inbox_record("m")).unwrap();
+    let budget = StoreBudget::new(store.clone(), &cfg, Arc::new(|k: &str| k == "s001"));
+    let mut u = usage(&budget);
+    // Pretend the disk is over high water so the live-byte target is what matters.
+    let live = store.live_bytes();
+    u.high_water_bytes = live * 2;
+    u.disk_bytes = u.high_water_bytes + 1;
+    let report = budget.reclaim(&u, true).unwrap();
+    assert!(report.sessions_evicted > 100, "{report:?}");
+    assert_eq!(report.sessions_skipped_busy, 2);
+    assert!(
+        store.live_bytes() <= live / 2,
+        "{} > {}",
+        store.live_bytes(),
+        live / 2
+    );
+    assert!(store.session("s000").unwrap().is_some());
+    assert!(store.session("s001").unwrap().is_some());
+    assert!(
+        store.session("s002").unwrap().is_none(),
+        "oldest idle goes first"
+    );
+    assert!(store.session("s399").unwrap().is_some(), "newest survive");
+    let remaining = index(&store);
+    let firsts: Vec<&str> = remaining.iter().take(2).map(|(_, k)| k.as_str()).collect();
+    assert_eq!(firsts, ["s000", "s001"]);
+    assert!(store.doctor(Depth::Full, false).unwrap().is_clean());
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn warn_mode_only_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let store = Store::open(&cfg).unwrap();
+    for i in 0..20u64 {
+        turn(&store, &format!("s{i:02}"), 1_000 + i, &"q".repeat(500));
+    }
+    let budget = StoreBudget::new(store.clone(), &cfg, no_one_live());
+    let mut u = usage(&budget);
+    u.high_water_bytes = 1;
+    u.disk_bytes = 2;
+    let report = budget.reclaim(&u, false).unwrap();
+    assert_eq!(report.sessions_evicted, 20);
+    assert_eq!(store.session_count(), 20);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn age_count_and_emptiness_rules_apply_below_high_water() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_sessions = Some(3);
+    cfg.prune_after_days = 1;
+    let store = Store::open(&cfg).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    turn(&store, "ancient", 1_000, "x");
+    for i in 0..5u64 {
+        turn(&store, &format!("recent{i}"), now - 10_000 + i, "x");
+    }
+    // An empty session (as an import of an empty transcript leaves it).
+    store
+        .write_imported("empty", now, now, 0, Vec::new())
+        .unwrap();
+    let budget = StoreBudget::new(store.clone(), &cfg, no_one_live());
+    let u = usage(&budget);
+    assert!(!u.over_high_water());
+    budget.reclaim(&u, true).unwrap();
+    let left: Vec<String> = index(&store).into_iter().map(|(_, k)| k).collect();
+    assert_eq!(left, ["recent2", "recent3", "recent4"]);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn archives_are_written_then_deleted_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.keep_archives = true;
+    let store = Store::open(&cfg).unwrap();
+    for i in 0..10u64 {
+        turn(&store, &format!("s{i}"), 1_000 + i, &format!("hello {i}"));
+    }
+    let budget = StoreBudget::new(store.clone(), &cfg, no_one_live());
+    let c = store.oldest_sessions(None, 1).unwrap().remove(0);
+    assert!(budget.evict_one(&c, true, "test").unwrap().is_some());
+    let files = archive::list(dir.path()).unwrap();
+    assert_eq!(files.len(), 1);
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&files[0].path).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    let mut lines = text.lines();
+    let header: ExportHeader = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(header.session_key, "s0");
+    let first: ExportEntry = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(first.text, "hello 0");
+    assert_eq!(lines.count(), 1);
+    // Over high water: the archive is the first thing to go.
+    let mut u = usage(&budget);
+    u.high_water_bytes = u.disk_bytes - 1;
+    let report = budget.reclaim(&u, true).unwrap();
+    assert_eq!(report.archives_deleted, 1);
+    assert!(archive::list(dir.path()).unwrap().is_empty());
+    store.close().await.unwrap();
+}
+
+fn inbox_record(id: &str) -> InboxRecord {
+    use crate::inbound::{ChatKind, InboundMessage, Sender};
+    InboxRecord {
+        message: InboundMessage {
+            channel: "test".into(),
+            account_id: "default".into(),
+            chat_kind: ChatKind::Direct,
+            chat_id: "c".into(),
+            thread_id: None,
+            message_id: id.into(),
+            sender: Sender {
+                id: "u".into(),
+                name: "U".into(),
+                is_bot: false,
+            },
+            text: format!("text {id}"),
+            mentions: vec![],
+            mentioned_bot: false,
+            reply_to: None,
+            timestamp_ms: 1,
+            attachments: vec![],
+            kind: crate::inbound::MessageKind::Message,
+        },
+        accepted_at_ms: 1,
+        system_events: vec![],
+        group_history: vec![],
+    }
+}
+
+#[tokio::test]
+async fn doctor_finds_quarantines_and_repairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    let good = turn(&store, "good", 10, "fine");
+    let other = turn(&store, "other", 11, "fine");
+    store.enqueue("good", inbox_record("q")).unwrap();
+    let inner = store.inner();
+    // Undecodable values in three trees.
+    inner
+        .sessions
+        .insert("broken", &[1u8, 0xff, 0xff][..])
+        .unwrap();
+    inner
+        .inbox
+        .insert(keys::inbox_key("good", 999_999), &[9u8][..])
+        .unwrap();
+    inner
+        .transcript
+        .insert(keys::transcript_key(good.id, 77), &[1u8, 2, 3][..])
+        .unwrap();
+    // Orphan transcript entries of a session id that does not exist.
+    inner
+        .transcript
+        .insert(
+            keys::transcript_key(424_242, 1),
+            encode(&entry(EntryKind::User, "o", 1)).unwrap(),
+        )
+        .unwrap();
+    // An inbox key that is not an inbox key.
+    inner.inbox.insert("no-separator", &[1u8][..]).unwrap();
+    // A stale index entry and a missing one.
+    inner
+        .by_updated
+        .insert(by_updated::key(5, "ghost"), &[])
+        .unwrap();
+    inner
+        .by_updated
+        .remove(by_updated::key(other.updated_at_ms, "other"))
+        .unwrap();
+    // Wrong counters.
+    let mut wrong = good.clone();
+    wrong.entries = 99;
+    inner
+        .sessions
+        .insert("good", encode(&wrong).unwrap())
+        .unwrap();
+
+    let found = store.doctor(Depth::Full, false).unwrap();
+    assert_eq!(found.undecodable, 3, "{found}");
+    assert_eq!(found.orphan_inbox, 1, "{found}");
+    assert_eq!(found.orphan_transcript, 1, "{found}");
+    assert_eq!(found.index_stale, 1, "{found}");
+    assert_eq!(found.index_missing, 1, "{found}");
+    assert_eq!(found.counters_wrong, 1, "{found}");
+    assert_eq!(found.inbox_entries, 1);
+    assert!(found.to_string().contains("undecodable 3"));
+    assert_eq!(
+        store.doctor(Depth::Full, false).unwrap().problems(),
+        found.problems(),
+        "report only"
+    );
+
+    let fixed = store.doctor(Depth::Full, true).unwrap();
+    assert_eq!(fixed.problems(), found.problems());
+    assert_eq!(
+        fixed.quarantined_total, 4,
+        "3 undecodable + the bad inbox key"
+    );
+    let after = store.doctor(Depth::Full, false).unwrap();
+    assert!(after.is_clean(), "{after}");
+    assert_eq!(store.session("good").unwrap().unwrap().entries, 2);
+    let q = store.quarantined(10).unwrap();
+    assert!(q
+        .iter()
+        .any(|q| q.tree == "sessions" && q.key == b"broken" && q.value == [1, 0xff, 0xff]));
+    // The good message is still queued.
+    assert_eq!(store.pending("good", 0, 10).unwrap().len(), 1);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn opening_quarantines_undecodable_inbox_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(&config(dir.path())).unwrap();
+        store.enqueue("k", inbox_record("1")).unwrap();
+        store
+            .inner()
+            .inbox
+            .insert(keys::inbox_key("k", 1 << 40), &[1u8, 200][..])
+            .unwrap();
+        store.close().await.unwrap();
+    }
+    let store = Store::open(&config(dir.path())).unwrap();
+    let report = store.open_report().unwrap();
+    assert_eq!(report.undecodable, 1);
+    assert_eq!(store.queued(), 1);
+    assert_eq!(
+        store.sessions_with_pending().unwrap(),
+        vec!["k".to_string()]
+    );
+    assert_eq!(store.quarantined(10).unwrap().len(), 1);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_v1_store_is_migrated_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(&config(dir.path())).unwrap();
+        turn(&store, "a", 10, "x");
+        turn(&store, "b", 20, "x");
+        // Make it look like a v1 store: no index, version 1.
+        store.inner().by_updated.clear().unwrap();
+        store
+            .inner()
+            .db
+            .open_tree("meta")
+            .unwrap()
+            .insert(SCHEMA_KEY, &[1u8])
+            .unwrap();
+        store.close().await.unwrap();
+    }
+    let store = Store::open(&config(dir.path())).unwrap();
+    let report = store.open_report().unwrap();
+    assert_eq!(report.migrated_from, Some(1));
+    assert_eq!(report.schema_version, SCHEMA_VERSION);
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(index(&store), vec![(10, "a".into()), (20, "b".into())]);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_second_open_reports_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    let err = Store::open(&config(dir.path())).err().unwrap();
+    assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+    assert!(err.to_string().contains("in use"));
+    store.close().await.unwrap();
+}
+
+fn fixtures() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/openclaw")
+}
+
+#[tokio::test]
+async fn openclaw_import_keeps_keys_order_times_and_summaries() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    let count = |t: &str| t.split_whitespace().count() as u32;
+    let report = import_openclaw(&store, &fixtures(), &count).unwrap();
+    assert_eq!(report.sessions_imported, 2, "{report}");
+    assert_eq!(
+        report.sessions_failed, 2,
+        "missing transcript and unsafe id: {report}"
+    );
+    assert_eq!(report.lines_skipped, 3, "{report}");
+    assert_eq!(report.entries_folded, 4, "{report}");
+    assert_eq!(report.entries_off_branch, 1, "{report}");
+    assert!(report
+        .problems
+        .iter()
+        .any(|(f, l, _)| f.starts_with("5b1c") && *l == 7));
+
+    let main = store.session("agent:main:main").unwrap().unwrap();
+    assert_eq!(main.updated_at_ms, 1_764_470_100_000);
+    assert_eq!(main.compaction_count, 1);
+    let t = store.transcript(main.id, 0, 100).unwrap();
+    let kinds: Vec<EntryKind> = t.iter().map(|(_, e)| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            EntryKind::Summary,
+            EntryKind::User,
+            EntryKind::Assistant,
+            EntryKind::Custom,
+            EntryKind::User,
+            EntryKind::Assistant
+        ]
+    );
+    assert!(t[0].1.text.contains("pipeline 981"));
+    assert_eq!(t[1].1.text, "What was the pipeline number?");
+    assert_eq!(t[1].1.timestamp_ms, 1_764_469_920_000);
+    assert_eq!(t[4].1.text, "Thanks! Now roll back OPS-4410.");
+    assert!(t.iter().all(|(_, e)| !e.text.contains("abandoned")));
+    assert_eq!(main.entries, 6);
+    assert_eq!(
+        main.tokens,
+        t.iter().map(|(_, e)| u64::from(e.tokens)).sum::<u64>()
+    );
+
+    let group = store
+        .session("agent:main:telegram:group:-100123")
+        .unwrap()
+        .unwrap();
+    let t = store.transcript(group.id, 0, 100).unwrap();
+    assert_eq!(t.len(), 3);
+    assert_eq!(t[2].1.text, "Reminder: standup at 10:00");
+    assert_eq!(group.created_at_ms, 1_764_471_000_000);
+
+    // Importing again changes nothing.
+    let again = import_openclaw(&store, &fixtures(), &count).unwrap();
+    assert_eq!(again.sessions_imported, 0);
+    assert_eq!(again.sessions_existing, 2);
+    assert!(store.doctor(Depth::Full, false).unwrap().is_clean());
+
+    // Export: a header and one line per entry, in order.
+    let mut out = Vec::new();
+    assert_eq!(
+        store.export_session("agent:main:main", &mut out).unwrap(),
+        Some(6)
+    );
+    let text = String::from_utf8(out).unwrap();
+    let mut lines = text.lines();
+    let header: ExportHeader = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(
+        (header.session_key.as_str(), header.entries),
+        ("agent:main:main", 6)
+    );
+    let seqs: Vec<u64> = lines
+        .map(|l| serde_json::from_str::<ExportEntry>(l).unwrap().seq)
+        .collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(store.export_session("nope", &mut Vec::new()).unwrap(), None);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn import_never_panics_on_garbage_lines() {
+    let src = tempfile::tempdir().unwrap();
+    std::fs::write(
+        src.path().join("sessions.json"),
+        r#"{"k":{"sessionId":"s1","updatedAt":"2025-01-01T00:00:00Z"},"bad":7}"#,
+    )
+    .unwrap();
+    let mut lines = String::from("{\"type\":\"session\",\"version\":3}\n");
+    for junk in [
+        "{}",
+        "[]",
+        "null",
+        "{\"type\":\"message\"}",
+        "{\"type\":\"message\",\"message\":{\"role\":7}}",
+        "{\"type\":\"compaction\"}",
+        "{\"type\":\"message\",\"id\":\"x\",\"parentId\":\"x\",\"message\":{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}}",
+        "\u{0}\u{1}",
+    ] {
+        lines.push_str(junk);
+        lines.push('\n');
+    }
+    std::fs::write(src.path().join("s1.jsonl"), lines).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    let report = import_openclaw(&store, src.path(), &|_| 1).unwrap();
+    assert_eq!(report.sessions_imported, 1, "{report}");
+    assert_eq!(report.sessions_failed, 1, "{report}");
+    let s = store.session("k").unwrap().unwrap();
+    assert_eq!(s.updated_at_ms, 1_735_689_600_000);
+    assert_eq!(s.entries, 1, "the self-parented entry, once");
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewrite_gives_space_back_and_keeps_everything_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let store = Store::open(&cfg).unwrap();
+    let big = "w".repeat(20_000);
+    for i in 0..200u64 {
+        turn(&store, &format!("s{i:03}"), 1_000 + i, &big);
+    }
+    let (queued, _) = store.enqueue("s199", inbox_record("q1")).unwrap();
+    for i in 0..190u64 {
+        store.evict_session(&format!("s{i:03}"), None).unwrap();
+    }
+    let kept = store.session("s195").unwrap().unwrap();
+    // As the janitor does: on the blocking pool, so the old flusher can wind down.
+    let s = store.clone();
+    let done = tokio::task::spawn_blocking(move || s.rewrite())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(done.old_deleted);
+    assert!(done.bytes_after * 2 < done.bytes_before, "{done:?}");
+    assert!(!dir.path().join("db").exists());
+    // Reads, writes, ids and inbox sequences carry on in the new generation.
+    assert_eq!(store.session("s195").unwrap().unwrap(), kept);
+    assert_eq!(store.transcript(kept.id, 0, 10).unwrap().len(), 2);
+    assert_eq!(store.pending("s199", 0, 10).unwrap()[0].seq, queued.seq);
+    let (later, ticket) = store.enqueue("s199", inbox_record("q2")).unwrap();
+    assert!(later.seq > queued.seq);
+    store.commit().wait(ticket).await.unwrap();
+    let fresh = turn(&store, "new", 5_000, "x");
+    assert!(fresh.id > kept.id);
+    assert!(store.doctor(Depth::Full, false).unwrap().is_clean());
+    store.close().await.unwrap();
+    drop(store);
+    let store = Store::open(&cfg).unwrap();
+    assert_eq!(store.session("s195").unwrap().unwrap(), kept);
+    assert_eq!(store.pending("s199", 0, 10).unwrap().len(), 2);
+    assert_eq!(store.session_count(), 11);
+    store.close().await.unwrap();
+}
