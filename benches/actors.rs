@@ -48,6 +48,7 @@ impl Backend for Instant0 {
 
     fn refuse_shutting_down(&self) {}
 
+    /// Nothing is durable here: every item reaches its lane by `Enqueue`.
     async fn pending(&self, _: &SessionKey, _: u64, _: usize) -> Result<Vec<Item>, String> {
         Ok(Vec::new())
     }

@@ -233,15 +233,22 @@ impl<B: Backend> Supervisor<B> {
         state.recency.touch(&key);
         if let Some(mut entry) = self.registry.lanes.get_mut(&key) {
             entry.routed_seq = seq;
-            if entry.lane.send_message(LaneMsg::Enqueue(item)).is_ok() {
+            if entry
+                .lane
+                .send_message(LaneMsg::Enqueue(item.clone()))
+                .is_ok()
+            {
                 return;
             }
         }
-        // No live lane (or it just died): a new one recovers this item from the inbox.
+        // No live lane (or it just died): a new one recovers unconsumed items from the inbox;
+        // the item is also sent, so it arrives even if the inbox read missed it (the lane
+        // ignores a sequence it already holds).
         self.registry.lanes.remove(&key);
         self.spawn_lane(myself, state, key.clone()).await;
         if let Some(mut entry) = self.registry.lanes.get_mut(&key) {
             entry.routed_seq = seq;
+            let _ = entry.lane.send_message(LaneMsg::Enqueue(item));
         }
     }
 
