@@ -15,6 +15,8 @@
 //! - `lane`: the session-lane actor — one per session key, one turn at a time, FIFO.
 //! - `channel`: the [`Channel`] trait and the actor that connects a transport to the
 //!   supervisor.
+//! - `compactor`: the [`Compactor`] actor — session compactions off the lanes, bounded and
+//!   deduplicated per key.
 //! - `handle`: [`SupervisorHandle`], the cheap-clone handle callers use; no `ActorRef` leaks.
 //!
 //! # Back-pressure
@@ -26,6 +28,7 @@
 
 mod backend;
 mod channel;
+mod compactor;
 mod handle;
 mod lane;
 mod messages;
@@ -36,6 +39,10 @@ pub use backend::{
     TurnControl, TurnError, TurnFailure, TurnReport,
 };
 pub use channel::{Channel, ChannelActor, ChannelHandle, ChannelMsg, MAX_INFLIGHT_DELIVERIES};
+pub use compactor::{
+    CompactionOutcome, CompactionReason, CompactionResult, CompactionWork, Compactor,
+    CompactorHandle, CompactorMsg, CompactorSettings, CompactorState,
+};
 pub use handle::{ActorsError, SupervisorHandle};
 pub use messages::{LaneMsg, SubmitReply, SupervisorMsg, TurnOutcome};
 pub use supervisor::{LaneRegistry, Supervisor};

@@ -11,6 +11,7 @@
 mod channel;
 mod channel_state;
 mod codec;
+mod compact;
 mod dedupe;
 mod delete;
 mod durability;
@@ -27,6 +28,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
 pub use codec::{decode, encode, VALUE_VERSION};
+pub use compact::{SummarySwap, SwapOutcome};
 pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
 pub use delete::SessionDeletion;
 pub use durability::GroupCommit;
