@@ -63,7 +63,7 @@ impl Store {
             }
             let (mut tokens, mut bytes_removed) = (0u64, 0u64);
             for &seq in swap.remove {
-                let Some(old) = transcript.remove(keys::transcript_key(swap.session_id, seq))?
+                let Some(old) = transcript.remove(&keys::transcript_key(swap.session_id, seq))?
                 else {
                     return Err(ConflictableTransactionError::Abort(Abort::Changed));
                 };
@@ -73,7 +73,7 @@ impl Store {
                 bytes_removed += old.len() as u64;
             }
             transcript.insert(
-                keys::transcript_key(swap.session_id, at),
+                &keys::transcript_key(swap.session_id, at),
                 summary_bytes.as_slice(),
             )?;
             let removed = swap.remove.len() as u64;
