@@ -46,15 +46,17 @@ pub enum CompactError {
 
 /// A summary cache key: a hash of the previous summary and the span, and their lengths.
 type SpanKey = (u64, usize);
+/// A span by session id and its first and last sequence.
+type SpanId = (u64, u64, u64);
+/// Spans that compacting would not shrink: a set, and its insertion order for eviction.
+type NoGain = (HashSet<SpanId>, VecDeque<SpanId>);
 
 /// Compacts sessions of one store. Shared by the Compactor actor's tasks.
 pub struct SessionCompactor {
     store: Store,
     summarizer: Summarizer,
-    /// Tokens kept verbatim (`keep_recent_ratio × budget`).
-    keep_recent_tokens: u64,
     cache: Mutex<VecDeque<(SpanKey, Instant, String, u32)>>,
-    no_gain: Mutex<(HashSet<(u64, u64, u64)>, VecDeque<(u64, u64, u64)>)>,
+    no_gain: Mutex<NoGain>,
 }
 
 /// The span a compaction replaces.
@@ -67,26 +69,27 @@ struct Plan {
 }
 
 impl SessionCompactor {
-    /// A compactor keeping `keep_recent_tokens` of newest history verbatim.
-    pub fn new(store: Store, summarizer: Summarizer, keep_recent_tokens: u64) -> Self {
+    /// A compactor over `store`, summarising with `summarizer`.
+    pub fn new(store: Store, summarizer: Summarizer) -> Self {
         Self {
             store,
             summarizer,
-            keep_recent_tokens,
             cache: Mutex::new(VecDeque::new()),
             no_gain: Mutex::new((HashSet::new(), VecDeque::new())),
         }
     }
 
-    /// Compacts `session_key`. `Ok(None)` if there is no such session; an outcome with no
+    /// Compacts `session_key`, keeping its newest `keep_recent_tokens` (`keep_recent_ratio ×
+    /// budget`) verbatim. `Ok(None)` if there is no such session; an outcome with no
     /// entries compacted when nothing older than the kept part is left or compacting would
     /// free nothing.
     pub async fn compact(
         &self,
         session_key: &str,
+        keep_recent_tokens: u64,
     ) -> Result<Option<CompactionOutcome>, CompactError> {
         for _ in 0..MAX_SWAP_ATTEMPTS {
-            let Some(plan) = self.plan(session_key)? else {
+            let Some(plan) = self.plan(session_key, keep_recent_tokens)? else {
                 return Ok(None);
             };
             let unchanged = CompactionOutcome {
@@ -167,7 +170,11 @@ impl SessionCompactor {
     }
 
     /// Reads the session back to its previous summary and chooses the span to compact.
-    fn plan(&self, session_key: &str) -> Result<Option<Plan>, CompactError> {
+    fn plan(
+        &self,
+        session_key: &str,
+        keep_recent_tokens: u64,
+    ) -> Result<Option<Plan>, CompactError> {
         let Some(record) = self.store.session(session_key)? else {
             return Ok(None);
         };
@@ -183,7 +190,7 @@ impl SessionCompactor {
             Some((_, e)) if e.kind == EntryKind::Summary => Some(entries.remove(0)),
             _ => None,
         };
-        let cut = cut_point(&entries, self.keep_recent_tokens);
+        let cut = cut_point(&entries, keep_recent_tokens);
         entries.truncate(cut);
         Ok(Some(Plan {
             session_id: record.id,
@@ -220,13 +227,11 @@ impl SessionCompactor {
         Ok((summary.text, summary.tokens))
     }
 
-    fn lock_no_gain(
-        &self,
-    ) -> std::sync::MutexGuard<'_, (HashSet<(u64, u64, u64)>, VecDeque<(u64, u64, u64)>)> {
+    fn lock_no_gain(&self) -> std::sync::MutexGuard<'_, NoGain> {
         self.no_gain.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn remember_no_gain(&self, span: (u64, u64, u64)) {
+    fn remember_no_gain(&self, span: SpanId) {
         let mut guard = self.lock_no_gain();
         let (set, order) = &mut *guard;
         if set.insert(span) {

@@ -66,9 +66,9 @@ fn turn(n: usize) -> Vec<TranscriptEntry> {
     ]
 }
 
-fn compactor(store: &Store, keep: u64) -> SessionCompactor {
+fn compactor(store: &Store) -> SessionCompactor {
     let summarizer = Summarizer::new(None, &CompactionConfig::default(), counter());
-    SessionCompactor::new(store.clone(), summarizer, keep)
+    SessionCompactor::new(store.clone(), summarizer)
 }
 
 #[test]
@@ -101,8 +101,8 @@ async fn compaction_swaps_in_a_rolling_summary_before_the_kept_entries() {
     }
     let before = store.session("s").unwrap().unwrap();
     let keep = 4 * u64::from(turn(0)[0].tokens);
-    let c = compactor(&store, keep);
-    let outcome = c.compact("s").await.unwrap().unwrap();
+    let c = compactor(&store);
+    let outcome = c.compact("s", keep).await.unwrap().unwrap();
     assert_eq!(outcome.tokens_before, before.tokens);
     assert!(outcome.tokens_after < before.tokens / 2, "{outcome:?}");
     let after = store.session("s").unwrap().unwrap();
@@ -133,7 +133,7 @@ async fn compaction_swaps_in_a_rolling_summary_before_the_kept_entries() {
     for n in 20..30 {
         append(&store, "s", turn(n));
     }
-    let outcome = c.compact("s").await.unwrap().unwrap();
+    let outcome = c.compact("s", keep).await.unwrap().unwrap();
     assert!(outcome.entries_compacted > 0);
     let after = store.session("s").unwrap().unwrap();
     assert_eq!(after.compaction_count, 2);
@@ -151,11 +151,12 @@ async fn nothing_to_cut_and_a_stale_epoch_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(dir.path());
     append(&store, "s", turn(1));
-    let c = compactor(&store, 1_000_000);
-    let outcome = c.compact("s").await.unwrap().unwrap();
+    let c = compactor(&store);
+    let keep = 1_000_000;
+    let outcome = c.compact("s", keep).await.unwrap().unwrap();
     assert_eq!(outcome.entries_compacted, 0);
     assert_eq!(outcome.tokens_before, outcome.tokens_after);
-    assert!(c.compact("missing").await.unwrap().is_none());
+    assert!(c.compact("missing", keep).await.unwrap().is_none());
 
     let record = store.session("s").unwrap().unwrap();
     let summary = entry(EntryKind::Summary, "s");
