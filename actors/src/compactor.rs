@@ -30,6 +30,19 @@ pub enum CompactionReason {
     Overflow,
     /// An operator asked (API or CLI); the caller waits.
     Manual,
+    /// A TTL `keep: summary` rule left entries up to `up_to_seq` out of the context; nobody
+    /// waits.
+    Ttl {
+        /// Newest transcript sequence of the span to summarise.
+        up_to_seq: u64,
+    },
+}
+
+impl CompactionReason {
+    /// Whether nobody waits for it (it queues behind compactions someone waits for).
+    pub fn is_background(self) -> bool {
+        matches!(self, CompactionReason::Soft | CompactionReason::Ttl { .. })
+    }
 }
 
 /// What one compaction did.
@@ -114,7 +127,7 @@ impl<W: CompactionWork> Compactor<W> {
             return;
         }
         if let Some(waiters) = state.waiters.get_mut(&key) {
-            if reply.is_some() && reason != CompactionReason::Soft {
+            if reply.is_some() && !reason.is_background() {
                 // Someone now waits: move the key ahead of background work.
                 if let Some(pos) = state.order.iter().position(|(k, _)| *k == key) {
                     if let Some(item) = state.order.remove(pos) {
@@ -132,7 +145,7 @@ impl<W: CompactionWork> Compactor<W> {
             }
             return;
         }
-        if reason == CompactionReason::Soft {
+        if reason.is_background() {
             state.order.push_back((key.clone(), reason));
         } else {
             state.order.push_front((key.clone(), reason));

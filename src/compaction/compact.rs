@@ -59,6 +59,16 @@ pub struct SessionCompactor {
     no_gain: Mutex<NoGain>,
 }
 
+/// Where a compaction cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// Keep the newest this many tokens verbatim (`keep_recent_ratio × budget`).
+    KeepRecent(u64),
+    /// Compact every entry up to this sequence (a TTL `keep: summary` span), never fewer
+    /// than needed to keep a tool call with its result.
+    UpTo(u64),
+}
+
 /// The span a compaction replaces.
 struct Plan {
     session_id: u64,
@@ -79,17 +89,16 @@ impl SessionCompactor {
         }
     }
 
-    /// Compacts `session_key`, keeping its newest `keep_recent_tokens` (`keep_recent_ratio ×
-    /// budget`) verbatim. `Ok(None)` if there is no such session; an outcome with no
+    /// Compacts `session_key` up to `cut`. `Ok(None)` if there is no such session; an outcome with no
     /// entries compacted when nothing older than the kept part is left or compacting would
     /// free nothing.
     pub async fn compact(
         &self,
         session_key: &str,
-        keep_recent_tokens: u64,
+        cut: Cut,
     ) -> Result<Option<CompactionOutcome>, CompactError> {
         for _ in 0..MAX_SWAP_ATTEMPTS {
-            let Some(plan) = self.plan(session_key, keep_recent_tokens)? else {
+            let Some(plan) = self.plan(session_key, cut)? else {
                 return Ok(None);
             };
             let unchanged = CompactionOutcome {
@@ -170,11 +179,7 @@ impl SessionCompactor {
     }
 
     /// Reads the session back to its previous summary and chooses the span to compact.
-    fn plan(
-        &self,
-        session_key: &str,
-        keep_recent_tokens: u64,
-    ) -> Result<Option<Plan>, CompactError> {
+    fn plan(&self, session_key: &str, cut: Cut) -> Result<Option<Plan>, CompactError> {
         let Some(record) = self.store.session(session_key)? else {
             return Ok(None);
         };
@@ -190,7 +195,16 @@ impl SessionCompactor {
             Some((_, e)) if e.kind == EntryKind::Summary => Some(entries.remove(0)),
             _ => None,
         };
-        let cut = cut_point(&entries, keep_recent_tokens);
+        let cut = match cut {
+            Cut::KeepRecent(tokens) => cut_point(&entries, tokens),
+            Cut::UpTo(seq) => {
+                let first_kept = entries
+                    .iter()
+                    .position(|(s, _)| *s > seq)
+                    .unwrap_or(entries.len());
+                keep_tool_pairs(&entries, first_kept)
+            }
+        };
         entries.truncate(cut);
         Ok(Some(Plan {
             session_id: record.id,
@@ -258,6 +272,12 @@ pub fn cut_point(entries: &[(u64, TranscriptEntry)], keep_tokens: u64) -> usize 
         kept += tokens;
         cut -= 1;
     }
+    keep_tool_pairs(entries, cut)
+}
+
+/// Moves `cut` earlier until it does not separate a tool call from its result (and a round's
+/// calls stay together).
+fn keep_tool_pairs(entries: &[(u64, TranscriptEntry)], mut cut: usize) -> usize {
     while cut > 0
         && cut < entries.len()
         && (entries[cut].1.kind == EntryKind::ToolResult

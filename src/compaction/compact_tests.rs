@@ -102,7 +102,11 @@ async fn compaction_swaps_in_a_rolling_summary_before_the_kept_entries() {
     let before = store.session("s").unwrap().unwrap();
     let keep = 4 * u64::from(turn(0)[0].tokens);
     let c = compactor(&store);
-    let outcome = c.compact("s", keep).await.unwrap().unwrap();
+    let outcome = c
+        .compact("s", Cut::KeepRecent(keep))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(outcome.tokens_before, before.tokens);
     assert!(outcome.tokens_after < before.tokens / 2, "{outcome:?}");
     let after = store.session("s").unwrap().unwrap();
@@ -133,7 +137,11 @@ async fn compaction_swaps_in_a_rolling_summary_before_the_kept_entries() {
     for n in 20..30 {
         append(&store, "s", turn(n));
     }
-    let outcome = c.compact("s", keep).await.unwrap().unwrap();
+    let outcome = c
+        .compact("s", Cut::KeepRecent(keep))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(outcome.entries_compacted > 0);
     let after = store.session("s").unwrap().unwrap();
     assert_eq!(after.compaction_count, 2);
@@ -153,10 +161,18 @@ async fn nothing_to_cut_and_a_stale_epoch_change_nothing() {
     append(&store, "s", turn(1));
     let c = compactor(&store);
     let keep = 1_000_000;
-    let outcome = c.compact("s", keep).await.unwrap().unwrap();
+    let outcome = c
+        .compact("s", Cut::KeepRecent(keep))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(outcome.entries_compacted, 0);
     assert_eq!(outcome.tokens_before, outcome.tokens_after);
-    assert!(c.compact("missing", keep).await.unwrap().is_none());
+    assert!(c
+        .compact("missing", Cut::KeepRecent(keep))
+        .await
+        .unwrap()
+        .is_none());
 
     let record = store.session("s").unwrap().unwrap();
     let summary = entry(EntryKind::Summary, "s");
@@ -171,4 +187,39 @@ async fn nothing_to_cut_and_a_stale_epoch_change_nothing() {
         .unwrap();
     assert_eq!(stale, SwapOutcome::Changed);
     assert_eq!(store.session("s").unwrap().unwrap(), record);
+}
+
+#[tokio::test]
+async fn a_ttl_span_is_compacted_up_to_its_last_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    for n in 0..6 {
+        append(&store, "s", turn(n));
+    }
+    append(
+        &store,
+        "s",
+        vec![
+            tool(EntryKind::ToolCall, "1"),
+            tool(EntryKind::ToolResult, "1"),
+        ],
+    );
+    append(&store, "s", turn(6));
+    let c = compactor(&store);
+    // Up to the call (seq 13): the cut would split it from its result, so it stays too.
+    let outcome = c.compact("s", Cut::UpTo(13)).await.unwrap().unwrap();
+    assert_eq!(outcome.entries_compacted, 12);
+    let record = store.session("s").unwrap().unwrap();
+    let transcript = store.transcript(record.id, 0, 100).unwrap();
+    let kinds: Vec<EntryKind> = transcript.iter().map(|(_, e)| e.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            EntryKind::Summary,
+            EntryKind::ToolCall,
+            EntryKind::ToolResult,
+            EntryKind::User,
+            EntryKind::Assistant
+        ]
+    );
 }

@@ -18,7 +18,7 @@ pub mod retention;
 mod summarizer;
 
 pub use compact::{
-    cut_point, CompactError, SessionCompactor, MAX_COMPACTION_READ_ENTRIES, MAX_SWAP_ATTEMPTS,
+    cut_point, CompactError, Cut, SessionCompactor, MAX_COMPACTION_READ_ENTRIES, MAX_SWAP_ATTEMPTS,
     NO_GAIN_SPANS, SUMMARY_CACHE_ENTRIES, SUMMARY_CACHE_TTL,
 };
 pub use extractive::ExtractiveSummarizer;

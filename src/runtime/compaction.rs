@@ -10,7 +10,7 @@ use turnstile_actors::{
 };
 
 use super::TurnEngine;
-use crate::compaction::{SessionCompactor, Summarizer};
+use crate::compaction::{Cut, SessionCompactor, Summarizer};
 use crate::config::Config;
 use crate::context::chat_kind_of_key;
 use crate::error::Error;
@@ -34,10 +34,13 @@ impl CompactionWork for CompactionWorker {
             .engine
             .upgrade()
             .ok_or_else(|| "the runtime has stopped".to_string())?;
-        let keep = engine.keep_recent_tokens(key);
+        let cut = match reason {
+            CompactionReason::Ttl { up_to_seq } => Cut::UpTo(up_to_seq),
+            _ => Cut::KeepRecent(engine.keep_recent_tokens(key)),
+        };
         let outcome = self
             .compactor
-            .compact(key, keep)
+            .compact(key, cut)
             .await
             .map_err(|e| e.to_string())?
             .unwrap_or_default();
@@ -47,6 +50,7 @@ impl CompactionWork for CompactionWorker {
                 CompactionReason::Soft => "threshold",
                 CompactionReason::Overflow => "overflow",
                 CompactionReason::Manual => "manual",
+                CompactionReason::Ttl { .. } => "ttl",
             };
             metrics::compaction(trigger, outcome.tokens_before, outcome.tokens_after);
         }
@@ -96,6 +100,13 @@ impl TurnEngine {
             if let Some(c) = self.compactor.get() {
                 c.request(Arc::from(session_key), CompactionReason::Soft);
             }
+        }
+    }
+
+    /// Asks for a background compaction of the span a TTL `keep: summary` rule left out.
+    pub(crate) fn compact_ttl_span(&self, session_key: &str, up_to_seq: u64) {
+        if let Some(c) = self.compactor.get() {
+            c.request(Arc::from(session_key), CompactionReason::Ttl { up_to_seq });
         }
     }
 

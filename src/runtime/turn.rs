@@ -157,6 +157,9 @@ impl TurnEngine {
                 .assemble(session_key, &current, queue_info(batch))
                 .map_err(failed)?;
             timer.assembled(session_key, assembly.budget.used, assembly.budget.total);
+            if let Some(span) = &assembly.summary_span {
+                self.compact_ttl_span(session_key, span.to_seq);
+            }
             match self.answer(&assembly, &mut control).await {
                 Ok(answer) => break answer,
                 Err(Stop::Cancelled) => return Err(TurnError::Cancelled),
