@@ -455,6 +455,11 @@ pub struct CompactionConfig {
     /// room in the summariser's window for the prompt, the previous summary and the answer.
     /// Default 12,000.
     pub chunk_tokens: u32,
+    /// Compactions the Compactor actor runs at once, across sessions. Default 2.
+    pub max_concurrent: usize,
+    /// Sessions waiting for a compaction at most; further requests are refused (a background
+    /// one is skipped, a waiting turn answers with an error). Default 1,024.
+    pub max_pending: usize,
 }
 
 impl Default for CompactionConfig {
@@ -466,6 +471,8 @@ impl Default for CompactionConfig {
             soft_threshold: 0.7,
             max_retries: 3,
             chunk_tokens: 12_000,
+            max_concurrent: 2,
+            max_pending: 1_024,
         }
     }
 }
@@ -987,6 +994,12 @@ impl Config {
         }
         if c.chunk_tokens < 1_024 {
             return bad("compaction.chunk_tokens", "must be at least 1024");
+        }
+        if !(1..=64).contains(&c.max_concurrent) {
+            return bad("compaction.max_concurrent", "must be in 1..=64");
+        }
+        if !(1..=1_000_000).contains(&c.max_pending) {
+            return bad("compaction.max_pending", "must be in 1..=1000000");
         }
         if c.uses_model() && self.model.provider != "openai" {
             return bad(

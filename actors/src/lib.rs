@@ -17,6 +17,8 @@
 //!   supervisor.
 //! - `janitor`: the [`Janitor`] actor — keeps the data dir inside its disk budget through the
 //!   [`DiskBudget`] trait.
+//! - `compactor`: the [`Compactor`] actor — session compactions off the lanes, bounded and
+//!   deduplicated per key.
 //! - `handle`: [`SupervisorHandle`], the cheap-clone handle callers use; no `ActorRef` leaks.
 //!
 //! # Back-pressure
@@ -28,6 +30,7 @@
 
 mod backend;
 mod channel;
+mod compactor;
 mod handle;
 mod janitor;
 mod lane;
@@ -39,6 +42,10 @@ pub use backend::{
     TurnControl, TurnError, TurnFailure, TurnReport,
 };
 pub use channel::{Channel, ChannelActor, ChannelHandle, ChannelMsg, MAX_INFLIGHT_DELIVERIES};
+pub use compactor::{
+    CompactionOutcome, CompactionReason, CompactionResult, CompactionWork, Compactor,
+    CompactorHandle, CompactorMsg, CompactorSettings, CompactorState,
+};
 pub use handle::{ActorsError, SupervisorHandle};
 pub use janitor::{
     DiskBudget, DiskUsage, Janitor, JanitorHandle, JanitorMsg, JanitorSettings, JanitorStatus,

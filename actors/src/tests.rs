@@ -6,6 +6,7 @@
 //! - `lanes`: ordering, one turn at a time, parallelism across keys, passivation, failing turns.
 //! - `lifecycle`: recovery, the queue cap, draining and shutdown, lane restarts.
 //! - `channel`: the channel actor and its handle.
+//! - `compactor`: the compactor's dedupe, concurrency bound and pending cap.
 //! - `model`: random interleavings checked against a trivially correct model.
 //!
 //! Waiting is done with [`eventually`], which polls; the only fixed sleeps are [`settle`], a
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::{LaneSettings, SupervisorHandle};
 
 mod channel;
+mod compactor;
 mod fake;
 mod lanes;
 mod lifecycle;

@@ -6,15 +6,21 @@
 //! - `extractive`: the built-in summariser — ranked sentences kept verbatim, no network.
 //! - `retention`: the fact-retention check and the `summary_max_tokens` cap.
 //! - `prompt`: the structured summariser prompt and chunking of large spans.
+//! - `compact`: [`SessionCompactor`] — cut point, rolling summary, cache, atomic swap.
 //! - `summarizer`: [`Summarizer`] — model first (retried), extractive as the fallback,
 //!   retention always.
 
+mod compact;
 pub mod extractive;
 pub mod identifiers;
 pub mod prompt;
 pub mod retention;
 mod summarizer;
 
+pub use compact::{
+    cut_point, CompactError, Cut, SessionCompactor, MAX_COMPACTION_READ_ENTRIES, MAX_SWAP_ATTEMPTS,
+    NO_GAIN_SPANS, SUMMARY_CACHE_ENTRIES, SUMMARY_CACHE_TTL,
+};
 pub use extractive::ExtractiveSummarizer;
 pub use identifiers::{Identifier, IdentifierKind};
 pub use retention::{Retained, IDENTIFIERS_HEADING};

@@ -17,7 +17,7 @@ use super::TokenBudget;
 use crate::config::Config;
 use crate::error::ConfigError;
 use crate::inbound::ChatKind;
-use crate::model::TokenCounter;
+use crate::model::{CalibrationStore, TokenCounter};
 
 /// What to assemble.
 #[derive(Debug, Clone)]
@@ -44,6 +44,9 @@ pub struct ContextEngine {
     context_window: u32,
     reserve_output_tokens: u32,
     tokens: TokenCounter,
+    /// Learned token ratio and real window of the answering model (by name), which lower
+    /// `context_window` to what the server really accepts.
+    calibration: Option<(CalibrationStore, String)>,
 }
 
 fn slot(kind: ChatKind) -> usize {
@@ -81,7 +84,23 @@ impl ContextEngine {
             context_window: config.model.context_window,
             reserve_output_tokens: c.reserve_output_tokens,
             tokens,
+            calibration: None,
         })
+    }
+
+    /// Sizes budgets with the window `store` has learned for `model` (after an overflow
+    /// error, or from the server's token counts) instead of the configured one.
+    pub fn with_calibration(mut self, store: CalibrationStore, model: &str) -> Self {
+        self.calibration = Some((store, model.to_string()));
+        self
+    }
+
+    /// The model's context window in our tokens: the configured one, lowered by calibration.
+    fn context_window(&self) -> u32 {
+        match &self.calibration {
+            Some((store, model)) => store.effective_window(model, self.context_window),
+            None => self.context_window,
+        }
     }
 
     /// The policy for chats of `kind`.
@@ -94,7 +113,7 @@ impl ContextEngine {
     pub fn budget(&self, policy: &ChatPolicy) -> TokenBudget {
         TokenBudget::new(
             policy.max_tokens.min(self.max_tokens),
-            self.context_window,
+            self.context_window(),
             self.reserve_output_tokens,
         )
     }

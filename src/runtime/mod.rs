@@ -3,6 +3,9 @@
 
 mod backend;
 mod batch;
+mod compaction;
+#[cfg(test)]
+mod compaction_tests;
 mod ops;
 mod ports;
 mod replies;
@@ -28,6 +31,7 @@ use running::RunningTurns;
 
 pub use backend::{queue_policy, Accepted, TurnBackend};
 pub use batch::{queue_info, DROPPED_LINE_CHARS};
+pub use compaction::{COMPACTION_WAIT, MAX_OVERFLOW_COMPACTIONS};
 pub use ops::{Compacted, Deleted, Stats};
 pub use ports::ChannelPort;
 pub use replies::{Reply, ReplyHub, ReplyRoute, ReplyWaiter};
@@ -44,7 +48,9 @@ use crate::inbound::{
     normalize_session_key, InboundEvent, InboundMessage, Preflight, PreflightStats, SessionKeys,
 };
 use crate::metrics;
-use crate::model::{EchoModel, Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter};
+use crate::model::{
+    CalibrationStore, EchoModel, Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter,
+};
 use crate::store::{EntryKind, SessionRecord, Store, StoreBudget};
 use crate::tools::{ToolHandler, ToolRegistry};
 
@@ -257,13 +263,17 @@ impl RuntimeBuilder {
         }
         let config = Arc::new(self.config);
         config.validate()?;
+        // One calibration store: the client learns from usage and overflow errors, the
+        // context engine sizes budgets with what it learned.
+        let calibration = CalibrationStore::new();
         let model: Arc<dyn Model> = match self.model {
             Some(m) => m,
-            None => model_from_config(&config)?,
+            None => model_from_config(&config, &calibration)?,
         };
         let store = Store::open(&config.storage)?;
         let tokens = TokenCounter::new(Encoding::for_model(&config.model.model));
-        let context = ContextEngine::new(&config, &self.context, tokens)?;
+        let context = ContextEngine::new(&config, &self.context, tokens)?
+            .with_calibration(calibration, model.name());
         // Loading a vocabulary takes a fraction of a second: do it off the start-up path.
         tokio::task::spawn_blocking(move || tokens.warm_up());
         let replies = Arc::new(ReplyHub::new(config.server.events_buffer));
@@ -276,7 +286,9 @@ impl RuntimeBuilder {
             model_permits: Semaphore::new(config.lanes.max_concurrent_turns),
             context,
             tools: self.tools,
+            compactor: std::sync::OnceLock::new(),
         });
+        compaction::start(&config, &engine).await?;
         let preflight = Arc::new(Preflight::new(&config)?);
         let running = Arc::new(RunningTurns::default());
         let backend = Arc::new(TurnBackend {
@@ -359,7 +371,10 @@ async fn start_janitor(
     Ok(janitor)
 }
 
-fn model_from_config(config: &Config) -> Result<Arc<dyn Model>, Error> {
+fn model_from_config(
+    config: &Config,
+    calibration: &CalibrationStore,
+) -> Result<Arc<dyn Model>, Error> {
     match config.model.provider.as_str() {
         "echo" => Ok(Arc::new(EchoModel)),
         "openai" => {
@@ -370,7 +385,9 @@ fn model_from_config(config: &Config) -> Result<Arc<dyn Model>, Error> {
                     "no API key in the environment; requests go without Authorization"
                 );
             }
-            Ok(Arc::new(OpenAiModel::new(settings)?))
+            Ok(Arc::new(
+                OpenAiModel::new(settings)?.with_calibration(calibration.clone()),
+            ))
         }
         other => Err(crate::error::ConfigError::Invalid(format!(
             "model.provider: {other:?} is not available in this build"
@@ -610,6 +627,9 @@ impl Runtime {
             tracing::warn!(
                 "running turns did not finish in time; they will be replayed on next start"
             );
+        }
+        if let Some(compactor) = self.inner.engine.compactor.get() {
+            compactor.stop();
         }
         self.inner.engine.replies.close();
         self.inner.janitor.stop(grace).await;

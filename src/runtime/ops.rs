@@ -90,17 +90,24 @@ impl Runtime {
         }))
     }
 
-    /// Compacts a session now. `Ok(None)` if there is no such session.
-    ///
-    /// This build has no compactor yet, so an existing session gets
-    /// [`Error::NotAvailable`]; the compactor replaces this body.
+    /// Compacts a session now (through the Compactor actor, joining a compaction of it
+    /// already queued or running) and returns its history tokens before and after.
+    /// `Ok(None)` if there is no such session.
     pub async fn compact(&self, key: &str) -> Result<Option<Compacted>, Error> {
-        if self.session(key)?.is_none() {
+        let key = normalize_session_key(key);
+        if self.session(&key)?.is_none() {
             return Ok(None);
         }
-        Err(Error::NotAvailable(
-            "compaction: this build has no compactor yet",
-        ))
+        let outcome = self
+            .inner
+            .engine
+            .compact_now(&key, turnstile_actors::CompactionReason::Manual)
+            .await?;
+        Ok(Some(Compacted {
+            session_key: key,
+            tokens_before: outcome.tokens_before,
+            tokens_after: outcome.tokens_after,
+        }))
     }
 
     /// Current figures: a scan of the sessions (blocking; call it off the async threads for

@@ -2,14 +2,17 @@
 //! context engine, call the model (and run tools while it asks for them), commit everything in
 //! one transaction, wait until it is durable, publish the reply.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use tokio::sync::Semaphore;
-use turnstile_actors::{TurnBatch, TurnControl, TurnError, TurnReport};
+use turnstile_actors::{
+    CompactionReason, CompactorHandle, TurnBatch, TurnControl, TurnError, TurnReport,
+};
 
 use super::batch::queue_info;
+use super::compaction::MAX_OVERFLOW_COMPACTIONS;
 use super::replies::{Reply, ReplyHub, ReplyRoute};
 use crate::config::Config;
 use crate::context::processors::CLEARED_TOOL_RESULT;
@@ -40,6 +43,8 @@ pub struct TurnEngine {
     pub(crate) context: ContextEngine,
     /// Tools the embedding application registered.
     pub(crate) tools: ToolRegistry,
+    /// The Compactor actor, set once it has started (it needs the engine first).
+    pub(crate) compactor: OnceLock<CompactorHandle>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -62,6 +67,8 @@ struct Answer {
 /// Why the tool loop stopped without an answer.
 enum Stop {
     Cancelled,
+    /// The model rejected the prompt as too long: compact, then retry.
+    Overflow(Error),
     Failed(Error),
 }
 
@@ -144,14 +151,43 @@ impl TurnEngine {
                 tokens: entry.tokens,
             })
             .collect();
-        let assembly = self
-            .assemble(session_key, &current, queue_info(batch))
-            .map_err(failed)?;
-        timer.assembled(session_key, assembly.budget.used, assembly.budget.total);
-        let answer = match self.answer(&assembly, &mut control).await {
-            Ok(answer) => answer,
-            Err(Stop::Cancelled) => return Err(TurnError::Cancelled),
-            Err(Stop::Failed(e)) => return Err(failed(e)),
+        let mut compactions = 0u32;
+        let answer = loop {
+            let assembly = self
+                .assemble(session_key, &current, queue_info(batch))
+                .map_err(failed)?;
+            timer.assembled(session_key, assembly.budget.used, assembly.budget.total);
+            if let Some(span) = &assembly.summary_span {
+                self.compact_ttl_span(session_key, span.to_seq);
+            }
+            match self.answer(&assembly, &mut control).await {
+                Ok(answer) => break answer,
+                Err(Stop::Cancelled) => return Err(TurnError::Cancelled),
+                Err(Stop::Failed(e)) => return Err(failed(e)),
+                Err(Stop::Overflow(e)) if compactions >= MAX_OVERFLOW_COMPACTIONS => {
+                    tracing::warn!(session_key, error = %e, "context still too long after compacting; answering with an error");
+                    let reason = format!(
+                        "the conversation is too long for the model even after {compactions} compactions"
+                    );
+                    return self
+                        .abandon(session_key, batch, &reason)
+                        .await
+                        .map(|()| TurnReport::default())
+                        .map_err(failed);
+                }
+                Err(Stop::Overflow(e)) => {
+                    compactions += 1;
+                    tracing::info!(session_key, error = %e, attempt = compactions, "context overflow; compacting before retrying");
+                    // The lane waits: retrying before the swap would overflow again.
+                    if let Err(e) = self
+                        .compact_now(session_key, CompactionReason::Overflow)
+                        .await
+                    {
+                        tracing::warn!(session_key, error = %e, "overflow compaction failed");
+                    }
+                    self.context.invalidate(session_key);
+                }
+            }
         };
         timer.model_done();
         let completion_tokens = answer.completion_tokens;
@@ -194,7 +230,11 @@ impl TurnEngine {
         tokio::select! {
             reply = self.model.complete(request) => reply.map_err(|e| {
                 metrics::model_error(e.kind());
-                Stop::Failed(e.into())
+                if e.is_overflow() {
+                    Stop::Overflow(e.into())
+                } else {
+                    Stop::Failed(e.into())
+                }
             }),
             _ = control.cancelled() => Err(Stop::Cancelled),
         }
@@ -410,7 +450,7 @@ impl TurnEngine {
     ) -> Result<(), Error> {
         let text = answer.text.clone();
         entries.push(answer);
-        let (_, seqs, ticket) = self.store.commit_turn(TurnCommit {
+        let (record, seqs, ticket) = self.store.commit_turn(TurnCommit {
             session_key,
             entries,
             consumed: batch.iter().map(|i| i.seq).collect(),
@@ -419,6 +459,7 @@ impl TurnEngine {
         })?;
         self.context.invalidate(session_key);
         self.store.commit().wait(ticket).await?;
+        self.maybe_compact(session_key, record.tokens);
         self.replies.publish(Reply {
             session_key: session_key.to_string(),
             text,

@@ -48,7 +48,7 @@ use sled::Transactional;
 pub use archive::ARCHIVE_DIR;
 pub use budget::{Liveness, StoreBudget};
 pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
-pub use compact::MAX_COMPACTED_ENTRIES;
+pub use compact::{SummarySwap, SwapOutcome, MAX_COMPACTED_ENTRIES};
 pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
 pub use delete::SessionDeletion;
 pub use disk::dir_disk_bytes;

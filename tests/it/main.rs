@@ -9,6 +9,7 @@
 //! - `openai`: `POST /v1/chat/completions`, streaming and not, session by header or `user`.
 //! - `bad_input`: every refusal is a clear 4xx and stores nothing.
 //! - `restart`: transcripts are identical across a graceful restart.
+//! - `compaction`: manual compaction over HTTP.
 //! - `kill9`: nothing acknowledged is lost across `kill -9` of the binary.
 //! - `shutdown`: SIGTERM stops the binary cleanly and loses nothing.
 //! - `queue`: queue modes, admission (429), passivation under load, panicking turns.
@@ -22,6 +23,7 @@ mod harness;
 mod auth;
 mod bad_input;
 mod callback;
+mod compaction;
 mod http_api;
 mod kill9;
 mod loadtest;

@@ -751,8 +751,23 @@ impl Load {
 }
 
 /// Why `entries` does not yet hold every id of `acked` as a user entry, in order, each once
-/// and each followed by an assistant entry; `Ok` once it does.
+/// and each followed by an assistant entry; `Ok` once it does. Once the transcript starts with
+/// a compaction summary, the oldest acknowledged ids may have been compacted into it: only
+/// the ids after them must be present.
 pub fn all_answered(entries: &[Entry], acked: &[String]) -> Result<(), String> {
+    let compacted = if entries.first().is_some_and(|e| e.kind == "summary") {
+        let stored: std::collections::HashSet<&str> = entries
+            .iter()
+            .filter_map(|e| e.message_id.as_deref())
+            .collect();
+        acked
+            .iter()
+            .take_while(|id| !stored.contains(id.as_str()))
+            .count()
+    } else {
+        0
+    };
+    let acked = &acked[compacted..];
     let users: Vec<(usize, &str)> = entries
         .iter()
         .enumerate()
@@ -874,4 +889,13 @@ fn all_answered_checks_presence_order_and_answers() {
     assert!(out_of_order.is_err());
     let twice = [&answered[..], &[entry(7, "user", Some("a"))]].concat();
     assert!(std::panic::catch_unwind(|| all_answered(&twice, &ids(&["a"]))).is_err());
+    // The oldest ids may be compacted into a summary, but only the oldest.
+    let compacted = [
+        entry(4, "summary", None),
+        entry(5, "user", Some("b")),
+        entry(6, "assistant", None),
+    ];
+    assert!(all_answered(&compacted, &ids(&["a", "b"])).is_ok());
+    assert!(all_answered(&compacted[1..], &ids(&["a", "b"])).is_err());
+    assert!(all_answered(&compacted, &ids(&["a", "b", "c"])).is_err());
 }

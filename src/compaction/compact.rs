@@ -1,0 +1,308 @@
+//! Compacting one session: choose the cut point, summarise the older span together with the
+//! previous summary (rolling), and swap the summary in atomically.
+//!
+//! The cut keeps the newest `keep_recent_ratio × budget` tokens verbatim and never separates a
+//! tool call from its result. A compaction that frees nothing is remembered and not repeated
+//! for that span; summaries of identical spans are reused for [`SUMMARY_CACHE_TTL`].
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use turnstile_actors::CompactionOutcome;
+
+use super::{SummarizeError, Summarizer};
+use crate::error::StoreError;
+use crate::store::{EntryKind, Store, SummarySwap, SwapOutcome, TranscriptEntry};
+
+/// Newest entries read when compacting (back to the previous summary). Older unsummarised
+/// entries past it — only possible after this many entries without any compaction — stay
+/// stored but hidden behind the new summary.
+pub const MAX_COMPACTION_READ_ENTRIES: usize = 20_000;
+/// How long a summary of an identical span is reused.
+pub const SUMMARY_CACHE_TTL: Duration = Duration::from_secs(3_600);
+/// Summaries kept in the cache.
+pub const SUMMARY_CACHE_ENTRIES: usize = 256;
+/// Spans remembered as "compacting frees nothing".
+pub const NO_GAIN_SPANS: usize = 4_096;
+/// Attempts of a compaction whose swap lost to another one (the session changed meanwhile).
+pub const MAX_SWAP_ATTEMPTS: usize = 3;
+
+/// Why a compaction failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    /// Reading or writing the store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The summariser's worker died.
+    #[error(transparent)]
+    Summarize(#[from] SummarizeError),
+    /// The session kept changing under the compaction.
+    #[error("session {0:?} changed during compaction {MAX_SWAP_ATTEMPTS} times; retry later")]
+    Contended(String),
+}
+
+/// A summary cache key: a hash of the previous summary and the span, and their lengths.
+type SpanKey = (u64, usize);
+/// A span by session id and its first and last sequence.
+type SpanId = (u64, u64, u64);
+/// Spans that compacting would not shrink: a set, and its insertion order for eviction.
+type NoGain = (HashSet<SpanId>, VecDeque<SpanId>);
+
+/// Compacts sessions of one store. Shared by the Compactor actor's tasks.
+pub struct SessionCompactor {
+    store: Store,
+    summarizer: Summarizer,
+    cache: Mutex<VecDeque<(SpanKey, Instant, String, u32)>>,
+    no_gain: Mutex<NoGain>,
+}
+
+/// Where a compaction cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// Keep the newest this many tokens verbatim (`keep_recent_ratio × budget`).
+    KeepRecent(u64),
+    /// Compact every entry up to this sequence (a TTL `keep: summary` span), never fewer
+    /// than needed to keep a tool call with its result.
+    UpTo(u64),
+}
+
+/// The span a compaction replaces.
+struct Plan {
+    session_id: u64,
+    epoch: u32,
+    tokens_before: u64,
+    previous: Option<(u64, TranscriptEntry)>,
+    span: Vec<(u64, TranscriptEntry)>,
+}
+
+impl SessionCompactor {
+    /// A compactor over `store`, summarising with `summarizer`.
+    pub fn new(store: Store, summarizer: Summarizer) -> Self {
+        Self {
+            store,
+            summarizer,
+            cache: Mutex::new(VecDeque::new()),
+            no_gain: Mutex::new((HashSet::new(), VecDeque::new())),
+        }
+    }
+
+    /// Compacts `session_key` up to `cut`. `Ok(None)` if there is no such session; an outcome with no
+    /// entries compacted when nothing older than the kept part is left or compacting would
+    /// free nothing.
+    pub async fn compact(
+        &self,
+        session_key: &str,
+        cut: Cut,
+    ) -> Result<Option<CompactionOutcome>, CompactError> {
+        for _ in 0..MAX_SWAP_ATTEMPTS {
+            let Some(plan) = self.plan(session_key, cut)? else {
+                return Ok(None);
+            };
+            let unchanged = CompactionOutcome {
+                tokens_before: plan.tokens_before,
+                tokens_after: plan.tokens_before,
+                entries_compacted: 0,
+            };
+            let (Some((first, _)), Some((last, _))) = (plan.span.first(), plan.span.last()) else {
+                return Ok(Some(unchanged));
+            };
+            let span_id = (plan.session_id, *first, *last);
+            if self.lock_no_gain().0.contains(&span_id) {
+                return Ok(Some(unchanged));
+            }
+            let span_text = render_span(&plan.span);
+            let previous = plan.previous.as_ref().map(|(_, e)| e.text.as_str());
+            let (text, tokens) = self.summary(&span_text, previous).await?;
+            let replaced: u64 = plan
+                .span
+                .iter()
+                .map(|(_, e)| u64::from(e.tokens))
+                .sum::<u64>()
+                + plan
+                    .previous
+                    .as_ref()
+                    .map_or(0, |(_, e)| u64::from(e.tokens));
+            if u64::from(tokens) >= replaced {
+                tracing::info!(
+                    session_key,
+                    replaced,
+                    summary = tokens,
+                    "compaction would free nothing; span remembered"
+                );
+                self.remember_no_gain(span_id);
+                return Ok(Some(unchanged));
+            }
+            let summary = TranscriptEntry {
+                kind: EntryKind::Summary,
+                text,
+                message_id: None,
+                sender: None,
+                timestamp_ms: plan.span.last().map_or(0, |(_, e)| e.timestamp_ms),
+                tokens,
+                tool: None,
+            };
+            let remove: Vec<u64> = plan
+                .previous
+                .iter()
+                .chain(plan.span.iter())
+                .map(|(seq, _)| *seq)
+                .collect();
+            match self.store.swap_summary(SummarySwap {
+                session_key,
+                session_id: plan.session_id,
+                epoch: plan.epoch,
+                remove: &remove,
+                summary: &summary,
+            })? {
+                SwapOutcome::Done(record, ticket) => {
+                    self.store.commit().wait(ticket).await?;
+                    tracing::info!(
+                        session_key,
+                        before = plan.tokens_before,
+                        after = record.tokens,
+                        entries = remove.len(),
+                        "session compacted"
+                    );
+                    return Ok(Some(CompactionOutcome {
+                        tokens_before: plan.tokens_before,
+                        tokens_after: record.tokens,
+                        entries_compacted: remove.len() as u64,
+                    }));
+                }
+                SwapOutcome::Changed => continue,
+            }
+        }
+        Err(CompactError::Contended(session_key.to_string()))
+    }
+
+    /// Reads the session back to its previous summary and chooses the span to compact.
+    fn plan(&self, session_key: &str, cut: Cut) -> Result<Option<Plan>, CompactError> {
+        let Some(record) = self.store.session(session_key)? else {
+            return Ok(None);
+        };
+        let (mut reached_summary, mut read) = (false, 0usize);
+        let newest_first = self.store.newest_entries(record.id, |e| {
+            let go = !reached_summary && read < MAX_COMPACTION_READ_ENTRIES;
+            reached_summary |= e.kind == EntryKind::Summary;
+            read += 1;
+            go
+        })?;
+        let mut entries: Vec<(u64, TranscriptEntry)> = newest_first.into_iter().rev().collect();
+        let previous = match entries.first() {
+            Some((_, e)) if e.kind == EntryKind::Summary => Some(entries.remove(0)),
+            _ => None,
+        };
+        let cut = match cut {
+            Cut::KeepRecent(tokens) => cut_point(&entries, tokens),
+            Cut::UpTo(seq) => {
+                let first_kept = entries
+                    .iter()
+                    .position(|(s, _)| *s > seq)
+                    .unwrap_or(entries.len());
+                keep_tool_pairs(&entries, first_kept)
+            }
+        };
+        entries.truncate(cut);
+        Ok(Some(Plan {
+            session_id: record.id,
+            epoch: record.compaction_count,
+            tokens_before: record.tokens,
+            previous,
+            span: entries,
+        }))
+    }
+
+    /// The summary of `span` on top of `previous`: cached, or from the summariser.
+    async fn summary(
+        &self,
+        span: &str,
+        previous: Option<&str>,
+    ) -> Result<(String, u32), CompactError> {
+        let mut h = DefaultHasher::new();
+        previous.hash(&mut h);
+        span.hash(&mut h);
+        let key = (h.finish(), span.len() + previous.map_or(0, str::len));
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            cache.retain(|(_, at, _, _)| at.elapsed() < SUMMARY_CACHE_TTL);
+            if let Some((_, _, text, tokens)) = cache.iter().find(|(k, ..)| *k == key) {
+                return Ok((text.clone(), *tokens));
+            }
+        }
+        let summary = self.summarizer.summarize(span, previous).await?;
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= SUMMARY_CACHE_ENTRIES {
+            cache.pop_front();
+        }
+        cache.push_back((key, Instant::now(), summary.text.clone(), summary.tokens));
+        Ok((summary.text, summary.tokens))
+    }
+
+    fn lock_no_gain(&self) -> std::sync::MutexGuard<'_, NoGain> {
+        self.no_gain.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn remember_no_gain(&self, span: SpanId) {
+        let mut guard = self.lock_no_gain();
+        let (set, order) = &mut *guard;
+        if set.insert(span) {
+            order.push_back(span);
+            if order.len() > NO_GAIN_SPANS {
+                if let Some(old) = order.pop_front() {
+                    set.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+/// Index of the first entry kept verbatim: the newest `keep_tokens` stay, moved earlier so a
+/// kept tool result keeps its call (and a round's calls stay together).
+pub fn cut_point(entries: &[(u64, TranscriptEntry)], keep_tokens: u64) -> usize {
+    let mut cut = entries.len();
+    let mut kept = 0u64;
+    while cut > 0 {
+        let tokens = u64::from(entries[cut - 1].1.tokens);
+        if kept + tokens > keep_tokens {
+            break;
+        }
+        kept += tokens;
+        cut -= 1;
+    }
+    keep_tool_pairs(entries, cut)
+}
+
+/// Moves `cut` earlier until it does not separate a tool call from its result (and a round's
+/// calls stay together).
+fn keep_tool_pairs(entries: &[(u64, TranscriptEntry)], mut cut: usize) -> usize {
+    while cut > 0
+        && cut < entries.len()
+        && (entries[cut].1.kind == EntryKind::ToolResult
+            || entries[cut - 1].1.kind == EntryKind::ToolCall)
+    {
+        cut -= 1;
+    }
+    cut
+}
+
+/// The span as the summariser reads it: one line per entry, with who said it.
+fn render_span(span: &[(u64, TranscriptEntry)]) -> String {
+    let mut out = String::new();
+    for (_, e) in span {
+        let who = match (e.kind, &e.sender, &e.tool) {
+            (EntryKind::User, Some(s), _) => format!("user {}", s.name),
+            (EntryKind::ToolCall, _, Some(t)) => format!("tool call {}({})", t.name, t.arguments),
+            (EntryKind::ToolResult, _, Some(t)) => format!("tool result {}", t.name),
+            (kind, ..) => format!("{kind:?}").to_lowercase(),
+        };
+        out.push_str(&format!("[{who}]: {}\n", e.text));
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "compact_tests.rs"]
+mod tests;
