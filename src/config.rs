@@ -164,6 +164,8 @@ pub struct StorageConfig {
     /// may have crossed high water). Default 60,000.
     pub janitor_interval_ms: u64,
     /// `enforce` (default: archives are deleted and sessions evicted) or `warn` (only logged).
+    /// SPEC §8 calls it `mode`; both names are accepted.
+    #[serde(alias = "mode")]
     pub janitor_mode: JanitorMode,
     /// Write an evicted session's transcript as gzip-compressed JSONL into
     /// `<data_dir>/archives` before evicting it. Archives count against the budget and are the
@@ -1033,6 +1035,12 @@ mod tests {
         let c = Config::parse("").unwrap();
         assert_eq!(c.server.listen.to_string(), "127.0.0.1:7878");
         assert_eq!(c.storage.durability, Durability::Strict);
+    }
+
+    #[test]
+    fn the_janitor_mode_is_also_spelled_mode() {
+        let c = Config::parse("[storage]\nmode = \"warn\"\n").unwrap();
+        assert_eq!(c.storage.janitor_mode, JanitorMode::Warn);
     }
 
     #[test]
