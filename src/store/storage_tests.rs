@@ -208,33 +208,9 @@ async fn archives_are_written_then_deleted_first() {
     store.close().await.unwrap();
 }
 
+/// The inbox record the store's other tests use.
 fn inbox_record(id: &str) -> InboxRecord {
-    use crate::inbound::{ChatKind, InboundMessage, Sender};
-    InboxRecord {
-        message: InboundMessage {
-            channel: "test".into(),
-            account_id: "default".into(),
-            chat_kind: ChatKind::Direct,
-            chat_id: "c".into(),
-            thread_id: None,
-            message_id: id.into(),
-            sender: Sender {
-                id: "u".into(),
-                name: "U".into(),
-                is_bot: false,
-            },
-            text: format!("text {id}"),
-            mentions: vec![],
-            mentioned_bot: false,
-            reply_to: None,
-            timestamp_ms: 1,
-            attachments: vec![],
-            kind: crate::inbound::MessageKind::Message,
-        },
-        accepted_at_ms: 1,
-        system_events: vec![],
-        group_history: vec![],
-    }
+    super::tests::record(id)
 }
 
 #[tokio::test]
