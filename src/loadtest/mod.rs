@@ -52,12 +52,14 @@ fn histogram() -> Histogram<u64> {
 
 /// The message `m` of session `s`.
 pub fn message(spec: &LoadSpec, s: usize, m: usize) -> InboundMessage {
+    // Every session is a chat of its own (a direct message would share `agent:main:main` under
+    // the default `dm_scope`). In the group mix, odd sessions have three members and only every
+    // third message addresses the bot; the others address it always.
     let group = spec.group_mix && s % 2 == 1;
     let (chat_kind, sender, mentioned) = if group {
-        // Three members talk in each group; every third message addresses the bot.
         (ChatKind::Group, format!("member-{}", m % 3), m % 3 == 0)
     } else {
-        (ChatKind::Direct, format!("user-{s}"), true)
+        (ChatKind::Group, format!("user-{s}"), true)
     };
     InboundMessage {
         channel: "loadtest".into(),
