@@ -51,6 +51,9 @@ pub enum StoreError {
         /// Why.
         source: std::io::Error,
     },
+    /// An internal expectation did not hold (a bug, reported instead of panicking).
+    #[error("internal error: {0}")]
+    Invariant(&'static str),
     /// A flush to disk failed; the write is not durable.
     #[error("flush failed: {0}")]
     Flush(String),

@@ -91,6 +91,7 @@ struct Shared {
     accepted: AtomicU64,
     dropped: AtomicU64,
     replied: AtomicU64,
+    turns: AtomicU64,
 }
 
 fn record(h: &Mutex<Histogram<u64>>, d: Duration) {
@@ -113,6 +114,7 @@ pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
         accepted: AtomicU64::new(0),
         dropped: AtomicU64::new(0),
         replied: AtomicU64::new(0),
+        turns: AtomicU64::new(0),
     });
     let bar = if spec.progress {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
@@ -132,11 +134,16 @@ pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
         tokio::spawn(async move {
             while let Some(ids) = stream.recv().await {
                 let now = Instant::now();
+                let mut ours = false;
                 for id in ids {
                     if let Some((_, at)) = shared.sent_at.remove(&id) {
                         record(&shared.turn, now - at);
                         shared.replied.fetch_add(1, Ordering::Relaxed);
+                        ours = true;
                     }
+                }
+                if ours {
+                    shared.turns.fetch_add(1, Ordering::Relaxed);
                 }
             }
         })
@@ -208,6 +215,7 @@ pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
         .unwrap_or_default();
     let accepted = shared.accepted.load(Ordering::Relaxed);
     let replied = shared.replied.load(Ordering::Relaxed);
+    let turns = shared.turns.load(Ordering::Relaxed);
     Report {
         target: target.describe(),
         sessions: spec.sessions,
@@ -220,6 +228,7 @@ pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
         dropped: shared.dropped.load(Ordering::Relaxed),
         replied,
         unanswered: accepted.saturating_sub(replied),
+        turns,
         errors: shared
             .errors
             .iter()
@@ -229,6 +238,7 @@ pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
         total_seconds: elapsed.as_secs_f64(),
         accepted_per_second: accepted as f64 / send_elapsed.as_secs_f64().max(1e-9),
         replies_per_second: replied as f64 / elapsed.as_secs_f64().max(1e-9),
+        turns_per_second: turns as f64 / elapsed.as_secs_f64().max(1e-9),
         ack_latency: ack,
         turn_latency: turn,
         rss_bytes: target.rss_bytes(),

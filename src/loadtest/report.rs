@@ -54,6 +54,9 @@ pub struct Report {
     pub dropped: u64,
     /// Accepted messages whose reply arrived.
     pub replied: u64,
+    /// Replies that answered messages of this run (one turn answers one message or, when
+    /// messages queued meanwhile, several).
+    pub turns: u64,
     /// Accepted messages whose reply did not arrive before the drain deadline.
     pub unanswered: u64,
     /// Errors by kind (HTTP status or error name).
@@ -64,8 +67,10 @@ pub struct Report {
     pub total_seconds: f64,
     /// Accepted messages per second while sending.
     pub accepted_per_second: f64,
-    /// Replies per second over the whole run.
+    /// Answered messages per second over the whole run.
     pub replies_per_second: f64,
+    /// Turns (replies) per second over the whole run.
+    pub turns_per_second: f64,
     /// Submit → accepted.
     pub ack_latency: Latency,
     /// Submit → reply.
@@ -84,13 +89,17 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "messages      sent {}  accepted {}  dropped {}  replied {}  unanswered {}",
-            self.sent, self.accepted, self.dropped, self.replied, self.unanswered
+            "messages      sent {}  accepted {}  dropped {}  replied {}  unanswered {}  turns {}",
+            self.sent, self.accepted, self.dropped, self.replied, self.unanswered, self.turns
         )?;
         writeln!(
             f,
-            "throughput    {:.0} accepted/s while sending ({:.2} s), {:.0} replies/s overall ({:.2} s)",
-            self.accepted_per_second, self.send_seconds, self.replies_per_second, self.total_seconds
+            "throughput    {:.0} accepted/s while sending ({:.2} s), {:.0} answered/s and {:.0} turns/s overall ({:.2} s)",
+            self.accepted_per_second,
+            self.send_seconds,
+            self.replies_per_second,
+            self.turns_per_second,
+            self.total_seconds
         )?;
         writeln!(
             f,

@@ -51,7 +51,7 @@ use crate::metrics;
 use crate::model::{
     CalibrationStore, EchoModel, Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter,
 };
-use crate::store::{EntryKind, SessionRecord, Store, StoreBudget};
+use crate::store::{EntryKind, SessionRecord, Store, StoreBudget, TurnCommitter};
 use crate::tools::{ToolHandler, ToolRegistry};
 
 /// Why preflight decided a message is not a turn. Each decision is counted.
@@ -279,6 +279,7 @@ impl RuntimeBuilder {
         let replies = Arc::new(ReplyHub::new(config.server.events_buffer));
         let engine = Arc::new(TurnEngine {
             store: store.clone(),
+            committer: TurnCommitter::start(),
             model,
             tokens,
             replies: Arc::clone(&replies),
@@ -322,6 +323,16 @@ impl RuntimeBuilder {
         };
         if self.inspect_only {
             return Ok(runtime);
+        }
+        // Before any channel can deliver a redelivery of a queued message.
+        let restored = runtime.inner.preflight.restore_durable_marks(&store);
+        match restored {
+            Ok(0) => {}
+            Ok(restored) => tracing::info!(restored, "dedupe keys of queued messages restored"),
+            Err(e) => {
+                let _ = runtime.shutdown().await;
+                return Err(e.into());
+            }
         }
         // Channels first, so replies to replayed messages find their channel.
         if let Err(e) = crate::channels::start_configured(&runtime).await {

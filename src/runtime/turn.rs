@@ -26,13 +26,16 @@ use crate::model::{
     Model, ModelReply, ModelRequest, Role, TokenCounter, ToolCall, MESSAGE_OVERHEAD_TOKENS,
 };
 use crate::store::{
-    ChannelMessage, EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry, TurnCommit,
+    ChannelMessage, Committed, EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry,
+    TurnCommit, TurnCommitter,
 };
 use crate::tools::{call_message, repair_tool_messages, result_message, ToolRegistry};
 
 /// Everything a turn needs; shared by all lanes.
 pub struct TurnEngine {
     pub(crate) store: Store,
+    /// Groups concurrent turn commits into one transaction.
+    pub(crate) committer: TurnCommitter,
     pub(crate) model: Arc<dyn Model>,
     pub(crate) tokens: TokenCounter,
     pub(crate) replies: Arc<ReplyHub>,
@@ -450,13 +453,24 @@ impl TurnEngine {
     ) -> Result<(), Error> {
         let text = answer.text.clone();
         entries.push(answer);
-        let (record, seqs, ticket) = self.store.commit_turn(TurnCommit {
-            session_key,
-            entries,
-            consumed: batch.iter().map(|i| i.seq).collect(),
-            now_ms: now_ms(),
-            channel_messages: Self::channel_messages(batch),
-        })?;
+        let committed = self
+            .committer
+            .commit(
+                &self.store,
+                TurnCommit {
+                    session_key: session_key.to_string(),
+                    entries,
+                    consumed: batch.iter().map(|i| i.seq).collect(),
+                    now_ms: now_ms(),
+                    channel_messages: Self::channel_messages(batch),
+                },
+            )
+            .await?;
+        let Committed {
+            record,
+            seqs,
+            ticket,
+        } = committed;
         self.context.invalidate(session_key);
         self.store.commit().wait(ticket).await?;
         self.maybe_compact(session_key, record.tokens);

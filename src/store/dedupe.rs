@@ -1,7 +1,7 @@
 //! The durable half of preflight's dedupe: the `dedupe` tree maps a dedupe key to the time it
-//! expires (ms since the epoch). An accepted message's key is written in the same transaction
-//! as its inbox entry, so after a restart a redelivered message that is still in the inbox, or
-//! was already answered, is recognised.
+//! expires (ms since the epoch). An accepted message's key is written right after its inbox
+//! entry and before the acknowledgement's flush, so after a restart a redelivered message that
+//! is still in the inbox, or was already answered, is recognised.
 //!
 //! The tree is bounded by the TTL: expired entries are removed on open (at most
 //! [`DEDUPE_PRUNE_ON_OPEN`] visited) and a little at every write ([`DEDUPE_PRUNE_PER_WRITE`]
@@ -9,9 +9,6 @@
 //! per write than one write adds keeps the tree within a small factor of the live entries.
 
 use std::sync::Arc;
-
-use sled::transaction::{ConflictableTransactionError, TransactionError};
-use sled::Transactional;
 
 use super::{decode, encode, keys, InboxItem, InboxRecord, Store};
 use crate::error::StoreError;
@@ -40,8 +37,8 @@ pub(super) fn wall_clock_ms() -> u64 {
 }
 
 impl Store {
-    /// Like [`Store::enqueue`], and when `dedupe` is given, remembers its key in the same
-    /// transaction (so the group-commit ticket covers both).
+    /// Like [`Store::enqueue`], and when `dedupe` is given, remembers its key too, before the
+    /// group-commit ticket is taken (so the ticket covers both).
     pub fn enqueue_deduped(
         &self,
         session_key: &str,
@@ -63,20 +60,21 @@ impl Store {
                     .map_err(StoreError::sled("writing the inbox"))?;
             }
             Some(mark) => {
+                // Two plain inserts, inbox first, instead of one transaction: sled 0.34 writes
+                // its log buffer out synchronously around every transaction, which made each
+                // admission cost one disk write. sled recovers a prefix of its log, so a crash
+                // leaves nothing, the inbox entry alone, or both; the first two were never
+                // acknowledged (the ack waits for a flush covering both), and an inbox entry
+                // without its mark gets it back on open (`restore_inbox_dedupe`).
                 let expiry = encode(&mark.expires_at_ms)?;
-                (&inner.inbox, &inner.dedupe)
-                    .transaction(|(inbox, dedupe)| {
-                        inbox.insert(inbox_key.as_slice(), bytes.as_slice())?;
-                        dedupe.insert(mark.key.as_bytes(), expiry.as_slice())?;
-                        Ok::<_, ConflictableTransactionError<StoreError>>(())
-                    })
-                    .map_err(|e| match e {
-                        TransactionError::Abort(e) => e,
-                        TransactionError::Storage(source) => StoreError::Sled {
-                            context: "writing the inbox",
-                            source,
-                        },
-                    })?;
+                inner
+                    .inbox
+                    .insert(inbox_key, bytes)
+                    .map_err(StoreError::sled("writing the inbox"))?;
+                inner
+                    .dedupe
+                    .insert(mark.key.as_bytes(), expiry)
+                    .map_err(StoreError::sled("remembering a dedupe key"))?;
             }
         }
         self.shared
@@ -159,6 +157,41 @@ impl Store {
             }
         }
         Ok(removed)
+    }
+
+    /// Remembers the dedupe key of every unconsumed inbox entry that lacks one (a crash between
+    /// the two inserts of [`Store::enqueue_deduped`]), expiring `ttl_ms` after its acceptance.
+    /// Returns how many it restored. The inbox is bounded by `max_queued_messages`, so this is
+    /// a bounded scan.
+    pub fn restore_inbox_dedupe(
+        &self,
+        key_of: impl Fn(&InboxRecord) -> String,
+        ttl_ms: u64,
+    ) -> Result<usize, StoreError> {
+        let _write = self.write_gate();
+        let inner = self.inner();
+        let mut restored = 0;
+        for kv in inner.inbox.iter() {
+            let (_, v) = kv.map_err(StoreError::sled("scanning the inbox"))?;
+            // An undecodable entry is the doctor's business; it is not replayed either.
+            let Ok(record) = decode::<InboxRecord>("inbox", &v) else {
+                continue;
+            };
+            let key = key_of(&record);
+            let present = inner
+                .dedupe
+                .contains_key(key.as_bytes())
+                .map_err(StoreError::sled("reading dedupe keys"))?;
+            if !present {
+                let expiry = encode(&record.accepted_at_ms.saturating_add(ttl_ms))?;
+                inner
+                    .dedupe
+                    .insert(key.as_bytes(), expiry)
+                    .map_err(StoreError::sled("remembering a dedupe key"))?;
+                restored += 1;
+            }
+        }
+        Ok(restored)
     }
 
     /// Number of remembered dedupe keys (expired ones not yet pruned included).

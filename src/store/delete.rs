@@ -145,7 +145,7 @@ mod tests {
         let (first, _) = store.enqueue("k", record("1")).unwrap();
         store
             .commit_turn(TurnCommit {
-                session_key: "k",
+                session_key: "k".to_string(),
                 entries: vec![
                     entry(EntryKind::User, "a"),
                     entry(EntryKind::Assistant, "b"),

@@ -22,6 +22,7 @@ mod by_updated;
 mod channel;
 mod channel_state;
 mod codec;
+mod committer;
 mod compact;
 mod dedupe;
 mod delete;
@@ -35,6 +36,7 @@ mod keys;
 mod migrate;
 mod records;
 mod rewrite;
+mod turn_commit;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -42,12 +44,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use sled::transaction::{ConflictableTransactionError, TransactionError};
-use sled::Transactional;
-
 pub use archive::ARCHIVE_DIR;
 pub use budget::{Liveness, StoreBudget};
 pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
+pub use committer::{TurnCommitter, COMMIT_QUEUE};
 pub use compact::{SummarySwap, SwapOutcome, MAX_COMPACTED_ENTRIES};
 pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
 pub use delete::SessionDeletion;
@@ -62,6 +62,7 @@ pub use records::{
     ToolInfo, TranscriptEntry,
 };
 pub use rewrite::Rewritten;
+pub use turn_commit::{Committed, TurnCommit, MAX_TURNS_PER_COMMIT};
 
 use crate::config::StorageConfig;
 use crate::error::StoreError;
@@ -183,22 +184,6 @@ pub struct InboxItem {
     pub seq: u64,
     /// The stored record.
     pub record: Arc<InboxRecord>,
-}
-
-/// What a turn writes in one transaction.
-#[derive(Debug)]
-pub struct TurnCommit<'a> {
-    /// The session key.
-    pub session_key: &'a str,
-    /// Entries to append, in order.
-    pub entries: Vec<TranscriptEntry>,
-    /// Inbox sequences the turn consumed.
-    pub consumed: Vec<u64>,
-    /// Commit time, ms since the epoch.
-    pub now_ms: u64,
-    /// Chat messages to remember for reply threads (the turn's messages and the group history
-    /// they carried).
-    pub channel_messages: Vec<ChannelMessage>,
 }
 
 impl Store {
@@ -342,109 +327,6 @@ impl Store {
         Ok(keys.into_iter().collect())
     }
 
-    /// Appends a turn's entries, consumes its inbox items and updates the session, atomically.
-    /// Returns the session record after the commit and the group-commit ticket.
-    pub fn commit_turn(
-        &self,
-        turn: TurnCommit<'_>,
-    ) -> Result<(SessionRecord, Vec<u64>, u64), StoreError> {
-        let _write = self.write_gate();
-        let inner = self.inner();
-        // Allocated up front for every turn (sled cannot allocate inside a transaction) and
-        // used only if the session turns out to be new — it may have been evicted since the
-        // caller last saw it. An unused id is simply skipped.
-        let new_id = inner.next_id()?;
-        let encoded: Vec<(Vec<u8>, &TranscriptEntry)> = turn
-            .entries
-            .iter()
-            .map(|e| encode(e).map(|b| (b, e)))
-            .collect::<Result<_, _>>()?;
-        let inbox_keys: Vec<Vec<u8>> = turn
-            .consumed
-            .iter()
-            .map(|s| keys::inbox_key(turn.session_key, *s))
-            .collect();
-        let channel_writes = channel::writes(turn.session_key, &turn.channel_messages)?;
-        let result = (
-            &inner.sessions,
-            &inner.transcript,
-            &inner.inbox,
-            &inner.by_updated,
-            &inner.channel_messages,
-        )
-            .transaction(
-                |(sessions, transcript, inbox, by_updated, channel_messages)| {
-                    let mut record = match sessions.get(turn.session_key)? {
-                        Some(bytes) => decode::<SessionRecord>("sessions", &bytes)
-                            .map_err(ConflictableTransactionError::Abort)?,
-                        None => SessionRecord {
-                            id: new_id,
-                            created_at_ms: turn.now_ms,
-                            updated_at_ms: turn.now_ms,
-                            next_seq: 1,
-                            entries: 0,
-                            tokens: 0,
-                            bytes: 0,
-                            compaction_count: 0,
-                        },
-                    };
-                    let mut seqs = Vec::with_capacity(encoded.len());
-                    for (bytes, entry) in &encoded {
-                        let seq = record.next_seq;
-                        transcript
-                            .insert(&keys::transcript_key(record.id, seq), bytes.as_slice())?;
-                        record.next_seq += 1;
-                        record.entries += 1;
-                        record.tokens += u64::from(entry.tokens);
-                        record.bytes += bytes.len() as u64;
-                        seqs.push(seq);
-                    }
-                    let mut consumed = 0usize;
-                    let mut inbox_freed = 0u64;
-                    for k in &inbox_keys {
-                        if let Some(old) = inbox.remove(k.as_slice())? {
-                            consumed += 1;
-                            inbox_freed += (k.len() + old.len()) as u64;
-                        }
-                    }
-                    for (k, v) in &channel_writes {
-                        channel_messages.insert(k.as_slice(), v.as_slice())?;
-                    }
-                    by_updated.remove(by_updated::key(record.updated_at_ms, turn.session_key))?;
-                    record.updated_at_ms = turn.now_ms;
-                    by_updated
-                        .insert(by_updated::key(record.updated_at_ms, turn.session_key), &[])?;
-                    let bytes = encode(&record).map_err(ConflictableTransactionError::Abort)?;
-                    sessions.insert(turn.session_key.as_bytes(), bytes)?;
-                    Ok((record, seqs, consumed, inbox_freed))
-                },
-            );
-        let (record, seqs, consumed, inbox_freed) = result.map_err(|e| match e {
-            TransactionError::Abort(e) => e,
-            TransactionError::Storage(source) => StoreError::Sled {
-                context: "committing a turn",
-                source,
-            },
-        })?;
-        let queued = &self.shared.queued;
-        queued.fetch_sub(
-            consumed.min(queued.load(Ordering::Relaxed)),
-            Ordering::Relaxed,
-        );
-        self.shared.meter.sub(inbox_freed);
-        self.shared.meter.add(
-            encoded
-                .iter()
-                .map(|(b, _)| b.len() as u64 + 16)
-                .sum::<u64>()
-                + channel_writes
-                    .iter()
-                    .map(|(k, v)| (k.len() + v.len()) as u64)
-                    .sum::<u64>(),
-        );
-        Ok((record, seqs, inner.commit.ticket()))
-    }
-
     /// The session stored under `key`.
     pub fn session(&self, key: &str) -> Result<Option<SessionRecord>, StoreError> {
         self.inner()
@@ -533,6 +415,9 @@ impl Store {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod commit_tests;
 
 #[cfg(test)]
 mod storage_tests;

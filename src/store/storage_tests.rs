@@ -34,7 +34,7 @@ fn entry(kind: EntryKind, text: &str, ts: u64) -> TranscriptEntry {
 fn turn(store: &Store, key: &str, now_ms: u64, text: &str) -> SessionRecord {
     store
         .commit_turn(TurnCommit {
-            session_key: key,
+            session_key: key.to_string(),
             entries: vec![
                 entry(EntryKind::User, text, now_ms),
                 entry(EntryKind::Assistant, text, now_ms),
@@ -44,7 +44,7 @@ fn turn(store: &Store, key: &str, now_ms: u64, text: &str) -> SessionRecord {
             channel_messages: vec![],
         })
         .unwrap()
-        .0
+        .record
 }
 
 fn index(store: &Store) -> Vec<(u64, String)> {

@@ -71,9 +71,13 @@ async fn inbox_pending_commit_and_reopen() {
     assert_eq!(store.pending("k", 0, 1).unwrap().len(), 1);
     assert_eq!(store.sessions_with_pending().unwrap(), ["k", "other"]);
 
-    let (rec, seqs, ticket) = store
+    let Committed {
+        record: rec,
+        seqs,
+        ticket,
+    } = store
         .commit_turn(TurnCommit {
-            session_key: "k",
+            session_key: "k".to_string(),
             entries: vec![
                 entry(EntryKind::User, "q"),
                 entry(EntryKind::Assistant, "a"),
@@ -182,9 +186,9 @@ async fn dedupe_keys_are_written_with_the_inbox_entry_and_survive_a_reopen() {
     assert!(store.dedupe_seen("t|d|main|c||1", now).unwrap());
     assert!(!store.dedupe_seen("t|d|main|c||2", now).unwrap());
     // Answering the message consumes the inbox entry, not the dedupe key.
-    let (_, _, ticket) = store
+    let Committed { ticket, .. } = store
         .commit_turn(TurnCommit {
-            session_key: "k",
+            session_key: "k".to_string(),
             entries: vec![entry(EntryKind::User, "q")],
             consumed: vec![item.seq],
             now_ms: 2,
@@ -281,9 +285,9 @@ async fn channel_messages_by_id_time_and_parent() {
         long,
         other_chat,
     ];
-    let (_, _, ticket) = store
+    let Committed { ticket, .. } = store
         .commit_turn(TurnCommit {
-            session_key: "k",
+            session_key: "k".to_string(),
             entries: vec![entry(EntryKind::User, "q")],
             consumed: vec![],
             now_ms: 5,

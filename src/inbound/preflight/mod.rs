@@ -198,6 +198,15 @@ impl Preflight {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Restores the durable dedupe marks of messages still in `store`'s inbox (see
+    /// [`Store::restore_inbox_dedupe`]). Returns how many were missing.
+    pub fn restore_durable_marks(&self, store: &crate::store::Store) -> Result<usize, StoreError> {
+        store.restore_inbox_dedupe(
+            |record| dedupe_key(&self.agent, &record.message),
+            self.dedupe_ttl_ms,
+        )
+    }
+
     /// Decides about `msg` (validated), routed to `session_key`. `explicit_session` says the
     /// submitter named the session (see the module doc). `durable` is looked up when the
     /// dedupe key is not in memory. Counts drops; acceptances are counted by

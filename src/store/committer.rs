@@ -1,0 +1,95 @@
+//! Groups concurrent turn commits into one transaction (see `turn_commit.rs` for why a
+//! transaction per turn is costly with sled 0.34). Turns that finish while a commit runs wait
+//! in a bounded queue and go into the next transaction together; under light load a turn is
+//! committed alone, at once.
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Committed, Store, TurnCommit, MAX_TURNS_PER_COMMIT};
+use crate::error::StoreError;
+
+/// Turns waiting for the committer; a lane finishing a turn waits for room when it is full.
+pub const COMMIT_QUEUE: usize = 1_024;
+
+/// The handle lanes commit through. Cheap to clone; the committer task ends when the last
+/// handle is dropped. It holds no store between commits, so dropping the store still releases
+/// the database.
+#[derive(Clone)]
+pub struct TurnCommitter {
+    tx: mpsc::Sender<Job>,
+}
+
+struct Job {
+    store: Store,
+    turn: TurnCommit,
+    done: oneshot::Sender<Result<Committed, StoreError>>,
+}
+
+impl TurnCommitter {
+    /// Starts the committer task (inside a tokio runtime).
+    pub fn start() -> Self {
+        let (tx, rx) = mpsc::channel(COMMIT_QUEUE);
+        tokio::spawn(run(rx));
+        Self { tx }
+    }
+
+    /// Commits `turn` into `store`, atomically, possibly together with other turns.
+    pub async fn commit(&self, store: &Store, turn: TurnCommit) -> Result<Committed, StoreError> {
+        let (done, result) = oneshot::channel();
+        let job = Job {
+            store: store.clone(),
+            turn,
+            done,
+        };
+        self.tx
+            .send(job)
+            .await
+            .map_err(|_| StoreError::Invariant("the turn committer has stopped"))?;
+        result
+            .await
+            .map_err(|_| StoreError::Invariant("the turn committer dropped a commit"))?
+    }
+}
+
+async fn run(mut rx: mpsc::Receiver<Job>) {
+    let mut jobs = Vec::with_capacity(MAX_TURNS_PER_COMMIT);
+    while rx.recv_many(&mut jobs, MAX_TURNS_PER_COMMIT).await > 0 {
+        let batch = std::mem::take(&mut jobs);
+        let committed = tokio::task::spawn_blocking(move || commit_batch(batch)).await;
+        if let Err(e) = committed {
+            // The jobs' senders were dropped with the task, so their callers see an error.
+            tracing::error!(error = %e, "a turn commit panicked");
+        }
+    }
+}
+
+/// Commits `batch` in one transaction, into the store of its first job (a committer serves
+/// one runtime, hence one store). If that fails, each turn is committed alone into its own
+/// job's store, so one bad turn gets its own error and the others are stored.
+fn commit_batch(batch: Vec<Job>) {
+    let Some(store) = batch.first().map(|j| j.store.clone()) else {
+        return;
+    };
+    let (turns, waiters): (Vec<TurnCommit>, Vec<_>) = batch
+        .into_iter()
+        .map(|j| (j.turn, (j.store, j.done)))
+        .unzip();
+    match store.commit_turns(&turns) {
+        Ok(done) => {
+            for ((_, waiter), committed) in waiters.into_iter().zip(done) {
+                let _ = waiter.send(Ok(committed));
+            }
+        }
+        Err(e) if turns.len() == 1 => {
+            if let Some((_, waiter)) = waiters.into_iter().next() {
+                let _ = waiter.send(Err(e));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, turns = turns.len(), "a grouped commit failed; committing its turns one by one");
+            for (turn, (store, waiter)) in turns.into_iter().zip(waiters) {
+                let _ = waiter.send(store.commit_turn(turn));
+            }
+        }
+    }
+}

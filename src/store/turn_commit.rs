@@ -1,0 +1,224 @@
+//! A turn's commit: its entries appended, its inbox items consumed, its chat messages
+//! remembered and its session record updated, in one sled transaction.
+//!
+//! Several turns can be committed in one transaction ([`Store::commit_turns`]). sled 0.34 seals
+//! its log buffer and writes it out around every transaction (`pin_log`), and a transaction
+//! holds sled's global write lock meanwhile, so one transaction per turn costs one log write
+//! per turn and stalls every other writer. Each turn stays atomic either way.
+
+use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
+use sled::Transactional;
+
+use super::{by_updated, channel, decode, encode, keys, ChannelMessage, SessionRecord, Store};
+use super::{StoreInner, TranscriptEntry};
+use crate::error::StoreError;
+
+/// Most turns committed in one transaction: bounds the transaction's write set (and the time
+/// other writers wait for sled's write lock).
+pub const MAX_TURNS_PER_COMMIT: usize = 64;
+
+/// What a turn writes.
+#[derive(Debug, Clone)]
+pub struct TurnCommit {
+    /// The session key.
+    pub session_key: String,
+    /// Entries to append, in order.
+    pub entries: Vec<TranscriptEntry>,
+    /// Inbox sequences the turn consumed.
+    pub consumed: Vec<u64>,
+    /// Commit time, ms since the epoch.
+    pub now_ms: u64,
+    /// Chat messages to remember for reply threads (the turn's messages and the group history
+    /// they carried).
+    pub channel_messages: Vec<ChannelMessage>,
+}
+
+/// What a committed turn got.
+#[derive(Debug, Clone)]
+pub struct Committed {
+    /// The session record after the commit.
+    pub record: SessionRecord,
+    /// The sequence numbers the entries got, in order.
+    pub seqs: Vec<u64>,
+    /// The group-commit ticket to wait on before the turn counts as durable.
+    pub ticket: u64,
+}
+
+/// A turn prepared outside the transaction (encoding and id allocation cannot fail inside it).
+struct Prepared<'a> {
+    turn: &'a TurnCommit,
+    /// Used only if the session turns out to be new (it may have been evicted since the caller
+    /// last saw it); an unused id is simply skipped.
+    new_id: u64,
+    encoded: Vec<(Vec<u8>, &'a TranscriptEntry)>,
+    inbox_keys: Vec<Vec<u8>>,
+    channel_writes: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// What the transaction did for one turn.
+struct Applied {
+    record: SessionRecord,
+    seqs: Vec<u64>,
+    consumed: usize,
+    inbox_freed: u64,
+}
+
+type Trees<'t> = (
+    &'t TransactionalTree,
+    &'t TransactionalTree,
+    &'t TransactionalTree,
+    &'t TransactionalTree,
+    &'t TransactionalTree,
+);
+
+impl Store {
+    /// Commits one turn atomically.
+    pub fn commit_turn(&self, turn: TurnCommit) -> Result<Committed, StoreError> {
+        let mut done = self.commit_turns(std::slice::from_ref(&turn))?;
+        done.pop().ok_or(StoreError::Invariant(
+            "a one-turn commit returned no result",
+        ))
+    }
+
+    /// Commits `turns` in one transaction: all of them or none. Results are in input order.
+    /// Two turns of one session are applied in order.
+    pub fn commit_turns(&self, turns: &[TurnCommit]) -> Result<Vec<Committed>, StoreError> {
+        if turns.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _write = self.write_gate();
+        let inner = self.inner();
+        let prepared = turns
+            .iter()
+            .map(|turn| prepare(&inner, turn))
+            .collect::<Result<Vec<_>, _>>()?;
+        let applied = (
+            &inner.sessions,
+            &inner.transcript,
+            &inner.inbox,
+            &inner.by_updated,
+            &inner.channel_messages,
+        )
+            .transaction(
+                |(sessions, transcript, inbox, by_updated, channel_messages)| {
+                    let trees = (sessions, transcript, inbox, by_updated, channel_messages);
+                    prepared
+                        .iter()
+                        .map(|p| apply(trees, p))
+                        .collect::<Result<Vec<_>, _>>()
+                },
+            )
+            .map_err(|e| match e {
+                TransactionError::Abort(e) => e,
+                TransactionError::Storage(source) => StoreError::Sled {
+                    context: "committing a turn",
+                    source,
+                },
+            })?;
+        let consumed: usize = applied.iter().map(|a| a.consumed).sum();
+        let queued = &self.shared.queued;
+        queued.fetch_sub(
+            consumed.min(queued.load(std::sync::atomic::Ordering::Relaxed)),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.shared
+            .meter
+            .sub(applied.iter().map(|a| a.inbox_freed).sum());
+        self.shared
+            .meter
+            .add(prepared.iter().map(written_bytes).sum());
+        let ticket = inner.commit.ticket();
+        Ok(applied
+            .into_iter()
+            .map(|a| Committed {
+                record: a.record,
+                seqs: a.seqs,
+                ticket,
+            })
+            .collect())
+    }
+}
+
+fn prepare<'a>(inner: &StoreInner, turn: &'a TurnCommit) -> Result<Prepared<'a>, StoreError> {
+    Ok(Prepared {
+        turn,
+        new_id: inner.next_id()?,
+        encoded: turn
+            .entries
+            .iter()
+            .map(|e| encode(e).map(|b| (b, e)))
+            .collect::<Result<_, _>>()?,
+        inbox_keys: turn
+            .consumed
+            .iter()
+            .map(|s| keys::inbox_key(&turn.session_key, *s))
+            .collect(),
+        channel_writes: channel::writes(&turn.session_key, &turn.channel_messages)?,
+    })
+}
+
+/// Bytes a turn adds to the live-byte meter (entries with their keys, chat messages).
+fn written_bytes(p: &Prepared<'_>) -> u64 {
+    p.encoded
+        .iter()
+        .map(|(b, _)| b.len() as u64 + 16)
+        .sum::<u64>()
+        + p.channel_writes
+            .iter()
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum::<u64>()
+}
+
+fn apply(
+    (sessions, transcript, inbox, by_updated, channel_messages): Trees<'_>,
+    p: &Prepared<'_>,
+) -> Result<Applied, ConflictableTransactionError<StoreError>> {
+    let key = p.turn.session_key.as_str();
+    let now_ms = p.turn.now_ms;
+    let mut record = match sessions.get(key)? {
+        Some(bytes) => decode::<SessionRecord>("sessions", &bytes)
+            .map_err(ConflictableTransactionError::Abort)?,
+        None => SessionRecord {
+            id: p.new_id,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            next_seq: 1,
+            entries: 0,
+            tokens: 0,
+            bytes: 0,
+            compaction_count: 0,
+        },
+    };
+    let mut seqs = Vec::with_capacity(p.encoded.len());
+    for (bytes, entry) in &p.encoded {
+        let seq = record.next_seq;
+        transcript.insert(&keys::transcript_key(record.id, seq), bytes.as_slice())?;
+        record.next_seq += 1;
+        record.entries += 1;
+        record.tokens += u64::from(entry.tokens);
+        record.bytes += bytes.len() as u64;
+        seqs.push(seq);
+    }
+    let mut consumed = 0usize;
+    let mut inbox_freed = 0u64;
+    for k in &p.inbox_keys {
+        if let Some(old) = inbox.remove(k.as_slice())? {
+            consumed += 1;
+            inbox_freed += (k.len() + old.len()) as u64;
+        }
+    }
+    for (k, v) in &p.channel_writes {
+        channel_messages.insert(k.as_slice(), v.as_slice())?;
+    }
+    by_updated.remove(by_updated::key(record.updated_at_ms, key))?;
+    record.updated_at_ms = now_ms;
+    by_updated.insert(by_updated::key(record.updated_at_ms, key), &[])?;
+    let bytes = encode(&record).map_err(ConflictableTransactionError::Abort)?;
+    sessions.insert(key.as_bytes(), bytes)?;
+    Ok(Applied {
+        record,
+        seqs,
+        consumed,
+        inbox_freed,
+    })
+}
