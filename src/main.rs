@@ -113,9 +113,16 @@ struct LoadtestArgs {
     /// Data dir for --in-process (default: a fresh temporary dir, removed afterwards).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Durability for --in-process: strict or batched.
+    /// Durability for --in-process: strict or batched (overrides the config file's).
     #[arg(long, default_value = "strict")]
     durability: String,
+    /// Config file for --in-process (default: the embedded defaults).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Offered load in messages per second, spread over the senders (default: as fast as the
+    /// target accepts).
+    #[arg(long)]
+    rate: Option<f64>,
     /// Distinct sessions.
     #[arg(long, default_value_t = 100)]
     sessions: usize,
@@ -278,6 +285,7 @@ async fn loadtest(args: LoadtestArgs) -> anyhow::Result<()> {
         messages: args.messages,
         concurrency: args.concurrency,
         group_mix: args.group_mix,
+        rate: args.rate.filter(|r| *r > 0.0),
         max_duration: std::time::Duration::from_secs(args.max_seconds),
         drain: std::time::Duration::from_secs(args.drain_seconds),
         progress: !args.json,
@@ -299,7 +307,11 @@ async fn loadtest(args: LoadtestArgs) -> anyhow::Result<()> {
             .clone()
             .or_else(|| temp.clone())
             .context("no data dir")?;
-        let mut config = Config::with_data_dir(&dir);
+        let mut config = match &args.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        config.storage.data_dir = dir.clone();
         config.storage.durability = match args.durability.as_str() {
             "strict" => turnstile::config::Durability::Strict,
             "batched" => turnstile::config::Durability::Batched,

@@ -32,6 +32,9 @@ pub struct LoadSpec {
     pub concurrency: usize,
     /// Mix in group chats: several senders per group, only some messages mention the bot.
     pub group_mix: bool,
+    /// Offered load in messages per second across all senders (open loop: message `k` is due
+    /// `k / rate` seconds after the start); `None` sends as fast as the target accepts.
+    pub rate: Option<f64>,
     /// Stop sending after this long even if messages remain.
     pub max_duration: Duration,
     /// After sending, wait at most this long for outstanding replies.
@@ -92,6 +95,8 @@ struct Shared {
     dropped: AtomicU64,
     replied: AtomicU64,
     turns: AtomicU64,
+    /// The next send slot, for `rate`.
+    slot: AtomicU64,
 }
 
 fn record(h: &Mutex<Histogram<u64>>, d: Duration) {
@@ -115,6 +120,7 @@ pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
         dropped: AtomicU64::new(0),
         replied: AtomicU64::new(0),
         turns: AtomicU64::new(0),
+        slot: AtomicU64::new(0),
     });
     let bar = if spec.progress {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
@@ -161,6 +167,11 @@ pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
         senders.push(tokio::spawn(async move {
             for m in 0..spec.messages {
                 for s in (worker..spec.sessions).step_by(concurrency) {
+                    if let Some(rate) = spec.rate {
+                        let slot = shared.slot.fetch_add(1, Ordering::Relaxed);
+                        let due = started + Duration::from_secs_f64(slot as f64 / rate);
+                        tokio::time::sleep_until(due.into()).await;
+                    }
                     if Instant::now() >= deadline {
                         return;
                     }

@@ -18,6 +18,7 @@ async fn the_driver_counts_every_ack_and_reply() {
         messages: 5,
         concurrency: 3,
         group_mix: false,
+        rate: None,
         max_duration: Duration::from_secs(60),
         drain: Duration::from_secs(30),
         progress: false,
@@ -32,6 +33,33 @@ async fn the_driver_counts_every_ack_and_reply() {
     assert_eq!(report.ack_latency.count, 30);
     assert_eq!(report.turn_latency.count, 30);
     assert!(report.turn_latency.max_ms > 0.0);
+    assert!(
+        (1..=30).contains(&report.turns),
+        "one turn answers one or more messages: {report}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_paces_the_sends() {
+    let server = start_server().await;
+    let target = HttpTarget::new(&server.url(""), None, None).expect("client");
+    let spec = LoadSpec {
+        sessions: 4,
+        messages: 5,
+        concurrency: 4,
+        group_mix: false,
+        rate: Some(50.0),
+        max_duration: Duration::from_secs(60),
+        drain: Duration::from_secs(30),
+        progress: false,
+        run_id: "paced".into(),
+    };
+    let report = loadtest::run(Arc::new(target), spec).await;
+    assert_eq!(report.accepted, 20, "{report}");
+    assert_eq!(report.replied, 20, "{report}");
+    // The last of 20 messages is due 19/50 s after the start, however fast the server is.
+    assert!(report.send_seconds >= 19.0 / 50.0, "{report}");
     server.stop().await;
 }
 
