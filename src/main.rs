@@ -6,6 +6,7 @@ mod cli;
 /// The server allocates many small, short-lived buffers from two threads at once; mimalloc's
 /// per-thread heaps measured clearly cheaper than the system allocator on the turn path (see
 /// BENCHMARKS.md). Only the binary sets it: embedders choose their own allocator.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor::{Actor, ActorProcessingErr, ActorRef, MessagingErr};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
@@ -26,7 +26,7 @@ pub(crate) struct Lane<B: Backend> {
     pub(crate) supervisor: ActorRef<SupervisorMsg<B>>,
 }
 
-pub(crate) struct LaneState<I> {
+pub(crate) struct LaneState<I: QueueItem> {
     key: SessionKey,
     /// Items waiting for a turn, oldest first.
     queue: VecDeque<I>,
@@ -46,8 +46,48 @@ pub(crate) struct LaneState<I> {
     last_enqueue: Instant,
     last_activity: Instant,
     draining: bool,
-    idle_timer_armed: bool,
-    debounce_timer_armed: bool,
+    idle_timer: Timer<I>,
+    debounce_timer: Timer<I>,
+}
+
+/// A pending one-shot message from the lane to itself. The timer's task holds a reference to
+/// the lane, which keeps the lane's mailbox allocated until it fires (the idle timer: minutes),
+/// so dropping the timer aborts it: a lane stopped by passivation frees its memory at once.
+struct Timer<I: QueueItem>(Option<tokio::task::JoinHandle<Result<(), MessagingErr<LaneMsg<I>>>>>);
+
+impl<I: QueueItem> Timer<I> {
+    fn idle() -> Self {
+        Self(None)
+    }
+
+    fn is_armed(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Its message arrived.
+    fn fired(&mut self) {
+        self.0 = None;
+    }
+
+    /// Arms it unless it is already pending; one timer per purpose per lane.
+    fn arm(
+        &mut self,
+        myself: &ActorRef<LaneMsg<I>>,
+        after: Duration,
+        msg: impl FnOnce() -> LaneMsg<I> + Send + 'static,
+    ) {
+        if self.0.is_none() {
+            self.0 = Some(myself.send_after(after, msg));
+        }
+    }
+}
+
+impl<I: QueueItem> Drop for Timer<I> {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abort();
+        }
+    }
 }
 
 struct Running<I> {
@@ -83,8 +123,8 @@ impl<B: Backend> Actor for Lane<B> {
             last_enqueue: now,
             last_activity: now,
             draining: false,
-            idle_timer_armed: false,
-            debounce_timer_armed: false,
+            idle_timer: Timer::idle(),
+            debounce_timer: Timer::idle(),
         };
         self.refill(&mut state).await?;
         Ok(state)
@@ -115,11 +155,11 @@ impl<B: Backend> Actor for Lane<B> {
                 self.advance(&myself, state).await?;
             }
             LaneMsg::DebounceCheck => {
-                state.debounce_timer_armed = false;
+                state.debounce_timer.fired();
                 self.advance(&myself, state).await?;
             }
             LaneMsg::IdleCheck => {
-                state.idle_timer_armed = false;
+                state.idle_timer.fired();
                 if !state.is_idle() {
                     return Ok(());
                 }
@@ -128,12 +168,9 @@ impl<B: Backend> Actor for Lane<B> {
                 if idle_for >= timeout {
                     self.ask_to_passivate(&myself, state);
                 } else {
-                    arm_timer(
-                        &myself,
-                        &mut state.idle_timer_armed,
-                        timeout - idle_for,
-                        || LaneMsg::IdleCheck,
-                    );
+                    state
+                        .idle_timer
+                        .arm(&myself, timeout - idle_for, || LaneMsg::IdleCheck);
                 }
             }
             LaneMsg::PassivateIfIdle => {
@@ -265,11 +302,9 @@ impl<B: Backend> Lane<B> {
                     queued: true,
                 };
                 self.start(myself, state, batch, QueueMode::Followup);
-            } else if !state.idle_timer_armed {
+            } else if !state.idle_timer.is_armed() {
                 let timeout = self.backend.lane_settings().idle_timeout;
-                arm_timer(myself, &mut state.idle_timer_armed, timeout, || {
-                    LaneMsg::IdleCheck
-                });
+                state.idle_timer.arm(myself, timeout, || LaneMsg::IdleCheck);
             }
             return Ok(());
         };
@@ -277,14 +312,9 @@ impl<B: Backend> Lane<B> {
         if state.queued_while_busy && policy.mode != QueueMode::Interrupt {
             let quiet = state.last_enqueue.elapsed();
             if quiet < policy.debounce && state.queue.len() < policy.cap {
-                if !state.debounce_timer_armed {
-                    arm_timer(
-                        myself,
-                        &mut state.debounce_timer_armed,
-                        policy.debounce - quiet,
-                        || LaneMsg::DebounceCheck,
-                    );
-                }
+                state
+                    .debounce_timer
+                    .arm(myself, policy.debounce - quiet, || LaneMsg::DebounceCheck);
                 return Ok(());
             }
         }
@@ -430,17 +460,6 @@ fn apply_cap<I: QueueItem>(state: &mut LaneState<I>, policy: &QueuePolicy) {
             state.dropped.push(item);
         }
     }
-}
-
-/// Arms a one-shot timer unless one is already pending; one timer per purpose per lane.
-fn arm_timer<I: QueueItem>(
-    myself: &ActorRef<LaneMsg<I>>,
-    armed: &mut bool,
-    after: Duration,
-    msg: impl FnOnce() -> LaneMsg<I> + Send + 'static,
-) {
-    *armed = true;
-    myself.send_after(after, msg);
 }
 
 fn panic_text(join: tokio::task::JoinError) -> String {

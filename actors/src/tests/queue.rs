@@ -177,3 +177,31 @@ async fn past_max_live_lanes_the_least_recently_used_idle_lanes_passivate() {
     submit(&h, "k0", "").await;
     assert!(eventually(|| fake.completed("k0").len() == 2, WAIT).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passivated_lane_leaves_no_task_behind() {
+    // Idle timers far in the future: a passivated lane's pending idle timer must not outlive
+    // it (its task would hold the lane's mailbox for the whole timeout).
+    let (fake, h) = start(LaneSettings {
+        max_live_lanes: 5,
+        idle_timeout: Duration::from_secs(600),
+        ..settings()
+    })
+    .await;
+    let lanes = 200;
+    for i in 0..lanes {
+        submit(&h, &format!("k{i}"), "").await;
+    }
+    assert!(eventually(|| fake.completed_total() == lanes, WAIT).await);
+    assert!(eventually(|| h.registry().len() <= 5 + 1, WAIT).await);
+    let alive = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    assert!(
+        eventually(|| alive() < 50, WAIT).await,
+        "{} tasks alive after {lanes} lanes, all but a handful passivated",
+        alive()
+    );
+}
