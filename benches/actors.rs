@@ -1,5 +1,6 @@
 //! Criterion benches of the actor skeleton with an instant in-memory backend: messages/s
-//! through the supervisor to lanes (1k and 100k sessions), and the cost of spawning a lane.
+//! through the supervisor to live lanes (1k and 100k sessions) and to mostly passivated
+//! sessions (re-spawn and passivation), and the cost of spawning a lane.
 //! Sizes shrink when `CI` is set.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,11 +84,11 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-/// Sends `messages` spread over `keys` from `concurrency` tasks; returns when all ran.
-async fn drive(keys: &[SessionKey], messages: u64, concurrency: u64) -> Duration {
+/// A supervisor over the instant backend, keeping at most `max_live_lanes` lanes.
+async fn supervisor(max_live_lanes: usize) -> (SupervisorHandle<Instant0>, Arc<Instant0>) {
     let backend = Arc::new(Instant0 {
         settings: LaneSettings {
-            max_live_lanes: keys.len() + 1,
+            max_live_lanes,
             ..LaneSettings::default()
         },
         seq: AtomicU64::new(0),
@@ -96,12 +97,23 @@ async fn drive(keys: &[SessionKey], messages: u64, concurrency: u64) -> Duration
     let (h, _) = SupervisorHandle::start(Arc::clone(&backend))
         .await
         .expect("supervisor");
-    let keys: Arc<Vec<SessionKey>> = Arc::new(keys.to_vec());
+    (h, backend)
+}
+
+/// Sends `messages` spread over `keys` from `concurrency` tasks; returns when all ran.
+async fn send(
+    h: &SupervisorHandle<Instant0>,
+    backend: &Instant0,
+    keys: &Arc<Vec<SessionKey>>,
+    messages: u64,
+    concurrency: u64,
+) -> Duration {
+    let target = backend.done.load(Ordering::Relaxed) + messages;
     let start = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..concurrency {
         let h = h.clone();
-        let keys = Arc::clone(&keys);
+        let keys = Arc::clone(keys);
         tasks.push(tokio::spawn(async move {
             let mut i = t;
             while i < messages {
@@ -114,32 +126,62 @@ async fn drive(keys: &[SessionKey], messages: u64, concurrency: u64) -> Duration
     for t in tasks {
         let _ = t.await;
     }
-    while backend.done.load(Ordering::Relaxed) < messages {
+    while backend.done.load(Ordering::Relaxed) < target {
         tokio::task::yield_now().await;
     }
-    let elapsed = start.elapsed();
-    h.shutdown(Duration::from_secs(30)).await;
+    start.elapsed()
+}
+
+/// One timed run: `messages` over `keys`. With `warm`, every key first gets a message
+/// (untimed), so the timed messages reach live lanes; `max_live_lanes` below the key count
+/// makes most timed messages re-spawn a passivated lane.
+async fn run(
+    keys: &Arc<Vec<SessionKey>>,
+    messages: u64,
+    max_live_lanes: usize,
+    warm: bool,
+) -> Duration {
+    let (h, backend) = supervisor(max_live_lanes).await;
+    if warm {
+        send(&h, &backend, keys, keys.len() as u64, 64).await;
+    }
+    let elapsed = send(&h, &backend, keys, messages, 64).await;
+    h.shutdown(Duration::from_secs(60)).await;
     elapsed
 }
 
+fn keys(n: usize) -> Arc<Vec<SessionKey>> {
+    Arc::new(
+        (0..n)
+            .map(|i| format!("agent:main:bench:direct:{i}").into())
+            .collect(),
+    )
+}
+
+/// Messages/s to live lanes with 1k and 100k sessions (the routing path: DashMap lookup,
+/// recency, mailbox), and to 100k sessions of which at most 10k are live (the default
+/// `max_live_lanes`: most messages re-spawn a passivated lane and passivate another).
 fn routing(c: &mut Criterion) {
     let rt = runtime();
-    let messages: u64 = if ci() { 2_000 } else { 20_000 };
+    let messages: u64 = if ci() { 2_000 } else { 50_000 };
+    let large = if ci() { 2_000 } else { 100_000 };
     let mut group = c.benchmark_group("supervisor_routing");
     // One iteration is a whole run (seconds); ten of them make the sample.
     group.sample_size(10);
     group.warm_up_time(Duration::from_secs(1));
-    group.measurement_time(Duration::from_secs(15));
+    group.measurement_time(Duration::from_secs(20));
     group.throughput(Throughput::Elements(messages));
-    for sessions in [1_000usize, if ci() { 2_000 } else { 100_000 }] {
-        let keys: Vec<SessionKey> = (0..sessions)
-            .map(|i| format!("agent:main:bench:direct:{i}").into())
-            .collect();
-        group.bench_with_input(BenchmarkId::new("sessions", sessions), &keys, |b, keys| {
+    for (name, sessions, max_live, warm) in [
+        ("live_lanes", 1_000usize, 1_001usize, true),
+        ("live_lanes", large, large + 1, true),
+        ("passivated_10k_live", large, large / 10, true),
+    ] {
+        let keys = keys(sessions);
+        group.bench_with_input(BenchmarkId::new(name, sessions), &keys, |b, keys| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    total += rt.block_on(drive(keys, messages, 64));
+                    total += rt.block_on(run(keys, messages, max_live, warm));
                 }
                 total
             })
@@ -151,9 +193,7 @@ fn routing(c: &mut Criterion) {
 fn lane_spawn(c: &mut Criterion) {
     let rt = runtime();
     let lanes: u64 = if ci() { 500 } else { 10_000 };
-    let keys: Vec<SessionKey> = (0..lanes)
-        .map(|i| format!("agent:main:bench:direct:{i}").into())
-        .collect();
+    let keys = keys(lanes as usize);
     let mut group = c.benchmark_group("lane_spawn");
     group.sample_size(10);
     group.warm_up_time(Duration::from_secs(1));
@@ -164,7 +204,7 @@ fn lane_spawn(c: &mut Criterion) {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 // One message per key: every message spawns its lane.
-                total += rt.block_on(drive(&keys, lanes, 64));
+                total += rt.block_on(run(&keys, lanes, lanes as usize + 1, false));
             }
             total
         })

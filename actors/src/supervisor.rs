@@ -5,7 +5,7 @@
 //! lanes see. `Backend::admit` only starts a durable write; the submitter awaits durability
 //! outside the actor, so one slow flush never stalls routing.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -63,31 +63,54 @@ impl<I> LaneRegistry<I> {
 /// Extra lanes asked to passivate beyond the excess, since some of them may be busy.
 const SHED_SLACK: usize = 8;
 
-/// Least-recently-used order of live lanes: O(log n) per touch.
+/// Least-recently-used order of live lanes: a queue of touches in which only each key's
+/// newest touch counts. Stale entries are skipped when read and dropped when the queue
+/// outgrows [`RECENCY_SLACK`] times the keys, so a touch is O(1) amortised (a message to a
+/// live lane touches it; this is on every message's path).
 #[derive(Default)]
 struct Recency {
     tick: u64,
-    by_tick: BTreeMap<u64, SessionKey>,
+    queue: VecDeque<(u64, SessionKey)>,
     by_key: HashMap<SessionKey, u64>,
 }
+
+/// The touch queue is compacted when longer than this many times the live keys (plus a
+/// constant, so tiny sets do not compact on every touch).
+const RECENCY_SLACK: usize = 2;
 
 impl Recency {
     fn touch(&mut self, key: &SessionKey) {
         self.tick += 1;
-        if let Some(old) = self.by_key.insert(key.clone(), self.tick) {
-            self.by_tick.remove(&old);
+        self.by_key.insert(key.clone(), self.tick);
+        self.queue.push_back((self.tick, key.clone()));
+        if self.queue.len() > RECENCY_SLACK * self.by_key.len() + 64 {
+            let by_key = &self.by_key;
+            self.queue.retain(|(t, k)| by_key.get(k) == Some(t));
         }
-        self.by_tick.insert(self.tick, key.clone());
     }
 
     fn forget(&mut self, key: &SessionKey) {
-        if let Some(old) = self.by_key.remove(key) {
-            self.by_tick.remove(&old);
-        }
+        self.by_key.remove(key);
     }
 
-    fn oldest(&self, n: usize) -> Vec<SessionKey> {
-        self.by_tick.values().take(n).cloned().collect()
+    fn is_current(&self, tick: u64, key: &SessionKey) -> bool {
+        self.by_key.get(key) == Some(&tick)
+    }
+
+    /// The `n` least recently used keys, oldest first.
+    fn oldest(&mut self, n: usize) -> Vec<SessionKey> {
+        while let Some((t, k)) = self.queue.front() {
+            if self.is_current(*t, k) {
+                break;
+            }
+            self.queue.pop_front();
+        }
+        self.queue
+            .iter()
+            .filter(|(t, k)| self.is_current(*t, k))
+            .take(n)
+            .map(|(_, k)| k.clone())
+            .collect()
     }
 }
 
@@ -318,5 +341,42 @@ impl<B: Backend> Supervisor<B> {
                 let _ = waiter.send(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod recency_tests {
+    use super::*;
+
+    fn key(s: &str) -> SessionKey {
+        SessionKey::from(s)
+    }
+
+    #[test]
+    fn oldest_first_with_only_the_newest_touch_counting() {
+        let mut r = Recency::default();
+        for k in ["a", "b", "c"] {
+            r.touch(&key(k));
+        }
+        r.touch(&key("a"));
+        assert_eq!(r.oldest(2), [key("b"), key("c")]);
+        r.forget(&key("b"));
+        assert_eq!(r.oldest(5), [key("c"), key("a")]);
+        assert!(r.oldest(0).is_empty());
+    }
+
+    #[test]
+    fn the_touch_queue_stays_bounded_by_the_live_keys() {
+        let mut r = Recency::default();
+        for i in 0..10_000 {
+            r.touch(&key(&format!("k{}", i % 10)));
+        }
+        assert!(
+            r.queue.len() <= RECENCY_SLACK * 10 + 64 + 1,
+            "{}",
+            r.queue.len()
+        );
+        assert_eq!(r.oldest(10).len(), 10);
+        assert_eq!(r.oldest(1), [key("k0")]);
     }
 }
