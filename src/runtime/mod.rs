@@ -270,7 +270,11 @@ impl RuntimeBuilder {
             Some(m) => m,
             None => model_from_config(&config, &calibration)?,
         };
-        let store = Store::open(&config.storage)?;
+        let store = if self.inspect_only {
+            Store::open(&config.storage)?
+        } else {
+            Store::open_for_serving(&config.storage)?
+        };
         let tokens = TokenCounter::new(Encoding::for_model(&config.model.model));
         let context = ContextEngine::new(&config, &self.context, tokens)?
             .with_calibration(calibration, model.name());
@@ -339,6 +343,12 @@ impl RuntimeBuilder {
             let _ = runtime.shutdown().await;
             return Err(e);
         }
+        let checked = store.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = checked.run_deferred_checks() {
+                tracing::error!(error = %e, "the store checks after start-up failed");
+            }
+        });
         let pending = store.sessions_with_pending()?;
         if !pending.is_empty() {
             tracing::info!(sessions = pending.len(), "replaying unanswered messages");

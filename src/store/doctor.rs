@@ -247,7 +247,11 @@ impl Store {
         Ok(())
     }
 
-    fn check_inbox(&self, report: &mut DoctorReport, repair: bool) -> Result<(), StoreError> {
+    pub(super) fn check_inbox(
+        &self,
+        report: &mut DoctorReport,
+        repair: bool,
+    ) -> Result<(), StoreError> {
         let inner = self.inner();
         let tree = &inner.inbox;
         for kv in tree.iter() {

@@ -199,7 +199,43 @@ impl Store {
         Self::open_with(config, false)
     }
 
+    /// Opens the store for a serving runtime: only what replaying the inbox depends on is
+    /// checked now (schema migrations, the inbox); the checks proportional to the stored
+    /// sessions and the dedupe prune are left to [`Store::run_deferred_checks`], so start-up
+    /// does not grow with the number of sessions.
+    pub fn open_for_serving(config: &StorageConfig) -> Result<Self, StoreError> {
+        let (store, migrated_from) = Self::open_generation(config)?;
+        let mut report = DoctorReport {
+            schema_version: store.schema_version()?,
+            repaired: true,
+            migrated_from,
+            ..DoctorReport::default()
+        };
+        store.check_inbox(&mut report, true)?;
+        if !report.is_clean() {
+            tracing::warn!(report = %report, "inbox repaired on open");
+        }
+        store.recount_queued();
+        Ok(store)
+    }
+
     fn open_with(config: &StorageConfig, repair: bool) -> Result<Self, StoreError> {
+        let (store, migrated_from) = Self::open_generation(config)?;
+        // Quick checks and repairs on every open; `turnstile doctor` runs the full ones.
+        let mut report = store.doctor(Depth::Quick, repair)?;
+        report.migrated_from = migrated_from;
+        if !report.is_clean() {
+            tracing::warn!(report = %report, "store repaired on open");
+        }
+        store.shared.meter.set_live(report.live_bytes);
+        store.recount_queued();
+        let _ = store.shared.open_report.set(report);
+        store.prune_dedupe(dedupe::wall_clock_ms(), DEDUPE_PRUNE_ON_OPEN)?;
+        Ok(store)
+    }
+
+    /// Opens the current database generation (running schema migrations), unchecked.
+    fn open_generation(config: &StorageConfig) -> Result<(Self, Option<u8>), StoreError> {
         let data_dir = config.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(|source| StoreError::DataDir {
             path: data_dir.clone(),
@@ -209,12 +245,11 @@ impl Store {
         let (inner, migrated_from) = StoreInner::open(dir, config)?;
         // Leftovers of an interrupted rewrite or of a retired generation.
         rewrite::remove_other_generations(&data_dir, &inner.dir);
-        let queued = AtomicUsize::new(inner.inbox.len());
         let store = Self {
             shared: Arc::new(Shared {
                 current: RwLock::new(Arc::new(inner)),
                 write_gate: RwLock::new(()),
-                queued,
+                queued: AtomicUsize::new(0),
                 data_dir,
                 config: config.clone(),
                 meter: disk::UsageMeter::default(),
@@ -222,20 +257,37 @@ impl Store {
                 dedupe_cursor: std::sync::Mutex::new(Vec::new()),
             }),
         };
-        // Quick checks and repairs on every open; `turnstile doctor` runs the full ones.
-        let mut report = store.doctor(Depth::Quick, repair)?;
-        report.migrated_from = migrated_from;
-        if !report.is_clean() {
-            tracing::warn!(report = %report, "store repaired on open");
-        }
-        store.shared.meter.set_live(report.live_bytes);
-        store
-            .shared
+        Ok((store, migrated_from))
+    }
+
+    fn recount_queued(&self) {
+        self.shared
             .queued
-            .store(store.inner().inbox.len(), Ordering::Relaxed);
-        let _ = store.shared.open_report.set(report);
-        store.prune_dedupe(dedupe::wall_clock_ms(), DEDUPE_PRUNE_ON_OPEN)?;
-        Ok(store)
+            .store(self.inner().inbox.len(), Ordering::Relaxed);
+    }
+
+    /// The checks [`Store::open_for_serving`] left out, while the store is in use: the quick
+    /// checks run read-only beside the writers; only if they find a problem do they run again
+    /// with repairs, holding writes off (a concurrent write can look like a problem to the
+    /// read-only pass, never to the repairing one). Then the live-byte meter is set and expired
+    /// dedupe keys are pruned. Returns what the (last) pass found.
+    pub fn run_deferred_checks(&self) -> Result<DoctorReport, StoreError> {
+        let mut report = self.doctor(Depth::Quick, false)?;
+        if !report.is_clean() {
+            let _exclusive = self
+                .shared
+                .write_gate
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            report = self.doctor(Depth::Quick, true)?;
+            if !report.is_clean() {
+                tracing::warn!(report = %report, "store repaired after opening");
+            }
+        }
+        self.shared.meter.set_live(report.live_bytes);
+        let _ = self.shared.open_report.set(report.clone());
+        self.prune_dedupe(dedupe::wall_clock_ms(), DEDUPE_PRUNE_ON_OPEN)?;
+        Ok(report)
     }
 
     /// The current database generation.

@@ -320,6 +320,47 @@ async fn opening_quarantines_undecodable_inbox_entries() {
 }
 
 #[tokio::test]
+async fn a_serving_open_checks_the_inbox_now_and_the_rest_later() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(&config(dir.path())).unwrap();
+        let other = turn(&store, "other", 11, "fine");
+        store.enqueue("k", inbox_record("1")).unwrap();
+        let inner = store.inner();
+        inner
+            .inbox
+            .insert(keys::inbox_key("k", 1 << 40), &[1u8, 200][..])
+            .unwrap();
+        inner
+            .sessions
+            .insert("broken", &[1u8, 0xff, 0xff][..])
+            .unwrap();
+        inner
+            .by_updated
+            .remove(by_updated::key(other.updated_at_ms, "other"))
+            .unwrap();
+        store.close().await.unwrap();
+    }
+    let store = Store::open_for_serving(&config(dir.path())).unwrap();
+    // Replay can start: the undecodable inbox entry is already quarantined.
+    assert_eq!(store.queued(), 1);
+    assert_eq!(store.quarantined(10).unwrap().len(), 1);
+    assert!(
+        store.open_report().is_none(),
+        "the session checks have not run"
+    );
+    let report = store.run_deferred_checks().unwrap();
+    assert_eq!(report.undecodable, 1, "{report}");
+    assert_eq!(report.index_missing, 1, "{report}");
+    assert!(report.live_bytes > 0);
+    assert!(store.doctor(Depth::Quick, false).unwrap().is_clean());
+    assert_eq!(store.quarantined(10).unwrap().len(), 2);
+    assert_eq!(index(&store), [(11, "other".to_string())]);
+    assert!(store.open_report().is_some());
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_v1_store_is_migrated_on_open() {
     let dir = tempfile::tempdir().unwrap();
     {
