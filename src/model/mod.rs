@@ -15,7 +15,10 @@ pub use calibration::{
 };
 pub use echo::{EchoModel, ECHO_QUOTE_CHARS};
 pub use openai::{ApiKey, OpenAiModel, OpenAiSettings};
-pub use tokens::{Encoding, TokenCounter, MAX_RUN_BYTES, MESSAGE_OVERHEAD_TOKENS};
+pub use tokens::{
+    Encoding, TokenCounter, MAX_RUN_BYTES, MEMO_ENTRIES, MEMO_MAX_TEXT_BYTES,
+    MESSAGE_OVERHEAD_TOKENS,
+};
 
 use crate::error::ModelError;
 

@@ -5,12 +5,20 @@
 //! run of same-class characters longer than [`MAX_RUN_BYTES`] before encoding; the count of a
 //! cut run differs from the exact one by at most a token per cut, which budgets absorb.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use tiktoken_rs::CoreBPE;
 
 /// Longest run of whitespace or of non-whitespace encoded as one piece.
 pub const MAX_RUN_BYTES: usize = 256;
+
+/// Longest text [`TokenCounter::count_recurring`] remembers.
+pub const MEMO_MAX_TEXT_BYTES: usize = 512;
+
+/// Counts [`TokenCounter::count_recurring`] remembers per vocabulary; when full, it starts
+/// over (about 1.5 MiB at most).
+pub const MEMO_ENTRIES: usize = 16_384;
 
 /// Tokens a chat message costs beyond its content (role and separators), as OpenAI counts.
 pub const MESSAGE_OVERHEAD_TOKENS: u32 = 4;
@@ -72,6 +80,34 @@ impl TokenCounter {
             total += bpe.encode_ordinary(segment).len();
         }
         u32::try_from(total).unwrap_or(u32::MAX)
+    }
+
+    /// Like [`TokenCounter::count`], remembering the counts of short texts that recur turn
+    /// after turn (the labelled sender block of a group message is counted for every turn of
+    /// that sender). Texts longer than [`MEMO_MAX_TEXT_BYTES`] are counted directly.
+    pub fn count_recurring(&self, text: &str) -> u32 {
+        if text.len() > MEMO_MAX_TEXT_BYTES {
+            return self.count(text);
+        }
+        static CL100K: OnceLock<Mutex<HashMap<Box<str>, u32>>> = OnceLock::new();
+        static O200K: OnceLock<Mutex<HashMap<Box<str>, u32>>> = OnceLock::new();
+        let memo = match self.encoding {
+            Encoding::Cl100k => &CL100K,
+            Encoding::O200k => &O200K,
+        }
+        .get_or_init(|| Mutex::new(HashMap::new()));
+        // A poisoned memo only holds complete entries: keep using it.
+        let lock = || memo.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = lock().get(text) {
+            return *n;
+        }
+        let n = self.count(text);
+        let mut memo = lock();
+        if memo.len() >= MEMO_ENTRIES {
+            memo.clear();
+        }
+        memo.insert(text.into(), n);
+        n
     }
 
     /// Tokens of `text` sent as one chat message.
@@ -143,6 +179,34 @@ mod tests {
         let ours = counter.count(&text);
         let cuts = (text.len() / MAX_RUN_BYTES) as u32;
         assert!(ours >= exact && ours <= exact + cuts, "{ours} vs {exact}");
+    }
+
+    #[test]
+    fn remembered_counts_equal_direct_counts() {
+        let counter = TokenCounter::new(Encoding::Cl100k);
+        let long = "word ".repeat(MEMO_MAX_TEXT_BYTES);
+        for text in [
+            "Sender (untrusted):\n```\nAda (id 7)\n```",
+            "",
+            "x",
+            long.as_str(),
+        ] {
+            assert_eq!(
+                counter.count_recurring(text),
+                counter.count(text),
+                "{text:?}"
+            );
+            assert_eq!(
+                counter.count_recurring(text),
+                counter.count(text),
+                "again: {text:?}"
+            );
+        }
+        // Past the bound it starts over and stays correct.
+        for i in 0..MEMO_ENTRIES + 10 {
+            let text = format!("sender {i}");
+            assert_eq!(counter.count_recurring(&text), counter.count(&text));
+        }
     }
 
     #[test]

@@ -8,6 +8,10 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Committed, Store, TurnCommit, MAX_TURNS_PER_COMMIT};
 use crate::error::StoreError;
 
+/// Batches of at most this many turns are committed on the committer's own task; larger ones
+/// on the blocking pool.
+pub const INLINE_COMMIT_TURNS: usize = 2;
+
 /// Turns waiting for the committer; a lane finishing a turn waits for room when it is full.
 pub const COMMIT_QUEUE: usize = 1_024;
 
@@ -55,6 +59,13 @@ async fn run(mut rx: mpsc::Receiver<Job>) {
     let mut jobs = Vec::with_capacity(MAX_TURNS_PER_COMMIT);
     while rx.recv_many(&mut jobs, MAX_TURNS_PER_COMMIT).await > 0 {
         let batch = std::mem::take(&mut jobs);
+        if batch.len() <= INLINE_COMMIT_TURNS {
+            // A short transaction: committing right here saves the hand-off to the blocking
+            // pool, most of a lightly loaded turn's persist time.
+            commit_batch(batch);
+            continue;
+        }
+        // A long one would stall this worker (and the tasks behind it) for its whole length.
         let committed = tokio::task::spawn_blocking(move || commit_batch(batch)).await;
         if let Err(e) = committed {
             // The jobs' senders were dropped with the task, so their callers see an error.

@@ -47,7 +47,7 @@ use std::time::Duration;
 pub use archive::ARCHIVE_DIR;
 pub use budget::{Liveness, StoreBudget};
 pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
-pub use committer::{TurnCommitter, COMMIT_QUEUE};
+pub use committer::{TurnCommitter, COMMIT_QUEUE, INLINE_COMMIT_TURNS};
 pub use compact::{SummarySwap, SwapOutcome, MAX_COMPACTED_ENTRIES};
 pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
 pub use delete::SessionDeletion;

@@ -88,7 +88,7 @@ impl ContextSource for CurrentSource {
             let head_tokens = if head.is_empty() {
                 0
             } else {
-                session.tokens.count(&head)
+                session.tokens.count_recurring(&head)
             };
             let meta = BlockMeta {
                 message_id: Some(m.message_id.clone()),
