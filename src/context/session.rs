@@ -231,7 +231,7 @@ impl<'a> SessionView<'a> {
         let mut tokens = 0u64;
         let cleared = u64::from(
             self.tokens
-                .count(crate::context::processors::CLEARED_TOOL_RESULT)
+                .count_recurring(crate::context::processors::CLEARED_TOOL_RESULT)
                 + MESSAGE_OVERHEAD_TOKENS,
         );
         let mut stop = false;

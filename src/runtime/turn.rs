@@ -364,7 +364,7 @@ impl TurnEngine {
             }
             // Over budget: clear this turn's older results, oldest first (the newest round's
             // results stay, the model has not seen them yet).
-            let cleared = self.tokens.count(CLEARED_TOOL_RESULT);
+            let cleared = self.tokens.count_recurring(CLEARED_TOOL_RESULT);
             for (id, tokens, r) in results.iter_mut() {
                 if prompt_tokens <= assembly.budget.total {
                     break;

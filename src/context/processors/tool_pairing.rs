@@ -117,7 +117,7 @@ impl ContextProcessor for ToolPairing {
         if missing.is_empty() {
             return Ok(());
         }
-        let cost = session.tokens.count(MISSING_RESULT_TEXT) + MESSAGE_OVERHEAD_TOKENS;
+        let cost = session.tokens.count_recurring(MISSING_RESULT_TEXT) + MESSAGE_OVERHEAD_TOKENS;
         let mut unfillable: HashSet<Order> = HashSet::new();
         for call in missing {
             if blocks.used().saturating_add(cost) > blocks.total() {

@@ -114,7 +114,8 @@ impl ContextProcessor for ToolResultGuard {
             }
         });
         let threshold = u64::from(blocks.total()) * u64::from(self.p.clear_above_percent) / 100;
-        let cleared_tokens = session.tokens.count(CLEARED_TOOL_RESULT) + MESSAGE_OVERHEAD_TOKENS;
+        let cleared_tokens =
+            session.tokens.count_recurring(CLEARED_TOOL_RESULT) + MESSAGE_OVERHEAD_TOKENS;
         let mut used = u64::from(blocks.used());
         let mut clear: HashSet<Order> = HashSet::new();
         for (order, tokens) in &old {

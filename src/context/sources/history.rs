@@ -101,7 +101,7 @@ fn shrink_result(block: &mut ContextBlock, room: u32, session: &SessionView<'_>)
             return;
         }
     }
-    let tokens = session.tokens.count(CLEARED_TOOL_RESULT) + MESSAGE_OVERHEAD_TOKENS;
+    let tokens = session.tokens.count_recurring(CLEARED_TOOL_RESULT) + MESSAGE_OVERHEAD_TOKENS;
     if tokens <= room {
         block.content = CLEARED_TOOL_RESULT.to_string();
         block.token_count = tokens;
