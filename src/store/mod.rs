@@ -69,6 +69,11 @@ use crate::error::StoreError;
 #[cfg(test)]
 use migrate::SCHEMA_KEY;
 
+/// Attempts to open a database whose lock is held before reporting it in use.
+pub const OPEN_LOCK_ATTEMPTS: u32 = 10;
+/// Wait between those attempts.
+pub const OPEN_LOCK_RETRY_WAIT: Duration = Duration::from_millis(50);
+
 /// The database's directory under the data dir.
 pub const DB_DIR: &str = "db";
 
@@ -123,12 +128,26 @@ struct StoreInner {
 impl StoreInner {
     /// Opens the generation in `dir`, running schema migrations.
     fn open(dir: PathBuf, config: &StorageConfig) -> Result<(Self, Option<u8>), StoreError> {
-        let db = sled::Config::new()
-            .path(&dir)
-            .cache_capacity(config.cache_capacity_bytes)
-            .flush_every_ms(Some(config.flush_every_ms.max(1)))
-            .open()
-            .map_err(|source| StoreError::from_open(&dir, source))?;
+        let open = || {
+            sled::Config::new()
+                .path(&dir)
+                .cache_capacity(config.cache_capacity_bytes)
+                .flush_every_ms(Some(config.flush_every_ms.max(1)))
+                .open()
+                .map_err(|source| StoreError::from_open(&dir, source))
+        };
+        let mut attempt = 1;
+        let db = loop {
+            match open() {
+                // sled lets go of its file lock when its last background write ends, which can
+                // be a moment after the previous owner in this process closed the store.
+                Err(StoreError::Locked { .. }) if attempt < OPEN_LOCK_ATTEMPTS => {
+                    attempt += 1;
+                    std::thread::sleep(OPEN_LOCK_RETRY_WAIT);
+                }
+                other => break other?,
+            }
+        };
         let migrated_from = migrate::run(&db)?;
         Ok((Self::from_db(db, dir, config, 0)?, migrated_from))
     }
