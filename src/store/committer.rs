@@ -3,6 +3,8 @@
 //! in a bounded queue and go into the next transaction together; under light load a turn is
 //! committed alone, at once.
 
+use std::panic::AssertUnwindSafe;
+
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Committed, Store, TurnCommit, MAX_TURNS_PER_COMMIT};
@@ -61,8 +63,12 @@ async fn run(mut rx: mpsc::Receiver<Job>) {
         let batch = std::mem::take(&mut jobs);
         if batch.len() <= INLINE_COMMIT_TURNS {
             // A short transaction: committing right here saves the hand-off to the blocking
-            // pool, most of a lightly loaded turn's persist time.
-            commit_batch(batch);
+            // pool, most of a lightly loaded turn's persist time. A panic must not end the
+            // committer: its callers see their commit dropped and the lane retries the turn.
+            let committed = std::panic::catch_unwind(AssertUnwindSafe(|| commit_batch(batch)));
+            if committed.is_err() {
+                tracing::error!("a turn commit panicked");
+            }
             continue;
         }
         // A long one would stall this worker (and the tasks behind it) for its whole length.
