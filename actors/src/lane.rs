@@ -60,10 +60,6 @@ impl<I: QueueItem> Timer<I> {
         Self(None)
     }
 
-    fn is_armed(&self) -> bool {
-        self.0.is_some()
-    }
-
     /// Its message arrived.
     fn fired(&mut self) {
         self.0 = None;
@@ -302,7 +298,7 @@ impl<B: Backend> Lane<B> {
                     queued: true,
                 };
                 self.start(myself, state, batch, QueueMode::Followup);
-            } else if !state.idle_timer.is_armed() {
+            } else {
                 let timeout = self.backend.lane_settings().idle_timeout;
                 state.idle_timer.arm(myself, timeout, || LaneMsg::IdleCheck);
             }

@@ -246,11 +246,18 @@ impl Store {
         if !report.is_clean() {
             tracing::warn!(report = %report, "store repaired on open");
         }
-        store.shared.meter.set_live(report.live_bytes);
         store.recount_queued();
-        let _ = store.shared.open_report.set(report);
-        store.prune_dedupe(dedupe::wall_clock_ms(), DEDUPE_PRUNE_ON_OPEN)?;
+        store.after_quick_checks(report)?;
         Ok(store)
+    }
+
+    /// Records what the quick checks found (the live-byte meter, the open report) and prunes
+    /// expired dedupe keys.
+    fn after_quick_checks(&self, report: DoctorReport) -> Result<(), StoreError> {
+        self.shared.meter.set_live(report.live_bytes);
+        let _ = self.shared.open_report.set(report);
+        self.prune_dedupe(dedupe::wall_clock_ms(), DEDUPE_PRUNE_ON_OPEN)?;
+        Ok(())
     }
 
     /// Opens the current database generation (running schema migrations), unchecked.
@@ -303,9 +310,7 @@ impl Store {
                 tracing::warn!(report = %report, "store repaired after opening");
             }
         }
-        self.shared.meter.set_live(report.live_bytes);
-        let _ = self.shared.open_report.set(report.clone());
-        self.prune_dedupe(dedupe::wall_clock_ms(), DEDUPE_PRUNE_ON_OPEN)?;
+        self.after_quick_checks(report.clone())?;
         Ok(report)
     }
 
