@@ -48,6 +48,8 @@ pub(crate) struct LaneState<I: QueueItem> {
     draining: bool,
     idle_timer: Timer<I>,
     debounce_timer: Timer<I>,
+    /// The supervisor asked this lane to passivate while it was busy (past `max_live_lanes`).
+    passivate_when_idle: bool,
 }
 
 /// A pending one-shot message from the lane to itself. The timer's task holds a reference to
@@ -121,6 +123,7 @@ impl<B: Backend> Actor for Lane<B> {
             draining: false,
             idle_timer: Timer::idle(),
             debounce_timer: Timer::idle(),
+            passivate_when_idle: false,
         };
         self.refill(&mut state).await?;
         Ok(state)
@@ -172,6 +175,10 @@ impl<B: Backend> Actor for Lane<B> {
             LaneMsg::PassivateIfIdle => {
                 if state.is_idle() {
                     self.ask_to_passivate(&myself, state);
+                } else {
+                    // Busy lanes would otherwise stay live past `max_live_lanes` until their
+                    // idle timeout.
+                    state.passivate_when_idle = true;
                 }
             }
             LaneMsg::Drain => {
@@ -298,6 +305,10 @@ impl<B: Backend> Lane<B> {
                     queued: true,
                 };
                 self.start(myself, state, batch, QueueMode::Followup);
+            } else if state.passivate_when_idle && state.is_idle() {
+                // Asked to passivate while busy: now it can.
+                state.passivate_when_idle = false;
+                self.ask_to_passivate(myself, state);
             } else {
                 let timeout = self.backend.lane_settings().idle_timeout;
                 state.idle_timer.arm(myself, timeout, || LaneMsg::IdleCheck);

@@ -316,8 +316,9 @@ impl<B: Backend> Supervisor<B> {
         Some(key)
     }
 
-    /// Past `max_live_lanes`, asks the least recently used lanes to passivate if idle. Busy
-    /// ones decline and count as used now, so the next request asks others.
+    /// Past `max_live_lanes`, asks the least recently used lanes to passivate: idle ones stop
+    /// now, busy ones when their work is done. Asked lanes count as used now, so the next
+    /// request asks others.
     fn shed_lanes(&self, state: &mut SupervisorState, just_spawned: &SessionKey) {
         let max = self.backend.lane_settings().max_live_lanes;
         let excess = self.registry.len().saturating_sub(max);

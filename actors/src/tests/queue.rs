@@ -205,3 +205,24 @@ async fn a_passivated_lane_leaves_no_task_behind() {
         alive()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_asked_to_passivate_while_busy_passivates_when_its_turn_ends() {
+    let (fake, h) = start(LaneSettings {
+        max_live_lanes: 1,
+        ..settings()
+    })
+    .await;
+    let slow = submit(&h, "k0", "sleep=300").await;
+    assert!(eventually(|| fake.starts("k0").contains(&slow), WAIT).await);
+    // A second lane puts the supervisor past `max_live_lanes`: it asks k0, which is busy.
+    submit(&h, "k1", "").await;
+    assert!(eventually(|| fake.completed_total() == 2, WAIT).await);
+    // k0 goes as soon as its turn ends, not after its 60 s idle timeout.
+    assert!(
+        eventually(|| h.registry().len() == 1, WAIT).await,
+        "live lanes: {}",
+        h.registry().len()
+    );
+    assert!(!h.registry().is_live("k0"));
+}
