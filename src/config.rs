@@ -462,6 +462,10 @@ pub struct CompactionConfig {
     /// Sessions waiting for a compaction at most; further requests are refused (a background
     /// one is skipped, a waiting turn answers with an error). Default 1,024.
     pub max_pending: usize,
+    /// In group and channel chats, compact as soon as the history window leaves stored
+    /// entries out (the message limit is short there, long before the token threshold), so
+    /// what the window no longer shows is in the rolling summary. Default true.
+    pub window_trigger: bool,
 }
 
 impl Default for CompactionConfig {
@@ -475,6 +479,7 @@ impl Default for CompactionConfig {
             chunk_tokens: 12_000,
             max_concurrent: 2,
             max_pending: 1_024,
+            window_trigger: true,
         }
     }
 }
@@ -1103,7 +1108,7 @@ allow_bots = true
         );
         assert_eq!(c.tools.max_rounds, 3);
         assert_eq!(c.context.chat_kinds.group, "support");
-        assert_eq!(c.context.sources.len(), 10, "the default pipeline stays");
+        assert_eq!(c.context.sources.len(), 11, "the default pipeline stays");
         assert!(Config::parse("[tools]\nmax_result_chars = 10\n").is_err());
         assert!(Config::parse("[context.presets.x]\nmax_messages = 0\n").is_err());
     }

@@ -19,10 +19,11 @@ const SENDERS: usize = 8;
 const CHATS: usize = 6;
 
 /// Group chats get the `assistant` preset with a budget no run can fill (a run acknowledges
-/// thousands of messages per chat), so no session is compacted and every acknowledged message
+/// thousands of messages per chat) and no window trigger, so no session is compacted and every acknowledged message
 /// must be found verbatim (compaction folds old messages into a summary; `tests/it` checks
 /// acknowledged messages across kills with that).
 const CONFIG: &str = "[storage]\ndurability = \"strict\"\n[lanes]\nidle_timeout_ms = 2000\n\
+                      [compaction]\nwindow_trigger = false\n\
                       [context]\nmax_tokens = 100000000\n\
                       [context.presets.assistant]\nmax_tokens = 100000000\n\
                       [context.chat_kinds]\ngroup = \"assistant\"\n";

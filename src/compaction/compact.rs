@@ -1,12 +1,14 @@
 //! Compacting one session: choose the cut point, summarise the older span together with the
 //! previous summary (rolling), and swap the summary in atomically.
 //!
-//! The cut keeps the newest `keep_recent_ratio × budget` tokens verbatim and never separates a
-//! tool call from its result. A compaction that frees nothing is remembered and not repeated
+//! The cut keeps the newest `keep_recent_ratio × budget` tokens verbatim (in group chats also
+//! at most the newest entries the history window shows) and never separates a tool call from
+//! its result. In group and channel chats the span is summarised with the chatter its user
+//! turns carried (read from the chat record), so the summary covers the whole conversation. A compaction that frees nothing is remembered and not repeated
 //! for that span; summaries of identical spans are reused for [`SUMMARY_CACHE_TTL`].
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -14,8 +16,13 @@ use std::time::{Duration, Instant};
 use turnstile_actors::CompactionOutcome;
 
 use super::{SummarizeError, Summarizer};
+use crate::context::{chat_kind_of_key, MAX_CHATTER_LINES};
 use crate::error::StoreError;
-use crate::store::{EntryKind, Store, SummarySwap, SwapOutcome, TranscriptEntry};
+use crate::inbound::ChatKind;
+use crate::store::{ChannelMessage, EntryKind, Store, SummarySwap, SwapOutcome, TranscriptEntry};
+
+/// The chatter each user entry of a span carried, by transcript seq.
+type Chatter = HashMap<u64, Vec<ChannelMessage>>;
 
 /// Newest entries read when compacting (back to the previous summary). Older unsummarised
 /// entries past it — only possible after this many entries without any compaction — stay
@@ -64,6 +71,14 @@ pub struct SessionCompactor {
 pub enum Cut {
     /// Keep the newest this many tokens verbatim (`keep_recent_ratio × budget`).
     KeepRecent(u64),
+    /// Keep the newest `tokens` tokens verbatim, and at most `entries` entries (a group chat's
+    /// history window: what falls out of it is summarised).
+    KeepNewest {
+        /// Tokens kept at most.
+        tokens: u64,
+        /// Entries kept at most.
+        entries: usize,
+    },
     /// Compact every entry up to this sequence (a TTL `keep: summary` span), never fewer
     /// than needed to keep a tool call with its result.
     UpTo(u64),
@@ -113,9 +128,16 @@ impl SessionCompactor {
             if self.lock_no_gain().0.contains(&span_id) {
                 return Ok(Some(unchanged));
             }
-            let span_text = render_span(&plan.span);
+            let chatter = self.chatter(session_key, &plan.span)?;
+            let span_text = render_span(&plan.span, &chatter);
             let previous = plan.previous.as_ref().map(|(_, e)| e.text.as_str());
             let (text, tokens) = self.summary(&span_text, previous).await?;
+            let counter = self.summarizer.counter();
+            let chatter_tokens: u64 = chatter
+                .values()
+                .flatten()
+                .map(|m| u64::from(counter.count(&m.text)))
+                .sum();
             let replaced: u64 = plan
                 .span
                 .iter()
@@ -124,7 +146,8 @@ impl SessionCompactor {
                 + plan
                     .previous
                     .as_ref()
-                    .map_or(0, |(_, e)| u64::from(e.tokens));
+                    .map_or(0, |(_, e)| u64::from(e.tokens))
+                + chatter_tokens;
             if u64::from(tokens) >= replaced {
                 tracing::info!(
                     session_key,
@@ -196,7 +219,8 @@ impl SessionCompactor {
             _ => None,
         };
         let cut = match cut {
-            Cut::KeepRecent(tokens) => cut_point(&entries, tokens),
+            Cut::KeepRecent(tokens) => cut_point(&entries, tokens, usize::MAX),
+            Cut::KeepNewest { tokens, entries: n } => cut_point(&entries, tokens, n),
             Cut::UpTo(seq) => {
                 let first_kept = entries
                     .iter()
@@ -213,6 +237,43 @@ impl SessionCompactor {
             previous,
             span: entries,
         }))
+    }
+
+    /// The chatter the user entries of `span` carried, in group and channel sessions.
+    fn chatter(
+        &self,
+        session_key: &str,
+        span: &[(u64, TranscriptEntry)],
+    ) -> Result<Chatter, StoreError> {
+        let mut out = Chatter::new();
+        if chat_kind_of_key(session_key) == ChatKind::Direct {
+            return Ok(out);
+        }
+        let Some((channel, chat_id)) = self.store.session_chat(session_key)? else {
+            return Ok(out);
+        };
+        for (seq, e) in span {
+            let (EntryKind::User, Some(id)) = (e.kind, e.message_id.as_deref()) else {
+                continue;
+            };
+            let Some(m) = self.store.channel_message(&channel, &chat_id, id)? else {
+                continue;
+            };
+            if m.seq == 0 {
+                continue;
+            }
+            let lines = self.store.chatter_before(
+                &channel,
+                &chat_id,
+                m.thread_id.as_deref(),
+                Some(m.seq),
+                MAX_CHATTER_LINES,
+            )?;
+            if !lines.is_empty() {
+                out.insert(*seq, lines);
+            }
+        }
+        Ok(out)
     }
 
     /// The summary of `span` on top of `previous`: cached, or from the summariser.
@@ -259,14 +320,19 @@ impl SessionCompactor {
     }
 }
 
-/// Index of the first entry kept verbatim: the newest `keep_tokens` stay, moved earlier so a
-/// kept tool result keeps its call (and a round's calls stay together).
-pub fn cut_point(entries: &[(u64, TranscriptEntry)], keep_tokens: u64) -> usize {
+/// Index of the first entry kept verbatim: the newest `keep_tokens` stay (at most
+/// `keep_entries` of them), moved earlier so a kept tool result keeps its call (and a round's
+/// calls stay together).
+pub fn cut_point(
+    entries: &[(u64, TranscriptEntry)],
+    keep_tokens: u64,
+    keep_entries: usize,
+) -> usize {
     let mut cut = entries.len();
     let mut kept = 0u64;
     while cut > 0 {
         let tokens = u64::from(entries[cut - 1].1.tokens);
-        if kept + tokens > keep_tokens {
+        if kept + tokens > keep_tokens || entries.len() - cut >= keep_entries {
             break;
         }
         kept += tokens;
@@ -288,10 +354,14 @@ fn keep_tool_pairs(entries: &[(u64, TranscriptEntry)], mut cut: usize) -> usize 
     cut
 }
 
-/// The span as the summariser reads it: one line per entry, with who said it.
-fn render_span(span: &[(u64, TranscriptEntry)]) -> String {
+/// The span as the summariser reads it: one line per entry, with who said it; a group turn's
+/// chatter comes before it, one line per message.
+fn render_span(span: &[(u64, TranscriptEntry)], chatter: &Chatter) -> String {
     let mut out = String::new();
-    for (_, e) in span {
+    for (seq, e) in span {
+        for m in chatter.get(seq).into_iter().flatten() {
+            out.push_str(&format!("[user {}]: {}\n", m.sender_name, m.text));
+        }
         let who = match (e.kind, &e.sender, &e.tool) {
             (EntryKind::User, Some(s), _) => format!("user {}", s.name),
             (EntryKind::ToolCall, _, Some(t)) => format!("tool call {}({})", t.name, t.arguments),

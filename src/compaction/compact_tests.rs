@@ -87,9 +87,9 @@ fn the_cut_never_separates_a_tool_call_from_its_result() {
     .collect();
     let result_tokens = u64::from(entries[4].1.tokens + entries[5].1.tokens);
     // Keeping only the last result and the answer would orphan the result: the calls move too.
-    assert_eq!(cut_point(&entries, result_tokens), 1);
-    assert_eq!(cut_point(&entries, u64::MAX), 0);
-    assert_eq!(cut_point(&entries, 0), 6);
+    assert_eq!(cut_point(&entries, result_tokens, usize::MAX), 1);
+    assert_eq!(cut_point(&entries, u64::MAX, usize::MAX), 0);
+    assert_eq!(cut_point(&entries, 0, usize::MAX), 6);
 }
 
 #[tokio::test]

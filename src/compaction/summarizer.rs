@@ -124,6 +124,11 @@ impl Summarizer {
         }
     }
 
+    /// The token counter it measures summaries with.
+    pub fn counter(&self) -> TokenCounter {
+        self.counter
+    }
+
     /// The summariser `config` describes: `[compaction] model` on the `[model]` server, or the
     /// extractive one. Tokens are counted like the answering model's, since summaries go into
     /// its context. The client does not retry by itself: the summariser retries whole calls.

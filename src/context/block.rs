@@ -37,6 +37,8 @@ pub enum BlockKind {
     SystemEvent,
     /// An application-defined transcript entry.
     Custom,
+    /// Older messages of the chat recalled for the current message (BM25 over its record).
+    ChatRecall,
     /// System events queued since the last turn (`System: [ts] text` lines).
     PendingEvents,
     /// The thread of the message being replied to.
@@ -74,7 +76,8 @@ impl BlockKind {
             | BlockKind::ToolResult
             | BlockKind::SystemEvent
             | BlockKind::Custom => Placement::Conversation,
-            BlockKind::PendingEvents
+            BlockKind::ChatRecall
+            | BlockKind::PendingEvents
             | BlockKind::ReplyThread
             | BlockKind::GroupHistory
             | BlockKind::CurrentMessage => Placement::Current,

@@ -54,6 +54,7 @@ pub fn default_sources() -> Vec<StageSpec> {
         "group_history",
         "compaction_summary",
         "memory_recall",
+        "chat_recall",
         "history",
     ]
     .into_iter()

@@ -52,6 +52,12 @@ pub struct Assembly {
 }
 
 impl Assembly {
+    /// Whether stored history was left out of this context (past the message limit, the
+    /// budget or the TTL horizon) while it is not yet summarised.
+    pub fn history_left_out(&self) -> bool {
+        self.older_entries_not_loaded > 0 || self.dropped.iter().any(|d| d.source == "history")
+    }
+
     /// The chat messages to send, in order (rendered from the blocks on each call).
     pub fn messages(&self) -> Vec<ChatMessage> {
         super::render::messages(&self.blocks)

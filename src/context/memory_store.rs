@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::session::{ContextStore, StoredSession};
 use crate::error::StoreError;
-use crate::store::{ChannelMessage, TranscriptEntry};
+use crate::store::{ChannelMessage, Scan, TranscriptEntry};
 
 /// Transcripts and chat messages held in memory.
 #[derive(Debug, Default, Clone)]
@@ -28,8 +28,12 @@ impl MemoryStore {
         seq
     }
 
-    /// Remembers a chat message.
-    pub fn push_channel_message(&mut self, message: ChannelMessage) {
+    /// Remembers a chat message; one without a chat seq gets the next (so messages keep the
+    /// order they were pushed in).
+    pub fn push_channel_message(&mut self, mut message: ChannelMessage) {
+        if message.seq == 0 {
+            message.seq = self.channel.iter().map(|m| m.seq).max().unwrap_or(0) + 1;
+        }
         self.channel.push(message);
     }
 
@@ -120,5 +124,48 @@ impl ContextStore for MemoryStore {
             .cloned()
             .collect();
         Ok(Self::sorted(v, limit))
+    }
+
+    fn oldest_entry(&self, session_id: u64) -> Result<Option<(u64, TranscriptEntry)>, StoreError> {
+        Ok(self
+            .transcripts
+            .get(&session_id)
+            .and_then(|t| t.first())
+            .cloned())
+    }
+
+    fn chat_back(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        before: Option<u64>,
+        step: &mut dyn FnMut(&ChannelMessage) -> Scan,
+    ) -> Result<Vec<ChannelMessage>, StoreError> {
+        let mut chat: Vec<&ChannelMessage> = self
+            .chat(channel, chat_id)
+            .filter(|m| before.is_none_or(|b| m.seq < b))
+            .collect();
+        chat.sort_by_key(|m| std::cmp::Reverse(m.seq));
+        let mut out = Vec::new();
+        for m in chat.into_iter().take(crate::store::MAX_CHAT_SCAN) {
+            match step(m) {
+                Scan::Take => out.push(m.clone()),
+                Scan::Skip => {}
+                Scan::Stop => break,
+                Scan::TakeAndStop => {
+                    out.push(m.clone());
+                    break;
+                }
+            }
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    fn session_chat(&self, _session_key: &str) -> Result<Option<(String, String)>, StoreError> {
+        Ok(self
+            .channel
+            .first()
+            .map(|m| (m.channel.clone(), m.chat_id.clone())))
     }
 }

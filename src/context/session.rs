@@ -2,7 +2,8 @@
 //! pruning policy, the clock, and bounded, lazy access to stored history through
 //! [`ContextStore`].
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::error::ContextError;
@@ -10,7 +11,11 @@ use super::presets::ChatPolicy;
 use crate::error::StoreError;
 use crate::inbound::ChatKind;
 use crate::model::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
-use crate::store::{ChannelMessage, EntryKind, InboxRecord, Store, TranscriptEntry};
+use crate::store::{ChannelMessage, EntryKind, InboxRecord, Scan, Store, TranscriptEntry};
+
+/// Most chatter lines shown with one past user turn (the pending history it carried), like the
+/// `group_history` source's default for the current turn.
+pub const MAX_CHATTER_LINES: usize = 50;
 
 /// Read access to what assembly needs from storage. [`Store`] implements it; tests and benches
 /// use [`super::MemoryStore`].
@@ -49,6 +54,52 @@ pub trait ContextStore: Send + Sync {
         to_ms: u64,
         limit: usize,
     ) -> Result<Vec<ChannelMessage>, StoreError>;
+
+    /// The oldest entry of session `session_id`: where a compaction summary sits.
+    fn oldest_entry(&self, session_id: u64) -> Result<Option<(u64, TranscriptEntry)>, StoreError>;
+
+    /// A chat's messages newest first from just before chat seq `before` (`None`: the newest),
+    /// as `step` says (see [`Store::scan_chat_back`]); the kept ones oldest first.
+    fn chat_back(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        before: Option<u64>,
+        step: &mut dyn FnMut(&ChannelMessage) -> Scan,
+    ) -> Result<Vec<ChannelMessage>, StoreError>;
+
+    /// The chat (channel, chat id) `session_key`'s messages were stored under, if any.
+    fn session_chat(&self, session_key: &str) -> Result<Option<(String, String)>, StoreError>;
+}
+
+/// The unaddressed messages of `thread` just before chat seq `before`, back to the previous
+/// message that addressed the bot, at most `limit`, oldest first.
+pub fn chatter_before(
+    store: &dyn ContextStore,
+    channel: &str,
+    chat_id: &str,
+    thread: Option<&str>,
+    before: Option<u64>,
+    limit: usize,
+) -> Result<Vec<ChannelMessage>, StoreError> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let mut taken = 0usize;
+    store.chat_back(channel, chat_id, before, &mut |m| {
+        if m.thread_id.as_deref() != thread {
+            Scan::Skip
+        } else if m.addressed {
+            Scan::Stop
+        } else {
+            taken += 1;
+            if taken >= limit {
+                Scan::TakeAndStop
+            } else {
+                Scan::Take
+            }
+        }
+    })
 }
 
 impl ContextStore for Store {
@@ -88,6 +139,24 @@ impl ContextStore for Store {
         limit: usize,
     ) -> Result<Vec<ChannelMessage>, StoreError> {
         Store::channel_messages_between(self, channel, chat_id, from_ms, to_ms, limit)
+    }
+
+    fn oldest_entry(&self, session_id: u64) -> Result<Option<(u64, TranscriptEntry)>, StoreError> {
+        Store::oldest_entry(self, session_id)
+    }
+
+    fn chat_back(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        before: Option<u64>,
+        step: &mut dyn FnMut(&ChannelMessage) -> Scan,
+    ) -> Result<Vec<ChannelMessage>, StoreError> {
+        Store::scan_chat_back(self, channel, chat_id, before, step)
+    }
+
+    fn session_chat(&self, session_key: &str) -> Result<Option<(String, String)>, StoreError> {
+        Store::session_chat(self, session_key)
     }
 }
 
@@ -130,9 +199,38 @@ pub struct StoredSession {
 pub struct TranscriptWindow {
     /// Conversation entries, newest first.
     pub entries: Vec<(u64, TranscriptEntry)>,
-    /// The newest compaction summary, if reading reached it (reading stops there: everything
-    /// older is summarised in it).
+    /// The compaction summary, if the session has one: reading stops there (everything older
+    /// is summarised in it), and when the window ends before reaching it, it is read on its
+    /// own (it is always the oldest entry), so it is in every context.
     pub summary: Option<(u64, TranscriptEntry)>,
+}
+
+/// A group or channel chat: where its messages are recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatRef {
+    /// The platform.
+    pub channel: String,
+    /// The chat's platform id.
+    pub chat_id: String,
+    /// The thread (topic) the session follows.
+    pub thread_id: Option<String>,
+}
+
+/// What the context shows of a group session's chat record, worked out once per assembly:
+/// the chatter each past user turn carried, and every message shown (so recall adds only
+/// others: a chat message appears at most once in any context).
+#[derive(Debug, Clone, Default)]
+pub struct ChatWindow {
+    /// The chat, for group and channel sessions whose messages are recorded.
+    pub chat: Option<ChatRef>,
+    /// The chatter before each user entry of the transcript window (by transcript seq), oldest
+    /// first.
+    pub chatter: HashMap<u64, Vec<ChannelMessage>>,
+    /// Message ids the context shows: the window's user entries and their chatter, the
+    /// current messages and their pending history.
+    pub shown: HashSet<String>,
+    /// The oldest chat seq among the shown messages: recall looks only before it.
+    pub oldest_shown_seq: Option<u64>,
 }
 
 impl TranscriptWindow {
@@ -164,6 +262,10 @@ pub struct SessionView<'a> {
     pub budget_total: u32,
     store: &'a dyn ContextStore,
     window: OnceCell<Arc<TranscriptWindow>>,
+    chat: OnceCell<Arc<ChatWindow>>,
+    /// Chat message ids a source has shown beyond the [`ChatWindow`] (the reply thread), so a
+    /// later source does not show them again.
+    claimed: RefCell<HashSet<String>>,
 }
 
 impl<'a> SessionView<'a> {
@@ -192,6 +294,8 @@ impl<'a> SessionView<'a> {
             budget_total,
             store,
             window: OnceCell::new(),
+            chat: OnceCell::new(),
+            claimed: RefCell::new(HashSet::new()),
         }
     }
 
@@ -256,14 +360,128 @@ impl<'a> SessionView<'a> {
             }
             true
         })?;
-        let summary = match read.last() {
+        let mut summary = match read.last() {
             Some((_, e)) if e.kind == EntryKind::Summary => read.pop(),
             _ => None,
         };
+        if summary.is_none() && stop {
+            // The window ended before the summary: it is the oldest entry, one read away.
+            let oldest_read = read.last().map_or(u64::MAX, |(seq, _)| *seq);
+            summary = self
+                .store
+                .oldest_entry(stored.id)?
+                .filter(|(seq, e)| e.kind == EntryKind::Summary && *seq < oldest_read);
+        }
         Ok(TranscriptWindow {
             entries: read,
             summary,
         })
+    }
+
+    /// Records that a source showed chat message `message_id`.
+    pub fn claim(&self, message_id: &str) {
+        self.claimed.borrow_mut().insert(message_id.to_string());
+    }
+
+    /// Whether chat message `message_id` is shown already: in the [`ChatWindow`] or claimed by
+    /// a source.
+    pub fn is_shown(&self, message_id: &str) -> Result<bool, ContextError> {
+        Ok(self.chat()?.shown.contains(message_id) || self.claimed.borrow().contains(message_id))
+    }
+
+    /// The chat record's part in this context (see [`ChatWindow`]), worked out on first use.
+    pub fn chat(&self) -> Result<Arc<ChatWindow>, ContextError> {
+        if let Some(c) = self.chat.get() {
+            return Ok(Arc::clone(c));
+        }
+        let chat = Arc::new(self.read_chat()?);
+        Ok(Arc::clone(self.chat.get_or_init(|| chat)))
+    }
+
+    fn read_chat(&self) -> Result<ChatWindow, ContextError> {
+        let mut out = ChatWindow::default();
+        for c in self.current {
+            out.shown.insert(c.record.message.message_id.clone());
+            for line in &c.record.group_history {
+                out.shown.insert(line.message_id.clone());
+            }
+        }
+        if self.chat_kind == ChatKind::Direct {
+            return Ok(out);
+        }
+        let window = self.transcript()?;
+        let anchor = window.entries.iter().find_map(|(_, e)| {
+            e.message_id
+                .as_deref()
+                .filter(|_| e.kind == EntryKind::User)
+        });
+        let chat = match self.current.first() {
+            Some(c) => {
+                let m = &c.record.message;
+                Some(ChatRef {
+                    channel: m.channel.clone(),
+                    chat_id: m.chat_id.clone(),
+                    thread_id: m.thread_id.clone(),
+                })
+            }
+            None => match self.store.session_chat(self.key)? {
+                Some((channel, chat_id)) => {
+                    let thread_id = match anchor {
+                        Some(id) => self
+                            .store
+                            .channel_message(&channel, &chat_id, id)?
+                            .and_then(|m| m.thread_id),
+                        None => None,
+                    };
+                    Some(ChatRef {
+                        channel,
+                        chat_id,
+                        thread_id,
+                    })
+                }
+                None => None,
+            },
+        };
+        let Some(chat) = chat else {
+            return Ok(out);
+        };
+        let mut oldest: Option<u64> = None;
+        for (seq, e) in &window.entries {
+            let (EntryKind::User, Some(id)) = (e.kind, e.message_id.as_deref()) else {
+                continue;
+            };
+            let Some(m) = self
+                .store
+                .channel_message(&chat.channel, &chat.chat_id, id)?
+            else {
+                continue;
+            };
+            out.shown.insert(m.message_id.clone());
+            if m.seq == 0 {
+                continue;
+            }
+            oldest = Some(oldest.map_or(m.seq, |o| o.min(m.seq)));
+            let lines = chatter_before(
+                self.store,
+                &chat.channel,
+                &chat.chat_id,
+                chat.thread_id.as_deref(),
+                Some(m.seq),
+                MAX_CHATTER_LINES,
+            )?;
+            if let Some(first) = lines.first() {
+                oldest = Some(oldest.map_or(first.seq, |o| o.min(first.seq)));
+            }
+            for l in &lines {
+                out.shown.insert(l.message_id.clone());
+            }
+            if !lines.is_empty() {
+                out.chatter.insert(*seq, lines);
+            }
+        }
+        out.oldest_shown_seq = oldest;
+        out.chat = Some(chat);
+        Ok(out)
     }
 }
 

@@ -15,9 +15,11 @@ use crate::metrics;
 use super::turn::{now_ms, TurnEngine};
 use super::Refusal;
 use crate::config::{DropSetting, QueueConfig, QueueModeSetting};
-use crate::inbound::preflight::Verdict;
-use crate::inbound::{normalize_session_key, InboundEvent, Preflight, SessionKeys};
-use crate::store::{DedupeMark, InboxItem, InboxRecord};
+use crate::error::StoreError;
+use crate::inbound::preflight::{event_of, history_line, Verdict};
+use crate::inbound::{normalize_session_key, InboundEvent, InboundMessage, Preflight, SessionKeys};
+use crate::runtime::DropReason;
+use crate::store::{ChannelMessage, DedupeMark, InboxItem, InboxRecord};
 
 impl QueueItem for InboxItem {
     fn seq(&self) -> u64 {
@@ -48,6 +50,33 @@ pub struct TurnBackend {
     pub(crate) running: Arc<RunningTurns>,
 }
 
+impl TurnBackend {
+    /// Keeps what a dropped message leaves behind: group chatter in its chat's record, a
+    /// system event in its session's queue. Both are durable with the next group commit.
+    fn keep_dropped(
+        &self,
+        key: &str,
+        msg: &InboundMessage,
+        explicit: bool,
+        reason: DropReason,
+    ) -> Result<(), StoreError> {
+        let store = &self.engine.store;
+        if Preflight::keeps_chatter(msg, explicit, reason) {
+            store.record_chat_message(key, ChannelMessage::of(msg, false))?;
+        } else if reason == DropReason::SystemEvent {
+            let max = self.engine.config.preflight.max_system_events;
+            if max == 0 {
+                return Ok(());
+            }
+            let (_, queued) = store.queued_system_events(key, max)?;
+            if let Some(event) = event_of(msg, queued.last()) {
+                store.queue_system_event(key, &event, max)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Backend for TurnBackend {
     type Event = InboundEvent;
     type Item = InboxItem;
@@ -67,13 +96,18 @@ impl Backend for TurnBackend {
         }
         .into();
         let now = now_ms();
-        let admission = match self
+        let storage = |e: crate::error::StoreError| Refusal::Storage(e.to_string());
+        let mut admission = match self
             .preflight
-            .decide(&event.message, &key, explicit, now, store)
-            .map_err(|e| Refusal::Storage(e.to_string()))?
+            .decide(&event.message, explicit, now, store)
+            .map_err(storage)?
         {
             Verdict::Accept(admission) => admission,
-            Verdict::Drop(reason) => return Err(Refusal::Dropped(reason)),
+            Verdict::Drop(reason) => {
+                self.keep_dropped(&key, &event.message, explicit, reason)
+                    .map_err(storage)?;
+                return Err(Refusal::Dropped(reason));
+            }
         };
         let cap = self.engine.config.storage.max_queued_messages;
         if store.queued() >= cap {
@@ -81,11 +115,36 @@ impl Backend for TurnBackend {
                 "{cap} messages are already queued"
             )));
         }
+        let msg = &event.message;
+        let p = &self.engine.config.preflight;
+        if admission.takes_history {
+            admission.group_history = store
+                .chatter_before(
+                    &msg.channel,
+                    &msg.chat_id,
+                    msg.thread_id.as_deref(),
+                    None,
+                    p.history_limit,
+                )
+                .map_err(storage)?
+                .iter()
+                .map(history_line)
+                .collect();
+        }
+        let (event_keys, events) = store
+            .queued_system_events(&key, p.max_system_events)
+            .map_err(storage)?;
+        admission.system_events = events;
+        // The message joins its chat's record before its inbox entry: it is the cut after
+        // which later chatter is pending again.
+        store
+            .record_chat_message(&key, ChannelMessage::of(msg, true))
+            .map_err(storage)?;
         let record = InboxRecord {
             message: event.message,
             accepted_at_ms: now,
-            system_events: admission.system_events.clone(),
-            group_history: admission.group_history.clone(),
+            system_events: std::mem::take(&mut admission.system_events),
+            group_history: std::mem::take(&mut admission.group_history),
         };
         let mark = DedupeMark {
             key: &admission.dedupe_key,
@@ -94,8 +153,13 @@ impl Backend for TurnBackend {
         };
         let (item, ticket) = store
             .enqueue_deduped(&key, record, Some(mark))
-            .map_err(|e| Refusal::Storage(e.to_string()))?;
+            .map_err(storage)?;
         self.preflight.confirm(&admission, now);
+        // After the inbox entry that carries them: a crash in between shows them twice, never
+        // loses them.
+        if let Err(e) = store.remove_system_events(event_keys) {
+            tracing::warn!(session_key = %key, error = %e, "could not remove handed-over system events");
+        }
         let accepted = Accepted {
             session_key: key.clone(),
             seq: item.seq,

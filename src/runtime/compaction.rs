@@ -14,6 +14,7 @@ use crate::compaction::{Cut, SessionCompactor, Summarizer};
 use crate::config::Config;
 use crate::context::chat_kind_of_key;
 use crate::error::Error;
+use crate::inbound::ChatKind;
 use crate::metrics;
 
 /// Longest a turn (hard overflow) or an operator (manual) waits for a compaction.
@@ -36,7 +37,7 @@ impl CompactionWork for CompactionWorker {
             .ok_or_else(|| "the runtime has stopped".to_string())?;
         let cut = match reason {
             CompactionReason::Ttl { up_to_seq } => Cut::UpTo(up_to_seq),
-            _ => Cut::KeepRecent(engine.keep_recent_tokens(key)),
+            _ => engine.keep_recent(key),
         };
         let outcome = self
             .compactor
@@ -86,17 +87,30 @@ impl TurnEngine {
         u64::from(self.context.budget(policy).total)
     }
 
-    /// Tokens kept verbatim when compacting `session_key`.
-    fn keep_recent_tokens(&self, session_key: &str) -> u64 {
-        (self.history_budget(session_key) as f64 * self.config.compaction.keep_recent_ratio) as u64
+    /// What a compaction of `session_key` keeps verbatim: `keep_recent_ratio × budget`
+    /// tokens; in group and channel chats also at most half the history window's messages, so
+    /// what the window no longer shows goes into the rolling summary.
+    fn keep_recent(&self, session_key: &str) -> Cut {
+        let tokens = (self.history_budget(session_key) as f64
+            * self.config.compaction.keep_recent_ratio) as u64;
+        match chat_kind_of_key(session_key) {
+            ChatKind::Direct => Cut::KeepRecent(tokens),
+            kind => Cut::KeepNewest {
+                tokens,
+                entries: (self.context.policy(kind).max_messages / 2).max(1),
+            },
+        }
     }
 
-    /// Asks for a background compaction when `history_tokens` passed the soft threshold; the
-    /// caller (the lane) does not wait.
-    pub(crate) fn maybe_compact(&self, session_key: &str, history_tokens: u64) {
+    /// Asks for a background compaction when `history_tokens` passed the soft threshold, or
+    /// (group and channel chats, whose window is short and full of chatter) when the turn's
+    /// window left stored history out; the caller (the lane) does not wait.
+    pub(crate) fn maybe_compact(&self, session_key: &str, history_tokens: u64, window_full: bool) {
         let threshold =
             self.history_budget(session_key) as f64 * self.config.compaction.soft_threshold;
-        if (history_tokens as f64) > threshold {
+        let group = chat_kind_of_key(session_key) != ChatKind::Direct;
+        let window = group && window_full && self.config.compaction.window_trigger;
+        if (history_tokens as f64) > threshold || window {
             if let Some(c) = self.compactor.get() {
                 c.request(Arc::from(session_key), CompactionReason::Soft);
             }

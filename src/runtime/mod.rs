@@ -72,6 +72,17 @@ pub enum DropReason {
     SystemEvent,
 }
 
+impl DropReason {
+    /// Whether a message dropped for this reason may leave a record: group chatter stays in
+    /// its chat's record, a system event in its session's queue.
+    pub fn keeps_record(self) -> bool {
+        matches!(
+            self,
+            DropReason::NoMention | DropReason::OtherMention | DropReason::SystemEvent
+        )
+    }
+}
+
 impl Refusal {
     /// The reason label counted in `turnstile_inbound_dropped_total`.
     pub fn metric_reason(&self) -> &'static str {
@@ -495,6 +506,14 @@ impl Runtime {
         let accepted = match handle.submit(event).await? {
             Ok(a) => a,
             Err(refusal) => {
+                if let Refusal::Dropped(reason) = &refusal {
+                    if reason.keeps_record() {
+                        // What the drop left (chatter, a queued event) is durable before the
+                        // answer, like an accepted message.
+                        let commit = self.inner.engine.store.commit();
+                        commit.wait(commit.ticket()).await?;
+                    }
+                }
                 metrics::inbound_dropped(channel, refusal.metric_reason());
                 return Ok(Err(refusal));
             }

@@ -26,8 +26,8 @@ use crate::model::{
     Model, ModelReply, ModelRequest, Role, TokenCounter, ToolCall, MESSAGE_OVERHEAD_TOKENS,
 };
 use crate::store::{
-    ChannelMessage, Committed, EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry,
-    TurnCommit, TurnCommitter,
+    Committed, EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry, TurnCommit,
+    TurnCommitter,
 };
 use crate::tools::{call_message, repair_tool_messages, result_message, ToolRegistry};
 
@@ -155,10 +155,12 @@ impl TurnEngine {
             })
             .collect();
         let mut compactions = 0u32;
+        let mut window_full;
         let answer = loop {
             let assembly = self
                 .assemble(session_key, &current, queue_info(batch))
                 .map_err(failed)?;
+            window_full = assembly.history_left_out();
             timer.assembled(session_key, assembly.budget.used, assembly.budget.total);
             if let Some(span) = &assembly.summary_span {
                 self.compact_ttl_span(session_key, span.to_seq);
@@ -210,7 +212,7 @@ impl TurnEngine {
         };
         let mut consumed = all;
         consumed.extend(answer.steered);
-        self.commit_and_publish(session_key, &consumed, entries, reply, false)
+        self.commit_and_publish(session_key, &consumed, entries, reply, false, window_full)
             .await
             .map_err(failed)?;
         timer.finished(completion_tokens);
@@ -405,44 +407,13 @@ impl TurnEngine {
             timestamp_ms: now_ms(),
             tool: None,
         };
-        self.commit_and_publish(session_key, &all, users, notice, true)
+        self.commit_and_publish(session_key, &all, users, notice, true, false)
             .await
     }
 
-    /// The chat messages of `batch` to remember for reply threads: each message and the group
-    /// history it carried.
-    fn channel_messages(batch: &[InboxItem]) -> Vec<ChannelMessage> {
-        let mut out = Vec::new();
-        for item in batch {
-            let m = &item.record.message;
-            for line in &item.record.group_history {
-                out.push(ChannelMessage {
-                    channel: m.channel.clone(),
-                    chat_id: m.chat_id.clone(),
-                    message_id: line.message_id.clone(),
-                    sender_id: line.sender_id.clone(),
-                    sender_name: line.sender_name.clone(),
-                    text: line.text.clone(),
-                    timestamp_ms: line.timestamp_ms,
-                    reply_to: None,
-                });
-            }
-            out.push(ChannelMessage {
-                channel: m.channel.clone(),
-                chat_id: m.chat_id.clone(),
-                message_id: m.message_id.clone(),
-                sender_id: m.sender.id.clone(),
-                sender_name: m.sender.name.clone(),
-                text: m.text.clone(),
-                timestamp_ms: m.timestamp_ms,
-                reply_to: m.reply_to.clone(),
-            });
-        }
-        out
-    }
-
-    /// Commits the turn (entries, consumption of `batch`'s inbox items, chat messages for
-    /// reply threads) in one transaction, waits until it is durable, then publishes the reply.
+    /// Commits the turn (entries, consumption of `batch`'s inbox items) in one transaction,
+    /// waits until it is durable, then publishes the reply. The chat messages were recorded at
+    /// admission. `window_full`: the turn's history window left stored entries out.
     async fn commit_and_publish(
         &self,
         session_key: &str,
@@ -450,6 +421,7 @@ impl TurnEngine {
         mut entries: Vec<TranscriptEntry>,
         answer: TranscriptEntry,
         error: bool,
+        window_full: bool,
     ) -> Result<(), Error> {
         let text = answer.text.clone();
         entries.push(answer);
@@ -462,7 +434,7 @@ impl TurnEngine {
                     entries,
                     consumed: batch.iter().map(|i| i.seq).collect(),
                     now_ms: now_ms(),
-                    channel_messages: Self::channel_messages(batch),
+                    channel_messages: Vec::new(),
                 },
             )
             .await?;
@@ -473,7 +445,7 @@ impl TurnEngine {
         } = committed;
         self.context.invalidate(session_key);
         self.store.commit().wait(ticket).await?;
-        self.maybe_compact(session_key, record.tokens);
+        self.maybe_compact(session_key, record.tokens, window_full);
         self.replies.publish(Reply {
             session_key: session_key.to_string(),
             text,

@@ -1,16 +1,46 @@
-//! The `channel_messages` tree: chat messages kept for reply threads.
+//! The `channel_messages` tree: each chat's durable record — every accepted message, addressed
+//! to the bot or not, stored once at admission.
 //!
-//! Three key families under one chat prefix (`channel NUL chat_id NUL`), so every lookup is a
+//! Four key families under one chat prefix (`channel NUL chat_id NUL`), so every lookup is a
 //! point read or a short range scan:
 //! - `m` + message id → [`ChannelMessage`] (by id),
+//! - `s` + chat seq → message id (the chat's admission order: pending history, past chatter,
+//!   recall),
 //! - `t` + timestamp + message id → empty (by time: neighbours of a message),
 //! - `r` + parent id + NUL + timestamp + child id → empty (direct replies of a message).
 //!
-//! A message stored twice with different timestamps leaves a stale index key; reads resolve
-//! every index key through the `m` record and de-duplicate, so it does no harm.
+//! A message stored twice leaves a stale index key; reads resolve every index key through the
+//! `m` record (an order key whose seq is not the record's is skipped) and de-duplicate, so it
+//! does no harm.
 
+use super::records::ChannelMessageV2;
 use super::{decode, encode, keys, ChannelMessage, Store, StoreError};
 use crate::inbound::MAX_UNTRUSTED_CHARS;
+
+/// Most order-index keys one backwards scan of a chat visits (pending history, chatter of a
+/// past turn, recall candidates): a scan past other threads' messages stops here.
+pub const MAX_CHAT_SCAN: usize = 4_096;
+
+/// How a backwards scan of a chat goes on after a message.
+pub enum Scan {
+    /// Keep it and go on.
+    Take,
+    /// Pass over it and go on.
+    Skip,
+    /// Stop before it.
+    Stop,
+    /// Keep it and stop.
+    TakeAndStop,
+}
+
+/// Decodes a stored chat message, written by this version or before chat order was kept.
+pub(super) fn decode_message(bytes: &[u8]) -> Result<ChannelMessage, StoreError> {
+    decode::<ChannelMessage>("channel_messages", bytes).or_else(|e| {
+        decode::<ChannelMessageV2>("channel_messages", bytes)
+            .map(ChannelMessage::from)
+            .map_err(|_| e)
+    })
+}
 
 /// Key/value pairs to insert.
 pub(super) type Writes = Vec<(Vec<u8>, Vec<u8>)>;
@@ -52,6 +82,12 @@ pub(super) fn writes(session_key: &str, messages: &[ChannelMessage]) -> Result<W
                 Vec::new(),
             ));
         }
+        if m.seq > 0 {
+            out.push((
+                keys::channel_seq_key(channel, chat, m.seq),
+                id.as_bytes().to_vec(),
+            ));
+        }
         let message_key = keys::channel_message_key(channel, chat, id);
         out.push((message_key.clone(), encode(&m)?));
         let written: Vec<Vec<u8>> = out[first..].iter().map(|(k, _)| k.clone()).collect();
@@ -63,8 +99,139 @@ pub(super) fn writes(session_key: &str, messages: &[ChannelMessage]) -> Result<W
 }
 
 impl Store {
-    /// Deletes the chat messages stored by `session_key`'s turns, in bounded batches. Returns
-    /// the bytes freed.
+    /// Stores `message` in its chat's record for `session_key`, giving it the next chat seq.
+    /// One atomic batch of plain inserts (durable with the next group-commit flush). Returns
+    /// the message as stored.
+    pub fn record_chat_message(
+        &self,
+        session_key: &str,
+        mut message: ChannelMessage,
+    ) -> Result<ChannelMessage, StoreError> {
+        let _write = self.write_gate();
+        let inner = self.inner();
+        message.seq = inner.next_id()?.saturating_add(1);
+        let mut batch = sled::Batch::default();
+        let mut written = 0u64;
+        for (k, v) in writes(session_key, std::slice::from_ref(&message))? {
+            written += (k.len() + v.len()) as u64;
+            batch.insert(k, v);
+        }
+        inner
+            .channel_messages
+            .apply_batch(batch)
+            .map_err(StoreError::sled("recording a chat message"))?;
+        self.shared.meter.add(written);
+        Ok(message)
+    }
+
+    /// Walks a chat's messages newest first, from just before chat seq `before` (`None`: the
+    /// newest), asking `step` about each; at most [`MAX_CHAT_SCAN`] order keys are visited.
+    /// Returns the kept messages, oldest first.
+    pub fn scan_chat_back(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        before: Option<u64>,
+        mut step: impl FnMut(&ChannelMessage) -> Scan,
+    ) -> Result<Vec<ChannelMessage>, StoreError> {
+        let prefix = keys::channel_seq_prefix(channel, chat_id);
+        let end = match before {
+            Some(seq) => keys::channel_seq_key(channel, chat_id, seq),
+            None => {
+                let mut k = prefix.clone();
+                k.extend_from_slice(&[0xFF; 9]);
+                k
+            }
+        };
+        let inner = self.inner();
+        let prefix_len = keys::chat_prefix(channel, chat_id).len();
+        let mut out = Vec::new();
+        for kv in inner
+            .channel_messages
+            .range(prefix.clone()..end)
+            .rev()
+            .take(MAX_CHAT_SCAN)
+        {
+            let (k, id) = kv.map_err(StoreError::sled("reading a chat"))?;
+            let (Some(seq), Ok(id)) = (
+                keys::channel_seq_of(&k, prefix_len),
+                std::str::from_utf8(&id),
+            ) else {
+                continue;
+            };
+            let Some(m) = self.channel_message(channel, chat_id, id)? else {
+                continue;
+            };
+            if m.seq != seq {
+                continue;
+            }
+            match step(&m) {
+                Scan::Take => out.push(m),
+                Scan::Skip => {}
+                Scan::Stop => break,
+                Scan::TakeAndStop => {
+                    out.push(m);
+                    break;
+                }
+            }
+        }
+        out.reverse();
+        Ok(out)
+    }
+
+    /// The unaddressed messages of a chat's thread just before chat seq `before` (`None`: the
+    /// newest), back to the previous message that addressed the bot, at most `limit`, oldest
+    /// first: the pending history of a new addressed message, or the chatter a past turn
+    /// carried.
+    pub fn chatter_before(
+        &self,
+        channel: &str,
+        chat_id: &str,
+        thread_id: Option<&str>,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<ChannelMessage>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut taken = 0usize;
+        self.scan_chat_back(channel, chat_id, before, |m| {
+            if m.thread_id.as_deref() != thread_id {
+                Scan::Skip
+            } else if m.addressed {
+                Scan::Stop
+            } else {
+                taken += 1;
+                if taken >= limit {
+                    Scan::TakeAndStop
+                } else {
+                    Scan::Take
+                }
+            }
+        })
+    }
+
+    /// The chat (channel, chat id) whose messages `session_key`'s record holds, if it stored
+    /// any: what a dump or a compaction of a group session reads chatter from.
+    pub fn session_chat(&self, session_key: &str) -> Result<Option<(String, String)>, StoreError> {
+        let prefix = session_prefix(session_key);
+        let Some(kv) = self
+            .inner()
+            .channel_messages
+            .scan_prefix(&prefix)
+            .keys()
+            .next()
+        else {
+            return Ok(None);
+        };
+        let k = kv.map_err(StoreError::sled("reading a session's chat"))?;
+        Ok(k.get(prefix.len()..)
+            .and_then(keys::split_chat_prefix)
+            .map(|(channel, chat)| (channel.to_string(), chat.to_string())))
+    }
+
+    /// Deletes the chat messages stored for `session_key` (and its queued system events), in
+    /// bounded batches. Returns the bytes freed.
     pub(super) fn delete_channel_messages(&self, session_key: &str) -> Result<u64, StoreError> {
         let prefix = session_prefix(session_key);
         let mut freed = 0u64;
@@ -95,7 +262,7 @@ impl Store {
                 n += 1;
             }
             if n == 0 {
-                return Ok(freed);
+                return Ok(freed + self.delete_system_events(session_key)?);
             }
             inner
                 .channel_messages
@@ -115,7 +282,7 @@ impl Store {
             .channel_messages
             .get(keys::channel_message_key(channel, chat_id, message_id))
             .map_err(StoreError::sled("reading a channel message"))?
-            .map(|v| decode("channel_messages", &v))
+            .map(|v| decode_message(&v))
             .transpose()
     }
 

@@ -86,6 +86,36 @@ pub(super) fn channel_time_key_id(key: &[u8], prefix_len: usize) -> Option<&str>
     std::str::from_utf8(key.get(prefix_len + 1 + 8..)?).ok()
 }
 
+/// The start of a chat's order-index keys: chat prefix, `s`.
+pub(super) fn channel_seq_prefix(channel: &str, chat_id: &str) -> Vec<u8> {
+    let mut k = chat_prefix(channel, chat_id);
+    k.push(b's');
+    k
+}
+
+/// `channel_messages` order-index key: chat prefix, `s`, the chat seq (big-endian) → the
+/// message id.
+pub(super) fn channel_seq_key(channel: &str, chat_id: &str, seq: u64) -> Vec<u8> {
+    let mut k = channel_seq_prefix(channel, chat_id);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// The chat seq at the end of an order-index key.
+pub(super) fn channel_seq_of(key: &[u8], prefix_len: usize) -> Option<u64> {
+    let bytes: [u8; 8] = key.get(prefix_len + 1..)?.try_into().ok()?;
+    Some(u64::from_be_bytes(bytes))
+}
+
+/// The (channel, chat id) a `channel_messages` record key names.
+pub(super) fn split_chat_prefix(key: &[u8]) -> Option<(&str, &str)> {
+    let mut parts = key.splitn(3, |b| *b == SEP);
+    let channel = std::str::from_utf8(parts.next()?).ok()?;
+    let chat = std::str::from_utf8(parts.next()?).ok()?;
+    parts.next()?;
+    Some((channel, chat))
+}
+
 /// The prefix of the reply-index keys of `parent`: chat prefix, `r`, parent id, NUL.
 pub(super) fn channel_replies_prefix(channel: &str, chat_id: &str, parent: &str) -> Vec<u8> {
     let mut k = chat_prefix(channel, chat_id);
@@ -135,6 +165,13 @@ mod tests {
         let prefix = chat_prefix("tg", "c").len();
         assert_eq!(channel_time_key_id(&b, prefix), Some("aa"));
         assert!(channel_message_key("tg", "c", "1") < channel_time_prefix("tg", "c", 0));
+        let s = channel_seq_key("tg", "c", 7);
+        assert_eq!(channel_seq_of(&s, prefix), Some(7));
+        assert!(channel_seq_key("tg", "c", 7) < channel_seq_key("tg", "c", 300));
+        assert_eq!(
+            split_chat_prefix(&channel_message_key("tg", "c", "1")),
+            Some(("tg", "c"))
+        );
         let r = channel_reply_key("tg", "c", "p", 7, "child");
         assert!(r.starts_with(&channel_replies_prefix("tg", "c", "p")));
         assert!(!r.starts_with(&channel_replies_prefix("tg", "c", "")));

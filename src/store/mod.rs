@@ -34,6 +34,7 @@ mod export;
 mod import_openclaw;
 mod keys;
 mod migrate;
+mod queued_events;
 mod records;
 mod rewrite;
 mod turn_commit;
@@ -46,6 +47,7 @@ use std::time::Duration;
 
 pub use archive::ARCHIVE_DIR;
 pub use budget::{Liveness, StoreBudget};
+pub use channel::{Scan, MAX_CHAT_SCAN};
 pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
 pub use committer::{TurnCommitter, COMMIT_QUEUE, INLINE_COMMIT_TURNS};
 pub use compact::{SummarySwap, SwapOutcome, MAX_COMPACTED_ENTRIES};
@@ -57,6 +59,7 @@ pub use durability::GroupCommit;
 pub use evict::Evicted;
 pub use export::{write_session_jsonl, ExportEntry, ExportHeader, EXPORT_VERSION};
 pub use import_openclaw::{import_openclaw, ImportReport, MAX_LINE_BYTES};
+pub use queued_events::QueuedEvents;
 pub use records::{
     ChannelMessage, EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent,
     ToolInfo, TranscriptEntry,
@@ -480,6 +483,24 @@ impl Store {
             out.push((keys::transcript_seq(&k).unwrap_or_default(), entry));
         }
         Ok(out)
+    }
+
+    /// The oldest entry of session `session_id` (a compaction summary sits there).
+    pub fn oldest_entry(
+        &self,
+        session_id: u64,
+    ) -> Result<Option<(u64, TranscriptEntry)>, StoreError> {
+        let Some(kv) = self
+            .inner()
+            .transcript
+            .scan_prefix(keys::transcript_prefix(session_id))
+            .next()
+        else {
+            return Ok(None);
+        };
+        let (k, v) = kv.map_err(StoreError::sled("reading a transcript"))?;
+        let entry: TranscriptEntry = decode("transcript", &v)?;
+        Ok(Some((keys::transcript_seq(&k).unwrap_or_default(), entry)))
     }
 
     /// Flushes everything and stops the flusher.

@@ -122,8 +122,9 @@ pub struct InboxRecord {
     pub group_history: Vec<HistoryLine>,
 }
 
-/// A chat message as the `channel_messages` tree keeps it, for reply threads: every message a
-/// turn answered and the pending group history it carried, written when the turn commits.
+/// A chat message as the `channel_messages` tree keeps it — the chat's durable record: every
+/// accepted message (addressed to the bot or not), written at admission, once. Pending group
+/// history, past chatter, reply threads and recall are all read from it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChannelMessage {
     /// The platform (`telegram`…).
@@ -142,4 +143,72 @@ pub struct ChannelMessage {
     pub timestamp_ms: u64,
     /// The message it replies to.
     pub reply_to: Option<String>,
+    /// The thread (topic) inside the chat.
+    pub thread_id: Option<String>,
+    /// The chat's admission order (0: stored before the order was kept).
+    pub seq: u64,
+    /// Whether it addressed the bot (became a turn); unaddressed messages are chatter.
+    pub addressed: bool,
+}
+
+impl ChannelMessage {
+    /// The chat record of an inbound message.
+    pub fn of(m: &InboundMessage, addressed: bool) -> Self {
+        Self {
+            channel: m.channel.clone(),
+            chat_id: m.chat_id.clone(),
+            message_id: m.message_id.clone(),
+            sender_id: m.sender.id.clone(),
+            sender_name: m.sender.name.clone(),
+            text: m.text.clone(),
+            timestamp_ms: m.timestamp_ms,
+            reply_to: m.reply_to.clone(),
+            thread_id: m.thread_id.clone(),
+            seq: 0,
+            addressed,
+        }
+    }
+
+    /// As a pending-history line.
+    pub fn history_line(&self) -> HistoryLine {
+        HistoryLine {
+            message_id: self.message_id.clone(),
+            sender_id: self.sender_id.clone(),
+            sender_name: self.sender_name.clone(),
+            text: self.text.clone(),
+            timestamp_ms: self.timestamp_ms,
+        }
+    }
+}
+
+/// [`ChannelMessage`] as stored before the chat kept every message (schema v2): read back as
+/// an addressed message with no thread and no chat order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct ChannelMessageV2 {
+    pub channel: String,
+    pub chat_id: String,
+    pub message_id: String,
+    pub sender_id: String,
+    pub sender_name: String,
+    pub text: String,
+    pub timestamp_ms: u64,
+    pub reply_to: Option<String>,
+}
+
+impl From<ChannelMessageV2> for ChannelMessage {
+    fn from(m: ChannelMessageV2) -> Self {
+        Self {
+            channel: m.channel,
+            chat_id: m.chat_id,
+            message_id: m.message_id,
+            sender_id: m.sender_id,
+            sender_name: m.sender_name,
+            text: m.text,
+            timestamp_ms: m.timestamp_ms,
+            reply_to: m.reply_to,
+            thread_id: None,
+            seq: 0,
+            addressed: true,
+        }
+    }
 }

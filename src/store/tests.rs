@@ -266,6 +266,9 @@ fn chat_message(id: &str, ts: u64, reply_to: Option<&str>) -> ChannelMessage {
         text: format!("text {id}"),
         timestamp_ms: ts,
         reply_to: reply_to.map(str::to_string),
+        thread_id: None,
+        seq: 0,
+        addressed: false,
     }
 }
 

@@ -15,6 +15,7 @@ async fn manual_compaction_over_http() {
         c.context.max_tokens = 2_000;
         // No background compaction: the manual one is the first.
         c.compaction.soft_threshold = 1.0;
+        c.compaction.window_trigger = false;
     })
     .await;
     let filler = "We went over the delivery schedule, the packaging and the invoice. ".repeat(3);

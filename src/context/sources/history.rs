@@ -1,6 +1,10 @@
 //! `history`: transcript entries, newest first, while they fit the remaining budget. Token
 //! counts are the ones stored with each entry; nothing is re-tokenised.
 //!
+//! In group and channel chats a past user turn shows who spoke: `Name: text` lines in a
+//! labelled untrusted block, after the chatter that turn carried (the unaddressed messages
+//! before it, read from the chat record), each message once.
+//!
 //! A tool result that does not fit is not where history ends (dropping it would leave its call
 //! unanswered): it comes with its middle cut out, as the tool-result guard would cut it, or
 //! failing that as `[Old tool result content cleared]`.
@@ -15,8 +19,12 @@ use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
     TokenBudget,
 };
+use crate::inbound::{sanitize_text, untrusted, untrusted_block, ChatKind};
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
-use crate::store::{EntryKind, TranscriptEntry};
+use crate::store::{ChannelMessage, EntryKind, TranscriptEntry};
+
+/// The label of a past group turn's block.
+pub(crate) const SPOKEN_LABEL: &str = "Chat messages";
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -71,8 +79,17 @@ impl ContextSource for HistorySource {
         let mut out = Vec::new();
         // Newest first: collection order is precedence among equal priorities, so the newest
         // entries are admitted (and kept when trimming) first.
+        let chat = if session.chat_kind == ChatKind::Direct {
+            None
+        } else {
+            Some(session.chat()?)
+        };
         for (seq, entry) in &window.entries {
             let mut block = entry_block(*seq, entry);
+            if let (Some(chat), EntryKind::User) = (&chat, entry.kind) {
+                let chatter = chat.chatter.get(seq).map(Vec::as_slice).unwrap_or(&[]);
+                with_speakers(&mut block, entry, chatter, session);
+            }
             if block.token_count > room && entry.kind == EntryKind::ToolResult {
                 shrink_result(&mut block, room, session);
             }
@@ -86,6 +103,43 @@ impl ContextSource for HistorySource {
             room -= cost;
         }
         Ok(out)
+    }
+}
+
+/// Renders a past group user turn as `Name: text` lines (its chatter first) in one untrusted
+/// block. Only the made-up parts are counted; the entry keeps its stored count.
+fn with_speakers(
+    block: &mut ContextBlock,
+    entry: &TranscriptEntry,
+    chatter: &[ChannelMessage],
+    session: &SessionView<'_>,
+) {
+    let Some(sender) = &entry.sender else {
+        return;
+    };
+    let mut lines = String::new();
+    let mut made_up = 0u32;
+    for m in chatter {
+        let line = format!("{}: {}\n", untrusted(&m.sender_name), untrusted(&m.text));
+        made_up = made_up.saturating_add(session.tokens.count(&line));
+        lines.push_str(&line);
+    }
+    let name = format!("{}: ", untrusted(&sender.name));
+    made_up = made_up.saturating_add(session.tokens.count(&name));
+    lines.push_str(&name);
+    // The message itself is not capped (the stored count stands for all of it).
+    lines.push_str(&sanitize_text(&entry.text.replace('\0', "")).replace("```", "ˋˋˋ"));
+    let frame = untrusted_block(SPOKEN_LABEL, "");
+    made_up = made_up.saturating_add(session.tokens.count_recurring(&frame));
+    block.content = untrusted_block(SPOKEN_LABEL, &lines);
+    block.token_count = block.token_count.saturating_add(made_up);
+    // The block holds sanitised text now; the sanitise processor must not frame it again.
+    block.metadata.user_text = false;
+    if !chatter.is_empty() {
+        block
+            .metadata
+            .extra
+            .insert("chatter".into(), chatter.len().to_string());
     }
 }
 

@@ -1,6 +1,7 @@
 //! The built-in sources (SPEC §4), one file each.
 
 mod bootstrap;
+mod chat_recall;
 mod current;
 mod group_history;
 mod history;
@@ -13,6 +14,7 @@ mod system_prompt;
 mod workspace;
 
 pub use bootstrap::BOOTSTRAP_FILES;
+pub use chat_recall::RECALL_LABEL;
 pub use current::QUEUED_HEADER;
 pub use memory_recall::WordTokenizer;
 pub use reply_thread::THREAD_LABEL;
@@ -55,6 +57,9 @@ pub(super) fn register_builtin(r: &mut Registry) {
     });
     r.register_source("memory_recall", |c| {
         memory_recall::MemoryRecallSource::build(c).map(boxed)
+    });
+    r.register_source("chat_recall", |c| {
+        chat_recall::ChatRecallSource::build(c).map(boxed)
     });
     r.register_source("history", |c| history::HistorySource::build(c).map(boxed));
 }

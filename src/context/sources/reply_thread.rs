@@ -150,12 +150,9 @@ impl ContextSource for ReplyThreadSource {
         else {
             return Ok(Vec::new());
         };
-        // Messages already in this turn or in the history read need not be repeated.
-        let mut exclude: HashSet<String> = session
-            .current
-            .iter()
-            .map(|c| c.record.message.message_id.clone())
-            .collect();
+        // Messages already in this turn, its pending history, the history read or its chatter
+        // need not be repeated.
+        let mut exclude: HashSet<String> = session.chat()?.shown.clone();
         for (_, e) in &session.transcript()?.entries {
             if let Some(id) = &e.message_id {
                 exclude.insert(id.clone());
@@ -174,6 +171,9 @@ impl ContextSource for ReplyThreadSource {
             let content = frame(&lines);
             let tokens = session.tokens.count(&content) + MESSAGE_OVERHEAD_TOKENS;
             if tokens <= room {
+                for t in &thread {
+                    session.claim(&t.message_id);
+                }
                 let meta = BlockMeta {
                     message_id: Some(target_msg_id),
                     timestamp_ms: Some(target_ts),

@@ -116,6 +116,9 @@ fn golden_group_thread() {
             text: text.into(),
             timestamp_ms: NOW - ago * MINUTE,
             reply_to: reply_to.map(str::to_string),
+            thread_id: None,
+            seq: 0,
+            addressed: false,
         });
     }
     let mut msg = inbound(ChatKind::Group, "g9", "@bot can we deploy now?", 0);

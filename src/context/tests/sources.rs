@@ -125,6 +125,9 @@ fn chat(id: &str, ago_min: u64, reply_to: Option<&str>, text: &str) -> ChannelMe
         text: text.into(),
         timestamp_ms: NOW - ago_min * MINUTE,
         reply_to: reply_to.map(str::to_string),
+        thread_id: None,
+        seq: 0,
+        addressed: false,
     }
 }
 
@@ -239,6 +242,21 @@ impl ContextStore for Counting {
         n: usize,
     ) -> Result<Vec<ChannelMessage>, StoreError> {
         self.inner.channel_messages_between(a, b, f, t, n)
+    }
+    fn oldest_entry(&self, id: u64) -> Result<Option<(u64, TranscriptEntry)>, StoreError> {
+        self.inner.oldest_entry(id)
+    }
+    fn chat_back(
+        &self,
+        a: &str,
+        b: &str,
+        before: Option<u64>,
+        step: &mut dyn FnMut(&ChannelMessage) -> crate::store::Scan,
+    ) -> Result<Vec<ChannelMessage>, StoreError> {
+        self.inner.chat_back(a, b, before, step)
+    }
+    fn session_chat(&self, key: &str) -> Result<Option<(String, String)>, StoreError> {
+        self.inner.session_chat(key)
     }
 }
 

@@ -48,7 +48,8 @@ impl<K: Hash + Eq + Clone, V> LruMap<K, V> {
         Some(value)
     }
 
-    /// The value of `key`, without marking it used.
+    /// The value of `key`, without marking it used (the tests' view of the map).
+    #[cfg(test)]
     pub(crate) fn peek<Q>(&self, key: &Q) -> Option<&V>
     where
         K: Borrow<Q>,
@@ -83,6 +84,7 @@ impl<K: Hash + Eq + Clone, V> LruMap<K, V> {
     }
 
     /// Removes `key`, returning its value.
+    #[cfg(test)]
     pub(crate) fn remove<Q>(&mut self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
@@ -94,6 +96,7 @@ impl<K: Hash + Eq + Clone, V> LruMap<K, V> {
     }
 
     /// Number of entries.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }

@@ -7,23 +7,23 @@
 //!    bots (`sender.is_bot`) per `allow_bots`.
 //! 3. **Policy** (`policy.rs`): `dm_policy` with `allow_from`, `group_policy` with
 //!    `group_allow_from` → `policy`.
-//! 4. **System events** (`system_events.rs`): `kind = "system_event"` → queued for the
-//!    session's next turn, answered `system_event`. They skip the other-bot check (a platform
+//! 4. **System events** (`system_events.rs`): `kind = "system_event"` → queued (durably, by
+//!    the admission) for the session's next turn, answered `system_event`. They skip the other-bot check (a platform
 //!    event is not bot chatter) and mention gating (an event never mentions anyone).
 //! 5. **Mention gating** (`mentions.rs`), in groups and channels: `ignore_other_mentions` →
-//!    `other_mention`; `require_mention` and not addressed → `no_mention`, and the message goes
-//!    to the chat's **pending group history** (`group_history.rs`).
+//!    `other_mention`; `require_mention` and not addressed → `no_mention`. Both stay in the
+//!    chat's durable record (written by the admission): the chat's **pending group history**
+//!    (`group_history.rs`).
 //! 6. **Accepted**: the session's queued system events and (in groups) the chat's pending
-//!    history ride along on the inbox record.
+//!    history, both read from the store by the admission, ride along on the inbox record.
 //!
 //! Messages submitted with an explicit session key (the OpenAI-compatible endpoint, whose
 //! authenticated client named its session and addresses the bot by definition) pass only
 //! dedupe and system events.
 //!
-//! Deciding does not consume anything: [`Preflight::decide`] peeks at the queued events and
-//! history, and [`Preflight::confirm`] clears them (and remembers the dedupe key) once the
-//! inbox write succeeded, so a failed write loses nothing. The two must be called by one
-//! admitter at a time, in that order (the supervisor admits one message at a time).
+//! Deciding does not consume anything: [`Preflight::confirm`] remembers the dedupe key once the
+//! inbox write succeeded, so a failed write is not a duplicate on retry. The two must be called
+//! by one admitter at a time, in that order (the supervisor admits one message at a time).
 //!
 //! All state is bounded: see the constants of each module and the `[preflight]` keys.
 
@@ -40,15 +40,13 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use serde::Serialize;
 
 pub use dedupe::{dedupe_key, DurableDedupe, MemoryOnly};
-pub use group_history::MAX_HISTORY_LINE_CHARS;
+pub use group_history::{history_line, MAX_HISTORY_LINE_CHARS};
 pub use mentions::{MAX_BOT_MESSAGE_IDS, MAX_BOT_THREADS};
-pub use system_events::{MAX_SYSTEM_EVENT_CHARS, MAX_SYSTEM_EVENT_SESSIONS};
+pub use system_events::{event_of, MAX_SYSTEM_EVENT_CHARS};
 
 use self::dedupe::DedupeCache;
-use self::group_history::{history_key, GroupHistory};
 use self::mentions::{chat_ref, chat_ref_of, BotActivity};
 use self::policy::{IdKind, IdSet, RuleBook};
-use self::system_events::SystemEventQueues;
 use crate::config::Config;
 use crate::error::{ConfigError, StoreError};
 use crate::inbound::session_key::normalize_id;
@@ -73,12 +71,14 @@ pub struct Admission {
     pub dedupe_key: String,
     /// When the dedupe entry expires, ms since the epoch.
     pub dedupe_expires_at_ms: u64,
-    /// System events queued for the session since its last turn, oldest first.
+    /// System events queued for the session since its last turn, oldest first (filled in by
+    /// the admission from the store).
     pub system_events: Vec<SystemEvent>,
-    /// The chat's pending history (group messages that did not address the bot), oldest first.
+    /// The chat's pending history (group messages that did not address the bot), oldest first
+    /// (filled in by the admission from the chat record).
     pub group_history: Vec<HistoryLine>,
-    session_key: String,
-    history_key: Option<String>,
+    /// Set for a group or channel message that may carry pending history.
+    pub takes_history: bool,
 }
 
 /// Preflight decisions so far, by outcome.
@@ -144,8 +144,6 @@ impl Counters {
 #[derive(Debug)]
 struct State {
     dedupe: DedupeCache,
-    events: SystemEventQueues,
-    history: GroupHistory,
     activity: BotActivity,
 }
 
@@ -184,8 +182,6 @@ impl Preflight {
             dedupe_ttl_ms: p.dedupe_ttl_ms,
             state: Mutex::new(State {
                 dedupe: DedupeCache::new(p.dedupe_ttl_ms, p.dedupe_max_keys),
-                events: SystemEventQueues::new(p.max_system_events),
-                history: GroupHistory::new(p.history_limit, p.history_max_chats),
                 activity: BotActivity::new(),
             }),
             counters: Counters::default(),
@@ -207,14 +203,12 @@ impl Preflight {
         )
     }
 
-    /// Decides about `msg` (validated), routed to `session_key`. `explicit_session` says the
-    /// submitter named the session (see the module doc). `durable` is looked up when the
+    /// Decides about `msg` (validated). `explicit_session` says the submitter named the session (see the module doc). `durable` is looked up when the
     /// dedupe key is not in memory. Counts drops; acceptances are counted by
     /// [`Preflight::confirm`].
     pub fn decide(
         &self,
         msg: &InboundMessage,
-        session_key: &str,
         explicit_session: bool,
         now_ms: u64,
         durable: &dyn DurableDedupe,
@@ -228,39 +222,34 @@ impl Preflight {
             state.dedupe.insert(&key, now_ms);
             return Ok(self.dropped(DropReason::Duplicate));
         }
-        match self.screen(&mut state, msg, session_key, explicit_session) {
+        match self.screen(&mut state, msg, explicit_session) {
             Err(reason) => {
                 state.dedupe.insert(&key, now_ms);
                 Ok(self.dropped(reason))
             }
-            Ok(history_key) => Ok(Verdict::Accept(Admission {
+            Ok(takes_history) => Ok(Verdict::Accept(Admission {
                 dedupe_expires_at_ms: now_ms.saturating_add(self.dedupe_ttl_ms),
                 dedupe_key: key,
-                system_events: state.events.peek(session_key),
-                group_history: history_key
-                    .as_deref()
-                    .map(|k| state.history.peek(k))
-                    .unwrap_or_default(),
-                session_key: session_key.to_string(),
-                history_key,
+                system_events: Vec::new(),
+                group_history: Vec::new(),
+                takes_history,
             })),
         }
     }
 
-    /// Steps 2 to 5. `Ok` carries the pending-history key of an accepted group message.
+    /// Steps 2 to 5. `Ok(true)` for an accepted group or channel message (it takes the
+    /// chat's pending history).
     fn screen(
         &self,
         state: &mut State,
         msg: &InboundMessage,
-        session_key: &str,
         explicit_session: bool,
-    ) -> Result<Option<String>, DropReason> {
+    ) -> Result<bool, DropReason> {
         if explicit_session {
             if msg.kind == MessageKind::SystemEvent {
-                state.events.push(session_key, msg);
                 return Err(DropReason::SystemEvent);
             }
-            return Ok(None);
+            return Ok(false);
         }
         if self.bot_ids.contains_sender(&msg.channel, &msg.sender.id) {
             // The platform echoing the bot's own message: remember it for implicit mentions.
@@ -278,11 +267,10 @@ impl Preflight {
             return Err(DropReason::Policy);
         }
         if msg.kind == MessageKind::SystemEvent {
-            state.events.push(session_key, msg);
             return Err(DropReason::SystemEvent);
         }
         if msg.chat_kind == ChatKind::Direct {
-            return Ok(None);
+            return Ok(false);
         }
         let addressed = mentions::explicit_mention(rules, &self.bot_ids, msg)
             || state.activity.implicit_mention(msg);
@@ -291,11 +279,10 @@ impl Preflight {
                 return Err(DropReason::OtherMention);
             }
             if rules.require_mention {
-                state.history.push(&history_key(msg), msg);
                 return Err(DropReason::NoMention);
             }
         }
-        Ok(Some(history_key(msg)))
+        Ok(true)
     }
 
     fn dropped(&self, reason: DropReason) -> Verdict {
@@ -305,19 +292,20 @@ impl Preflight {
         Verdict::Drop(reason)
     }
 
-    /// Records that `admission`'s message was written to the inbox: remembers its dedupe key,
-    /// clears the session's queued system events and the chat's pending history it carried,
+    /// Records that `admission`'s message was written to the inbox: remembers its dedupe key
     /// and counts it as accepted.
     pub fn confirm(&self, admission: &Admission, now_ms: u64) {
-        let mut state = self.state();
-        state.dedupe.insert(&admission.dedupe_key, now_ms);
-        if !admission.system_events.is_empty() {
-            state.events.clear(&admission.session_key);
-        }
-        if let Some(key) = &admission.history_key {
-            state.history.clear(key);
-        }
+        self.state().dedupe.insert(&admission.dedupe_key, now_ms);
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether a message dropped as `reason` stays in its chat's record (group chatter: the
+    /// pending history of the next message that addresses the bot).
+    pub fn keeps_chatter(msg: &InboundMessage, explicit_session: bool, reason: DropReason) -> bool {
+        !explicit_session
+            && msg.chat_kind != ChatKind::Direct
+            && msg.kind == MessageKind::Message
+            && matches!(reason, DropReason::NoMention | DropReason::OtherMention)
     }
 
     /// Records that the bot sent `message_id` in a chat (e.g. a channel reporting the platform
@@ -354,15 +342,9 @@ impl Preflight {
         }
     }
 
-    /// Sizes of the bounded state: (dedupe keys in memory, sessions with queued system events,
-    /// chats with pending history).
-    pub fn state_sizes(&self) -> (usize, usize, usize) {
-        let state = self.state();
-        (
-            state.dedupe.len(),
-            state.events.sessions(),
-            state.history.chats(),
-        )
+    /// Dedupe keys held in memory (the bounded state).
+    pub fn dedupe_keys(&self) -> usize {
+        self.state().dedupe.len()
     }
 }
 

@@ -1,7 +1,7 @@
 //! Each preflight rule alone, around one `check(config, message, expected)` function.
 
 use super::*;
-use crate::inbound::{Sender, SessionKeys};
+use crate::inbound::Sender;
 
 const NOW: u64 = 1_000_000;
 
@@ -59,16 +59,9 @@ fn event(id: &str, text: &str) -> InboundMessage {
     }
 }
 
-fn key_of(msg: &InboundMessage) -> String {
-    SessionKeys::for_agent("main").key(msg)
-}
-
 /// Decides at `now`; an acceptance is confirmed (as after a successful inbox write).
 fn submit_at(p: &Preflight, msg: &InboundMessage, now: u64) -> Result<Admission, DropReason> {
-    match p
-        .decide(msg, &key_of(msg), false, now, &MemoryOnly)
-        .unwrap()
-    {
+    match p.decide(msg, false, now, &MemoryOnly).unwrap() {
         Verdict::Accept(a) => {
             p.confirm(&a, now);
             Ok(a)
@@ -131,7 +124,7 @@ fn dedupe_forgets_after_the_ttl_and_past_max_keys() {
     assert!(submit_at(&p, &group("1"), NOW + 100).is_ok());
     assert!(submit_at(&p, &group("2"), NOW + 101).is_ok());
     assert!(submit_at(&p, &group("3"), NOW + 102).is_ok());
-    assert_eq!(p.state_sizes().0, 2);
+    assert_eq!(p.dedupe_keys(), 2);
     assert!(
         submit_at(&p, &group("1"), NOW + 103).is_ok(),
         "evicted past max_keys"
@@ -149,7 +142,7 @@ fn dedupe_asks_the_durable_layer_on_a_memory_miss() {
     let p = preflight("");
     let msg = group("7");
     let durable = Remembers(dedupe_key("main", &msg));
-    let decide = |m: &InboundMessage| p.decide(m, &key_of(m), false, NOW, &durable).unwrap();
+    let decide = |m: &InboundMessage| p.decide(m, false, NOW, &durable).unwrap();
     assert_eq!(decide(&msg), Verdict::Drop(DropReason::Duplicate));
     assert!(matches!(decide(&group("8")), Verdict::Accept(_)));
     assert_eq!(
@@ -163,9 +156,7 @@ fn dedupe_asks_the_durable_layer_on_a_memory_miss() {
 fn an_unconfirmed_acceptance_is_not_remembered() {
     let p = preflight("");
     let msg = group("1");
-    let v = p
-        .decide(&msg, &key_of(&msg), false, NOW, &MemoryOnly)
-        .unwrap();
+    let v = p.decide(&msg, false, NOW, &MemoryOnly).unwrap();
     assert!(matches!(v, Verdict::Accept(_)));
     // The inbox write failed: no confirm. A retry must not be a duplicate.
     assert!(submit(&p, &msg).is_ok());
@@ -491,55 +482,25 @@ fn implicit_mention_in_a_thread_the_bot_answered_in() {
 }
 
 #[test]
-fn system_events_are_queued_for_the_next_turn() {
-    let p = preflight("max_system_events = 3");
-    for (id, text) in [
-        ("e1", "Bob joined"),
-        ("e2", "Bob joined"),
-        ("e3", "Carol joined"),
-        ("e4", "Bob joined"),
-        ("e5", "  "),
-        ("e6", "Topic renamed"),
-    ] {
+fn system_events_are_dropped_as_events_and_normalised() {
+    let p = preflight("");
+    for (id, text) in [("e1", "Bob joined"), ("e2", "  ")] {
         assert_eq!(submit(&p, &event(id, text)), Err(DropReason::SystemEvent));
     }
-    // An unaddressed message does not take them.
-    assert_eq!(submit(&p, &chatter("1")), Err(DropReason::NoMention));
-    let a = submit(&p, &group("2")).unwrap();
-    let texts: Vec<&str> = a.system_events.iter().map(|e| e.text.as_str()).collect();
-    // Consecutive duplicates skipped, at most 3 kept (the oldest dropped).
-    assert_eq!(texts, ["Carol joined", "Bob joined", "Topic renamed"]);
-    assert_eq!(a.system_events[0].timestamp_ms, NOW);
-    // Handed over once.
-    assert!(submit(&p, &group("3")).unwrap().system_events.is_empty());
-    assert_eq!(p.stats().system_event, 6);
-    assert_eq!(p.state_sizes().1, 0);
+    assert_eq!(p.stats().system_event, 2);
+    // What the admission queues: trimmed, capped, a repeat of the last queued one skipped.
+    let e = event_of(&event("e3", "  Carol joined "), None).unwrap();
+    assert_eq!((e.text.as_str(), e.timestamp_ms), ("Carol joined", NOW));
+    assert!(event_of(&event("e4", "Carol joined"), Some(&e)).is_none());
+    assert!(event_of(&event("e5", "   "), None).is_none());
+    let long = event_of(&event("e6", &"x".repeat(2_000)), None).unwrap();
+    assert_eq!(long.text.chars().count(), MAX_SYSTEM_EVENT_CHARS + 1);
+    // Accepted messages carry none from preflight itself (the admission reads the store).
+    assert!(submit(&p, &group("2")).unwrap().system_events.is_empty());
 }
 
 #[test]
-fn system_events_stay_queued_until_confirmed_and_per_session() {
-    let p = preflight("");
-    assert_eq!(
-        submit(&p, &event("e1", "pinned")),
-        Err(DropReason::SystemEvent)
-    );
-    let m = group("1");
-    let Verdict::Accept(first) = p.decide(&m, &key_of(&m), false, NOW, &MemoryOnly).unwrap() else {
-        panic!("accepted expected");
-    };
-    assert_eq!(first.system_events.len(), 1);
-    // Not confirmed (the write failed): still there for the retry.
-    assert_eq!(submit(&p, &m).unwrap().system_events.len(), 1);
-    // Another session does not see them.
-    assert_eq!(
-        submit(&p, &event("e2", "pinned")),
-        Err(DropReason::SystemEvent)
-    );
-    let other = InboundMessage {
-        chat_id: "-200".into(),
-        ..group("2")
-    };
-    assert!(submit(&p, &other).unwrap().system_events.is_empty());
+fn system_events_follow_bot_and_policy_rules() {
     // Events in a chat the policy refuses are dropped as policy; the bot's own are bot.
     check(
         "group_policy = \"disabled\"",
@@ -574,7 +535,7 @@ fn system_events_stay_queued_until_confirmed_and_per_session() {
 #[test]
 fn explicit_sessions_pass_only_dedupe_and_system_events() {
     let p = preflight("dm_policy = \"disabled\"\nbot_user_ids = [\"111\"]");
-    let decide = |m: &InboundMessage| p.decide(m, "my-session", true, NOW, &MemoryOnly).unwrap();
+    let decide = |m: &InboundMessage| p.decide(m, true, NOW, &MemoryOnly).unwrap();
     let Verdict::Accept(a) = decide(&chatter("1")) else {
         panic!("explicit sessions skip bots, policy and mentions");
     };
@@ -584,72 +545,63 @@ fn explicit_sessions_pass_only_dedupe_and_system_events() {
         decide(&event("e1", "x")),
         Verdict::Drop(DropReason::SystemEvent)
     );
-    let Verdict::Accept(a) = decide(&dm("2")) else {
+    let Verdict::Accept(a) = decide(&group("2")) else {
         panic!("accepted expected");
     };
-    assert_eq!(a.system_events.len(), 1);
-    assert!(a.group_history.is_empty());
+    assert!(
+        !a.takes_history,
+        "an explicit session takes no group history"
+    );
 }
 
 #[test]
-fn group_history_is_attached_to_the_next_addressed_message_and_cleared() {
-    let p = preflight("history_limit = 2");
-    for id in ["1", "2", "3"] {
-        assert_eq!(submit(&p, &chatter(id)), Err(DropReason::NoMention));
-    }
-    let a = submit(&p, &group("4")).unwrap();
-    let ids: Vec<&str> = a
-        .group_history
-        .iter()
-        .map(|l| l.message_id.as_str())
-        .collect();
-    assert_eq!(ids, ["2", "3"], "the newest history_limit lines");
-    assert_eq!(a.group_history[0].sender_name, "Alice");
-    assert_eq!(a.group_history[0].text, "text 2");
-    assert!(submit(&p, &group("5")).unwrap().group_history.is_empty());
-    assert_eq!(p.state_sizes().2, 0);
-}
-
-#[test]
-fn group_history_is_per_chat_and_thread_and_bounded() {
-    let p = preflight("history_max_chats = 2");
-    let in_chat = |chat: &str, m: InboundMessage| InboundMessage {
-        chat_id: chat.into(),
-        ..m
-    };
-    assert!(submit(&p, &in_chat("a", chatter("1"))).is_err());
-    assert!(submit(&p, &in_chat("b", chatter("2"))).is_err());
-    let threaded = InboundMessage {
-        channel: "slack".into(),
-        thread_id: Some("t".into()),
-        ..in_chat("b", chatter("3"))
-    };
-    assert!(submit(&p, &threaded).is_err());
-    // Three buffers for two places: chat `a`, the least recently used, is forgotten.
-    assert_eq!(p.state_sizes().2, 2);
-    assert!(submit(&p, &in_chat("a", group("4")))
-        .unwrap()
-        .group_history
-        .is_empty());
-    let b = submit(&p, &in_chat("b", group("5"))).unwrap();
-    assert_eq!(b.group_history.len(), 1);
-    assert_eq!(b.group_history[0].message_id, "2");
-    // Long texts are capped.
-    let long = InboundMessage {
-        text: "x".repeat(5_000),
-        ..chatter("6")
-    };
-    assert!(submit(&p, &long).is_err());
-    let c = submit(&p, &group("7")).unwrap();
+fn group_messages_that_address_the_bot_take_the_pending_history() {
+    let p = preflight("");
+    assert_eq!(submit(&p, &chatter("1")), Err(DropReason::NoMention));
+    assert!(Preflight::keeps_chatter(
+        &chatter("1"),
+        false,
+        DropReason::NoMention
+    ));
+    assert!(Preflight::keeps_chatter(
+        &chatter("1"),
+        false,
+        DropReason::OtherMention
+    ));
+    assert!(!Preflight::keeps_chatter(
+        &chatter("1"),
+        false,
+        DropReason::Bot
+    ));
+    assert!(!Preflight::keeps_chatter(
+        &chatter("1"),
+        true,
+        DropReason::NoMention
+    ));
+    assert!(!Preflight::keeps_chatter(
+        &dm("1"),
+        false,
+        DropReason::NoMention
+    ));
+    assert!(!Preflight::keeps_chatter(
+        &event("e", "x"),
+        false,
+        DropReason::NoMention
+    ));
+    assert!(submit(&p, &group("2")).unwrap().takes_history);
+    assert!(!submit(&p, &dm("3")).unwrap().takes_history);
+    // Pending lines are capped when handed over.
+    let long = crate::store::ChannelMessage::of(
+        &InboundMessage {
+            text: "x".repeat(5_000),
+            ..chatter("4")
+        },
+        false,
+    );
     assert_eq!(
-        c.group_history[0].text.chars().count(),
+        history_line(&long).text.chars().count(),
         MAX_HISTORY_LINE_CHARS + 1
     );
-    // Direct messages carry no group history; history_limit = 0 keeps none.
-    assert!(submit(&p, &dm("8")).unwrap().group_history.is_empty());
-    let p = preflight("history_limit = 0");
-    assert!(submit(&p, &chatter("1")).is_err());
-    assert!(submit(&p, &group("2")).unwrap().group_history.is_empty());
 }
 
 #[test]

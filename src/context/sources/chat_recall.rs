@@ -1,0 +1,169 @@
+//! `chat_recall`: older messages of a group chat, recalled from the chat's own record when the
+//! current message asks about them. The chat's messages that the context does not already show
+//! (not in the history window, not its chatter, not the pending history) are ranked with BM25
+//! against the current message; the best `top_n` above `min_score` come as `chat_recall`
+//! blocks, each with its score in the dump. Bounded: at most `max_candidates` messages are
+//! read, each snippet is cut to `max_snippet_chars`, and blocks only take the budget left.
+
+use bm25::{EmbedderBuilder, Scorer, Tokenizer};
+use serde::Deserialize;
+
+use super::memory_recall::WordTokenizer;
+use crate::context::text::prefix_chars;
+use crate::context::{
+    BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
+    TokenBudget,
+};
+use crate::inbound::{untrusted, untrusted_block};
+use crate::model::MESSAGE_OVERHEAD_TOKENS;
+use crate::store::{ChannelMessage, Scan};
+
+/// Characters of the current messages used as the query.
+const MAX_QUERY_CHARS: usize = 2_000;
+/// The label of a recalled message's block.
+pub const RECALL_LABEL: &str = "Recalled from earlier in this chat";
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct Params {
+    /// Messages recalled at most. Default 3.
+    top_n: usize,
+    /// Older messages ranked at most (newest first). Default 1,000.
+    max_candidates: usize,
+    /// Longest recalled text, in characters. Default 400.
+    max_snippet_chars: usize,
+    /// Lowest BM25 score recalled. Default 1.0 (a match on one common word scores below it).
+    min_score: f32,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            top_n: 3,
+            max_candidates: 1_000,
+            max_snippet_chars: 400,
+            min_score: 1.0,
+        }
+    }
+}
+
+pub(super) struct ChatRecallSource {
+    p: Params,
+}
+
+impl ChatRecallSource {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+        let p: Params = c.params()?;
+        if p.max_candidates > crate::store::MAX_CHAT_SCAN {
+            return Err(format!(
+                "chat_recall max_candidates must be at most {}",
+                crate::store::MAX_CHAT_SCAN
+            ));
+        }
+        Ok(Self { p })
+    }
+}
+
+/// How a recalled message reads: `Name: text`, the text cut to `max_chars`.
+fn snippet(m: &ChannelMessage, max_chars: usize) -> String {
+    let text = untrusted(&m.text);
+    let cut = prefix_chars(&text, max_chars);
+    let ellipsis = if cut.len() < text.len() { "…" } else { "" };
+    format!("{}: {cut}{ellipsis}", untrusted(&m.sender_name))
+}
+
+impl ContextSource for ChatRecallSource {
+    fn name(&self) -> &str {
+        "chat_recall"
+    }
+
+    fn default_priority(&self) -> u8 {
+        55
+    }
+
+    fn collect(
+        &self,
+        session: &SessionView<'_>,
+        budget: &TokenBudget,
+    ) -> Result<Vec<ContextBlock>, ContextError> {
+        if self.p.top_n == 0 || session.current.is_empty() {
+            return Ok(Vec::new());
+        }
+        let query: String = session
+            .current
+            .iter()
+            .map(|c| c.record.message.text.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let query = prefix_chars(&query, MAX_QUERY_CHARS);
+        if WordTokenizer.tokenize(query).is_empty() {
+            return Ok(Vec::new());
+        }
+        let window = session.chat()?;
+        let Some(chat) = &window.chat else {
+            return Ok(Vec::new());
+        };
+        let mut left = self.p.max_candidates;
+        let candidates = session.store().chat_back(
+            &chat.channel,
+            &chat.chat_id,
+            window.oldest_shown_seq,
+            &mut |m| {
+                if left == 0 {
+                    return Scan::Stop;
+                }
+                left -= 1;
+                // `is_shown` cannot fail here: the chat window is read already.
+                if m.thread_id != chat.thread_id || session.is_shown(&m.message_id).unwrap_or(true)
+                {
+                    Scan::Skip
+                } else {
+                    Scan::Take
+                }
+            },
+        )?;
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let corpus: Vec<&str> = candidates.iter().map(|m| m.text.as_str()).collect();
+        let embedder = EmbedderBuilder::<u32, WordTokenizer>::with_tokenizer_and_fit_to_corpus(
+            WordTokenizer,
+            &corpus,
+        )
+        .build();
+        let mut scorer = Scorer::<usize, u32>::new();
+        for (i, text) in corpus.iter().enumerate() {
+            scorer.upsert(&i, embedder.embed(text));
+        }
+        let mut matches = scorer.matches(&embedder.embed(query));
+        // Ties in a stable order: the newer message first.
+        matches.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.id.cmp(&a.id)));
+        let mut room = budget.remaining();
+        let mut out = Vec::new();
+        for hit in matches
+            .iter()
+            .filter(|h| h.score >= self.p.min_score)
+            .take(self.p.top_n)
+        {
+            let Some(m) = candidates.get(hit.id) else {
+                continue;
+            };
+            let content = untrusted_block(RECALL_LABEL, &snippet(m, self.p.max_snippet_chars));
+            let tokens = session.tokens.count(&content) + MESSAGE_OVERHEAD_TOKENS;
+            if tokens > room {
+                continue;
+            }
+            room -= tokens;
+            let mut meta = BlockMeta {
+                message_id: Some(m.message_id.clone()),
+                timestamp_ms: Some(m.timestamp_ms),
+                ..BlockMeta::default()
+            };
+            meta.extra
+                .insert("score".into(), format!("{:.3}", hit.score));
+            meta.extra.insert("chat_seq".into(), m.seq.to_string());
+            out.push(ContextBlock::new(BlockKind::ChatRecall, content, tokens).with_meta(meta));
+        }
+        Ok(out)
+    }
+}
