@@ -409,6 +409,10 @@ pub struct ModelConfig {
     /// Models tried in order when `model` still fails after its retries (not on a
     /// context overflow, which needs compaction instead). Default none (at most 8).
     pub fallbacks: Vec<String>,
+    /// The model accepts images: image attachments of the current message that carry a URL
+    /// are sent as `image_url` parts of the user message (a text-only model rejects such
+    /// parts, hence off by default). Their text lines are sent either way. Default false.
+    pub vision: bool,
 }
 
 impl Default for ModelConfig {
@@ -425,6 +429,7 @@ impl Default for ModelConfig {
             backoff_base_ms: 500,
             backoff_max_ms: 20_000,
             fallbacks: Vec::new(),
+            vision: false,
         }
     }
 }
@@ -516,12 +521,16 @@ pub struct ContextConfig {
     pub presets: BTreeMap<String, PresetConfig>,
     /// `[[context.sources]]`: the sources in collection order (`name`, `priority`, `weight`,
     /// `params`). Default: `system_prompt`, `current_message`, `bootstrap`, `skills`,
-    /// `system_events`, `reply_thread`, `group_history`, `compaction_summary`, `memory_recall`,
-    /// `history`.
+    /// `time_and_place`, `system_events`, `reply_thread`, `group_history`, `compaction_summary`,
+    /// `memory_recall`, `history`.
     pub sources: Vec<StageSpec>,
     /// `[[context.processors]]`: the processors in order (`name`, `params`). Default: `dedupe`,
     /// `sanitize`, `message_count`, `ttl_decay`, `tool_result_guard`, `trim_to_budget`.
     pub processors: Vec<StageSpec>,
+    /// The IANA time zone (e.g. `Europe/Berlin`) the `time_and_place` source shows the current
+    /// time in, besides UTC: the model otherwise has no idea what "tomorrow morning" means to
+    /// its users. An unknown name is an error at load. Default `UTC`.
+    pub time_zone: String,
 }
 
 impl Default for ContextConfig {
@@ -536,6 +545,7 @@ impl Default for ContextConfig {
             presets: BTreeMap::new(),
             sources: default_sources(),
             processors: default_processors(),
+            time_zone: "UTC".into(),
         }
     }
 }
@@ -757,6 +767,12 @@ pub struct PreflightConfig {
     /// Chats allowed under `group_policy = "allowlist"`: `chat_id` or `channel:chat_id`, `"*"`
     /// for all. Default empty.
     pub group_allow_from: Vec<String>,
+    /// Members who may talk to the bot inside groups and channels (whatever `group_policy`
+    /// lets in): sender `id` or `channel:id`, compared like `allow_from`. When non-empty,
+    /// messages of anyone else in a group are dropped with reason `policy` (so they become
+    /// neither turns nor pending history); platform events are not filtered. Default empty:
+    /// every member.
+    pub group_member_allow_from: Vec<String>,
     /// Regexes (case-insensitive) that count as mentioning the bot, e.g. `"\\bturnstile\\b"`.
     /// Compiled once at start. Default empty.
     pub mention_patterns: Vec<String>,
@@ -778,7 +794,7 @@ pub struct PreflightConfig {
     pub max_system_events: usize,
     /// `[preflight.channels.<channel>]`: per-channel overrides of `require_mention`,
     /// `allow_bots`, `dm_policy`, `group_policy`, `allow_from`, `group_allow_from`,
-    /// `mention_patterns`, `ignore_other_mentions`. Default none.
+    /// `group_member_allow_from`, `mention_patterns`, `ignore_other_mentions`. Default none.
     pub channels: BTreeMap<String, PreflightOverride>,
 }
 
@@ -792,6 +808,7 @@ impl Default for PreflightConfig {
             group_policy: AccessPolicy::Open,
             allow_from: Vec::new(),
             group_allow_from: Vec::new(),
+            group_member_allow_from: Vec::new(),
             mention_patterns: Vec::new(),
             ignore_other_mentions: false,
             dedupe_ttl_ms: 20 * 60 * 1_000,
@@ -821,6 +838,8 @@ pub struct PreflightOverride {
     pub allow_from: Option<Vec<String>>,
     /// Overrides `group_allow_from`.
     pub group_allow_from: Option<Vec<String>>,
+    /// Overrides `group_member_allow_from`.
+    pub group_member_allow_from: Option<Vec<String>>,
     /// Overrides `mention_patterns`.
     pub mention_patterns: Option<Vec<String>>,
     /// Overrides `ignore_other_mentions`.
@@ -876,6 +895,9 @@ impl Config {
         }
         if self.context.max_tokens == 0 {
             return bad("context.max_tokens", "must be at least 1");
+        }
+        if let Err(e) = crate::context::sources::time_zone(&self.context.time_zone) {
+            return bad("context.time_zone", &e);
         }
         if self.model.context_window <= self.context.reserve_output_tokens {
             return bad(

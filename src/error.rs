@@ -140,6 +140,9 @@ pub enum InboundError {
     /// The timestamp lies too far in the future.
     #[error("timestamp_ms {0} lies too far in the future")]
     FutureTimestamp(u64),
+    /// A field that must be an `http(s)` URL is not one.
+    #[error("field `{0}` must be an http:// or https:// URL")]
+    NotHttpUrl(&'static str),
 }
 
 /// A model call that failed.

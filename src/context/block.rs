@@ -25,6 +25,8 @@ pub enum BlockKind {
     Summary,
     /// Other trusted context an embedding application adds to the system message.
     Note,
+    /// The current date and time, the channel and the chat kind (`time_and_place`).
+    TimeAndPlace,
     /// A user entry of the transcript.
     User,
     /// An assistant entry of the transcript.
@@ -58,6 +60,9 @@ pub enum Placement {
     Prefix,
     /// The rest of the system message.
     System,
+    /// The end of the system message: context that changes on every turn (the clock). Last,
+    /// so that prompt caches can reuse as much of the system message as possible.
+    SystemEnd,
     /// The conversation, in transcript order.
     Conversation,
     /// The final user message.
@@ -70,6 +75,7 @@ impl BlockKind {
         match self {
             BlockKind::SystemPrompt | BlockKind::Bootstrap | BlockKind::Skills => Placement::Prefix,
             BlockKind::Memory | BlockKind::Summary | BlockKind::Note => Placement::System,
+            BlockKind::TimeAndPlace => Placement::SystemEnd,
             BlockKind::User
             | BlockKind::Assistant
             | BlockKind::ToolCall
@@ -95,7 +101,8 @@ impl BlockKind {
             | BlockKind::Skills
             | BlockKind::Memory
             | BlockKind::Summary
-            | BlockKind::Note => Role::System,
+            | BlockKind::Note
+            | BlockKind::TimeAndPlace => Role::System,
             _ => Role::User,
         }
     }
@@ -140,6 +147,10 @@ pub struct BlockMeta {
     /// True for blocks a processor made up (a synthetic tool result).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub synthetic: bool,
+    /// Image URLs sent with the block as `image_url` parts (current messages, with
+    /// `[model] vision`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub image_urls: Vec<String>,
     /// Anything else a source wants to record (embedders' own keys).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub extra: BTreeMap<String, String>,

@@ -42,13 +42,14 @@ impl StageSpec {
 
 /// The built-in sources in their default collection order. A source collected earlier claims
 /// its share of the budget first: the system prompt and the current message before anything
-/// else, history last.
+/// else, then the stable prefix (bootstrap, skills) and the clock line, history last.
 pub fn default_sources() -> Vec<StageSpec> {
     [
         "system_prompt",
         "current_message",
         "bootstrap",
         "skills",
+        "time_and_place",
         "system_events",
         "reply_thread",
         "group_history",

@@ -4,16 +4,16 @@
 //! # How an assembly runs
 //! 1. **Sources** ([`ContextSource`]) collect [`ContextBlock`]s in the configured order, each
 //!    within the budget the earlier ones left ([`TokenBudget`]). Built in: `system_prompt`,
-//!    `current_message`, `bootstrap`, `skills`, `system_events`, `reply_thread`,
-//!    `group_history`, `compaction_summary`, `memory_recall`, `history`.
+//!    `current_message`, `bootstrap`, `skills`, `time_and_place`, `system_events`,
+//!    `reply_thread`, `group_history`, `compaction_summary`, `memory_recall`, `history`.
 //! 2. Blocks are ordered by precedence: priority desc, weight desc, collection index.
 //! 3. **Processors** ([`ContextProcessor`]) rewrite or drop blocks, recording why: `dedupe`,
 //!    `sanitize`, `message_count`, `ttl_decay`, `tool_result_guard`, `trim_to_budget`; then,
 //!    always, `tool_pairing` and a final budget check. Immutable blocks (the system prompt) are
 //!    never dropped.
 //! 4. **Rendering** lays the kept blocks out as chat messages: the stable prefix (system
-//!    prompt, bootstrap, skills) first, the conversation in transcript order, the current
-//!    message last ([`Assembly`]).
+//!    prompt, bootstrap, skills) first and the clock line last in the system message, the
+//!    conversation in transcript order, the current message last ([`Assembly`]).
 //!
 //! Stored history carries token counts computed when it was written; assembly never
 //! re-tokenises it, and reads only as much of it as the policy and budget can use

@@ -1,10 +1,11 @@
 //! Rendering kept blocks into the chat messages sent to the model.
 //!
 //! Layout, whatever the priorities: one system message — the stable prefix (system prompt,
-//! bootstrap, skills) first, then other system context (summary, memory) — then the
-//! conversation in transcript order (consecutive tool calls merged into one assistant message,
-//! each result a `tool` message), then one user message with the pending events, the reply
-//! thread, the group history and the current message, in that order.
+//! bootstrap, skills) first, then other system context (summary, memory), then what changes
+//! every turn (the current time) — then the conversation in transcript order (consecutive tool
+//! calls merged into one assistant message, each result a `tool` message), then one user
+//! message with the pending events, the reply thread, the group history and the current
+//! message, in that order.
 
 use super::block::{BlockKind, ContextBlock, Placement};
 use crate::model::{ChatMessage, Role, ToolCall};
@@ -28,7 +29,7 @@ pub(crate) fn layout(mut blocks: Vec<ContextBlock>) -> Layout {
     blocks.sort_unstable_by_key(|b| {
         let p = b.placement();
         match p {
-            Placement::Prefix | Placement::System => (
+            Placement::Prefix | Placement::System | Placement::SystemEnd => (
                 p,
                 u64::from(u8::MAX - b.priority),
                 i64::from(b.weight).wrapping_neg(),
@@ -53,9 +54,12 @@ pub(crate) fn layout(mut blocks: Vec<ContextBlock>) -> Layout {
 
 /// Renders laid-out `blocks` as chat messages.
 pub(crate) fn messages(blocks: &[ContextBlock]) -> Vec<ChatMessage> {
-    let (system, rest): (Vec<&ContextBlock>, Vec<&ContextBlock>) = blocks
-        .iter()
-        .partition(|b| matches!(b.placement(), Placement::Prefix | Placement::System));
+    let (system, rest): (Vec<&ContextBlock>, Vec<&ContextBlock>) = blocks.iter().partition(|b| {
+        matches!(
+            b.placement(),
+            Placement::Prefix | Placement::System | Placement::SystemEnd
+        )
+    });
     let (conversation, current): (Vec<&ContextBlock>, Vec<&ContextBlock>) = rest
         .into_iter()
         .partition(|b| b.placement() == Placement::Conversation);
@@ -105,7 +109,12 @@ pub(crate) fn messages(blocks: &[ContextBlock]) -> Vec<ChatMessage> {
         previous = Some(b.kind);
     }
     if !current.is_empty() {
-        messages.push(ChatMessage::text(Role::User, joined(&current)));
+        let mut m = ChatMessage::text(Role::User, joined(&current));
+        m.image_urls = current
+            .iter()
+            .flat_map(|b| b.metadata.image_urls.iter().cloned())
+            .collect();
+        messages.push(m);
     }
 
     messages

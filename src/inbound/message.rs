@@ -54,19 +54,134 @@ pub struct Sender {
     pub is_bot: bool,
 }
 
-/// Metadata of an attachment (the content itself is not carried).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Metadata of an attachment (the content itself is not carried, at most a link to it).
+///
+/// JSON: `{"kind", "name", "size", "url"}`, all optional. Stored (bincode), `size` and `url`
+/// travel together as one [`SizeAndUrl`], which encodes exactly like the `Option<u64>` size of
+/// records written before `url` existed: inbox entries queued by an older build still decode,
+/// with no migration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Attachment {
     /// MIME type or kind, e.g. `image/png`.
-    #[serde(default)]
     pub kind: String,
     /// File name.
-    #[serde(default)]
     pub name: String,
     /// Size in bytes, when known.
-    #[serde(default)]
     pub size: Option<u64>,
+    /// Where the content can be fetched, when the channel has a link: an `http(s)` URL of at
+    /// most [`MAX_ATTACHMENT_URL_CHARS`] characters (checked by
+    /// [`InboundMessage::validated`]). With `[model] vision`, an image's URL is sent to the
+    /// model.
+    pub url: Option<String>,
+}
+
+/// Longest accepted attachment URL, in characters.
+pub const MAX_ATTACHMENT_URL_CHARS: usize = 2_048;
+
+/// The JSON shape of an [`Attachment`].
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttachmentJson {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+}
+
+/// The stored shape of an [`Attachment`] (see there).
+#[derive(Serialize, Deserialize)]
+struct AttachmentStored {
+    kind: String,
+    name: String,
+    tail: SizeAndUrl,
+}
+
+/// An attachment's size and URL as stored. The variant index is the first byte: 0 and 1 are
+/// what an `Option<u64>` (no size, a size) encodes as, so records without `url` read as before;
+/// only an attachment with a URL uses 2 or 3. Do not reorder the variants.
+#[derive(Serialize, Deserialize)]
+enum SizeAndUrl {
+    None,
+    Size(u64),
+    Url(String),
+    SizeUrl(u64, String),
+}
+
+impl Serialize for Attachment {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            AttachmentJson {
+                kind: self.kind.clone(),
+                name: self.name.clone(),
+                size: self.size,
+                url: self.url.clone(),
+            }
+            .serialize(serializer)
+        } else {
+            let tail = match (self.size, self.url.clone()) {
+                (None, None) => SizeAndUrl::None,
+                (Some(size), None) => SizeAndUrl::Size(size),
+                (None, Some(url)) => SizeAndUrl::Url(url),
+                (Some(size), Some(url)) => SizeAndUrl::SizeUrl(size, url),
+            };
+            AttachmentStored {
+                kind: self.kind.clone(),
+                name: self.name.clone(),
+                tail,
+            }
+            .serialize(serializer)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Attachment {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if deserializer.is_human_readable() {
+            let a = AttachmentJson::deserialize(deserializer)?;
+            Ok(Self {
+                kind: a.kind,
+                name: a.name,
+                size: a.size,
+                url: a.url,
+            })
+        } else {
+            let a = AttachmentStored::deserialize(deserializer)?;
+            let (size, url) = match a.tail {
+                SizeAndUrl::None => (None, None),
+                SizeAndUrl::Size(size) => (Some(size), None),
+                SizeAndUrl::Url(url) => (None, Some(url)),
+                SizeAndUrl::SizeUrl(size, url) => (Some(size), Some(url)),
+            };
+            Ok(Self {
+                kind: a.kind,
+                name: a.name,
+                size,
+                url,
+            })
+        }
+    }
+}
+
+/// Checks an attachment URL: `http(s)`, parseable, without spaces or control characters, at
+/// most [`MAX_ATTACHMENT_URL_CHARS`].
+fn check_attachment_url(url: &str) -> Result<(), InboundError> {
+    const FIELD: &str = "attachments.url";
+    check_len(FIELD, url, MAX_ATTACHMENT_URL_CHARS)?;
+    if url.chars().any(char::is_control) {
+        return Err(InboundError::ControlChar(FIELD));
+    }
+    // A URL as sent on the wire: no spaces (the parser would quietly percent-encode them).
+    let parsed = (!url.chars().any(char::is_whitespace))
+        .then(|| reqwest::Url::parse(url).ok())
+        .flatten();
+    match parsed {
+        Some(u) if matches!(u.scheme(), "http" | "https") && u.has_host() => Ok(()),
+        _ => Err(InboundError::NotHttpUrl(FIELD)),
+    }
 }
 
 fn default_account() -> String {
@@ -162,6 +277,9 @@ impl InboundMessage {
                 len: self.attachments.len(),
                 max: MAX_ATTACHMENTS,
             });
+        }
+        for url in self.attachments.iter().filter_map(|a| a.url.as_deref()) {
+            check_attachment_url(url)?;
         }
         if self.timestamp_ms == 0 {
             self.timestamp_ms = now_ms;
@@ -272,5 +390,103 @@ mod tests {
                 "sender":{"id":"1"},"text":"hi","bogus":1}"#,
         );
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn attachment_urls_are_checked() {
+        let with_url = |url: &str| {
+            let url = url.to_string();
+            move |m: &mut InboundMessage| {
+                m.attachments = vec![Attachment {
+                    kind: "image/png".into(),
+                    url: Some(url),
+                    ..Attachment::default()
+                }]
+            }
+        };
+        check(with_url("https://cdn.example.com/a.png"), Ok(()));
+        check(with_url("http://10.0.0.1:8080/a.png?x=1"), Ok(()));
+        let not_http = Err(InboundError::NotHttpUrl("attachments.url"));
+        check(with_url("file:///etc/passwd"), not_http.clone());
+        check(with_url("data:image/png;base64,AAAA"), not_http.clone());
+        check(with_url("javascript:alert(1)"), not_http.clone());
+        check(with_url("https://x.test/a b"), not_http.clone());
+        check(
+            with_url("https://x.test/\u{7}"),
+            Err(InboundError::ControlChar("attachments.url")),
+        );
+        check(with_url("https://"), not_http);
+        let long = format!(
+            "https://example.com/{}",
+            "a".repeat(MAX_ATTACHMENT_URL_CHARS)
+        );
+        check(
+            with_url(&long),
+            Err(InboundError::TooLong {
+                field: "attachments.url",
+                len: long.chars().count(),
+                max: MAX_ATTACHMENT_URL_CHARS,
+            }),
+        );
+        // No URL: nothing to check.
+        check(|m| m.attachments = vec![Attachment::default()], Ok(()));
+    }
+
+    #[test]
+    fn attachments_in_json_and_in_storage() {
+        let json =
+            r#"{"kind":"image/jpeg","name":"photo.jpg","size":12,"url":"https://x.test/p.jpg"}"#;
+        let a: Attachment = serde_json::from_str(json).unwrap();
+        assert_eq!(a.url.as_deref(), Some("https://x.test/p.jpg"));
+        assert_eq!(serde_json::to_string(&a).unwrap(), json);
+        let plain: Attachment = serde_json::from_str(r#"{"kind":"image"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_value(&plain).unwrap(),
+            serde_json::json!({"kind": "image", "name": "", "size": null})
+        );
+        assert!(serde_json::from_str::<Attachment>(r#"{"kind":"x","bogus":1}"#).is_err());
+        for a in [
+            a.clone(),
+            plain,
+            Attachment {
+                url: Some("http://y.test".into()),
+                ..Attachment::default()
+            },
+            Attachment {
+                size: Some(1 << 40),
+                ..Attachment::default()
+            },
+        ] {
+            let bytes = crate::store::encode(&a).unwrap();
+            assert_eq!(crate::store::decode::<Attachment>("t", &bytes).unwrap(), a);
+        }
+
+        // Written before `url` existed: the same bytes decode, with no URL.
+        #[derive(Serialize)]
+        struct Before {
+            kind: String,
+            name: String,
+            size: Option<u64>,
+        }
+        for size in [None, Some(0), Some(300), Some(u64::MAX)] {
+            let old = crate::store::encode(&vec![Before {
+                kind: "image".into(),
+                name: "p.jpg".into(),
+                size,
+            }])
+            .unwrap();
+            let now: Vec<Attachment> = crate::store::decode("t", &old).unwrap();
+            assert_eq!(
+                now,
+                vec![Attachment {
+                    kind: "image".into(),
+                    name: "p.jpg".into(),
+                    size,
+                    url: None,
+                }]
+            );
+            // And what is written without a URL is byte-identical to before.
+            assert_eq!(crate::store::encode(&now).unwrap(), old);
+        }
     }
 }

@@ -7,8 +7,8 @@ mod sanitize;
 mod session_key;
 
 pub use message::{
-    Attachment, ChatKind, InboundMessage, MessageKind, Sender, MAX_ATTACHMENTS, MAX_ID_CHARS,
-    MAX_MENTIONS,
+    Attachment, ChatKind, InboundMessage, MessageKind, Sender, MAX_ATTACHMENTS,
+    MAX_ATTACHMENT_URL_CHARS, MAX_ID_CHARS, MAX_MENTIONS,
 };
 pub use preflight::{Preflight, PreflightStats};
 pub use sanitize::{sanitize_text, untrusted, untrusted_block, MAX_UNTRUSTED_CHARS};

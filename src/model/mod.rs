@@ -71,6 +71,10 @@ pub struct ChatMessage {
     /// For a `tool` message: the call it answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Images sent with a user message (URLs, with `[model] vision`); models that take them
+    /// get them as `image_url` parts beside the text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_urls: Vec<String>,
 }
 
 impl ChatMessage {
@@ -81,6 +85,7 @@ impl ChatMessage {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            image_urls: Vec::new(),
         }
     }
 }

@@ -95,6 +95,7 @@ fn attachments(m: &Message) -> Vec<Attachment> {
             kind: d.mime_type.clone().unwrap_or_else(|| "document".into()),
             name: d.file_name.clone().unwrap_or_default(),
             size: d.file_size,
+            url: None,
         });
     }
     if !m.photo.is_empty() {
@@ -107,6 +108,7 @@ fn attachments(m: &Message) -> Vec<Attachment> {
             kind: "image".into(),
             name: String::new(),
             size,
+            url: None,
         });
     }
     out.truncate(MAX_ATTACHMENTS);

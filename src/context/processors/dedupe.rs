@@ -45,7 +45,9 @@ impl ContextProcessor for Dedupe {
             let placement = b.placement();
             let key = match (&b.metadata.message_id, placement) {
                 (Some(id), _) => Key::Message(placement, id.as_str()),
-                (None, Placement::Prefix | Placement::System) => Key::Text(placement, &b.content),
+                (None, Placement::Prefix | Placement::System | Placement::SystemEnd) => {
+                    Key::Text(placement, &b.content)
+                }
                 (None, _) => continue,
             };
             if first_of.insert(key, i).is_some() && !b.immutable {

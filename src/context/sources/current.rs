@@ -2,10 +2,12 @@
 //! a labelled untrusted block; when pending group history precedes it, the
 //! `[Current message - respond to this]` marker opens it. Messages that queued while the agent
 //! was busy and are answered together come under [`QUEUED_HEADER`], numbered, after one line per
-//! message the queue cap dropped.
+//! message the queue cap dropped. Attachments follow the text, one line each (see
+//! `attachments.rs`), and with `[model] vision` image URLs ride along for the model.
 
 use serde::Deserialize;
 
+use super::attachments::Attached;
 use super::CURRENT_MARKER;
 
 /// OpenClaw's header of a coalesced batch (`queue.mode = "collect"`).
@@ -21,12 +23,17 @@ use crate::model::MESSAGE_OVERHEAD_TOKENS;
 #[serde(default, deny_unknown_fields)]
 struct Params {}
 
-pub(super) struct CurrentSource;
+pub(super) struct CurrentSource {
+    /// `[model] vision`: image URLs are sent to the model.
+    vision: bool,
+}
 
 impl CurrentSource {
     pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
         let _: Params = c.params()?;
-        Ok(Self)
+        Ok(Self {
+            vision: c.config.model.vision,
+        })
     }
 }
 
@@ -90,17 +97,19 @@ impl ContextSource for CurrentSource {
             } else {
                 session.tokens.count_recurring(&head)
             };
+            let attached = Attached::of(&m.attachments, &m.text, self.vision, &session.tokens);
             let meta = BlockMeta {
                 message_id: Some(m.message_id.clone()),
                 timestamp_ms: Some(m.timestamp_ms),
                 user_text: true,
+                image_urls: attached.image_urls,
                 ..BlockMeta::default()
             };
             out.push(
                 ContextBlock::new(
                     BlockKind::CurrentMessage,
-                    head + &m.text,
-                    current.tokens + head_tokens + MESSAGE_OVERHEAD_TOKENS,
+                    head + &m.text + &attached.text,
+                    current.tokens + head_tokens + attached.tokens + MESSAGE_OVERHEAD_TOKENS,
                 )
                 .with_meta(meta),
             );

@@ -1,5 +1,6 @@
 //! The built-in sources (SPEC §4), one file each.
 
+mod attachments;
 mod bootstrap;
 mod chat_recall;
 mod current;
@@ -11,6 +12,7 @@ mod skills;
 mod summary;
 mod system_events;
 mod system_prompt;
+mod time_and_place;
 mod workspace;
 
 pub use bootstrap::BOOTSTRAP_FILES;
@@ -20,6 +22,7 @@ pub use memory_recall::WordTokenizer;
 pub use reply_thread::THREAD_LABEL;
 pub use skills::SKILLS_HEADER;
 pub use summary::SUMMARY_HEADER;
+pub(crate) use time_and_place::time_zone;
 
 use super::registry::Registry;
 use super::source::ContextSource;
@@ -43,6 +46,9 @@ pub(super) fn register_builtin(r: &mut Registry) {
         bootstrap::BootstrapSource::build(c).map(boxed)
     });
     r.register_source("skills", |c| skills::SkillsSource::build(c).map(boxed));
+    r.register_source("time_and_place", |c| {
+        time_and_place::TimeAndPlaceSource::build(c).map(boxed)
+    });
     r.register_source("system_events", |c| {
         system_events::SystemEventsSource::build(c).map(boxed)
     });

@@ -1,8 +1,10 @@
 //! `skills`: the compact list of the workspace's skills — `skills/**/SKILL.md`, each with a
 //! front-matter `name` and `description` — one line per skill with its path (home dir shown as
-//! `~/`). The skill bodies stay on disk: the model reads one when a task calls for it.
+//! `~/`). The skill bodies stay on disk: the model reads one when a task calls for it. The
+//! `only` parameter lists a chosen few by name (an agent that should not see every skill of a
+//! shared workspace).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -19,6 +21,9 @@ use crate::model::MESSAGE_OVERHEAD_TOKENS;
 /// Bytes read from the top of a SKILL.md to find its front matter.
 const FRONT_MATTER_BYTES: u64 = 8 * 1024;
 
+/// Most names `only` may list (a config list, bounded like every other).
+const MAX_ONLY_NAMES: usize = 1_000;
+
 /// The line that opens the skills list.
 pub const SKILLS_HEADER: &str =
     "## Skills\n\nAvailable skills (read a skill's SKILL.md before using it):";
@@ -34,6 +39,9 @@ struct Params {
     max_description_chars: usize,
     /// The directory shown as `~`. Default `$HOME`.
     home_dir: Option<PathBuf>,
+    /// When set, only the skills with these front-matter names are listed (exact match; at
+    /// most 1,000; the scan still reads at most `max_skills` files). Default unset: all.
+    only: Option<Vec<String>>,
 }
 
 impl Default for Params {
@@ -43,6 +51,7 @@ impl Default for Params {
             max_depth: 6,
             max_description_chars: 300,
             home_dir: None,
+            only: None,
         }
     }
 }
@@ -67,6 +76,8 @@ pub(super) struct SkillsSource {
     max_skills: usize,
     max_depth: usize,
     max_description_chars: usize,
+    /// The names `only` lists; `None`: every skill.
+    only: Option<HashSet<String>>,
     /// Parsed front matter by path; rebuilt from each scan, so it holds at most `max_skills`.
     parsed: Mutex<HashMap<PathBuf, (FileStamp, Option<Skill>)>>,
     rendered: Mutex<Option<Rendered>>,
@@ -75,6 +86,22 @@ pub(super) struct SkillsSource {
 impl SkillsSource {
     pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
         let p: Params = c.params()?;
+        let only = match p.only {
+            None => None,
+            Some(names) if names.is_empty() => {
+                return Err(format!(
+                    "context stage {:?}: `only` lists no skill (remove the source to list none)",
+                    c.name
+                ))
+            }
+            Some(names) if names.len() > MAX_ONLY_NAMES => {
+                return Err(format!(
+                    "context stage {:?}: `only` lists more than {MAX_ONLY_NAMES} skills",
+                    c.name
+                ))
+            }
+            Some(names) => Some(names.iter().map(|n| n.trim().to_string()).collect()),
+        };
         Ok(Self {
             root: c
                 .config
@@ -86,6 +113,7 @@ impl SkillsSource {
             max_skills: p.max_skills,
             max_depth: p.max_depth,
             max_description_chars: p.max_description_chars,
+            only,
             parsed: Mutex::new(HashMap::new()),
             rendered: Mutex::new(None),
         })
@@ -122,14 +150,15 @@ impl SkillsSource {
                     .ok()
                     .and_then(|t| front_matter(&t)),
             };
-            if let Some(s) = &skill {
+            let listed = |s: &Skill| self.only.as_ref().is_none_or(|o| o.contains(&s.name));
+            if let Some(s) = skill.as_ref().filter(|s| listed(s)) {
                 lines.push(format!(
                     "- {}: {} ({})",
                     s.name,
                     prefix_chars(&s.description, self.max_description_chars),
                     shorten_home(path, self.home.as_deref())
                 ));
-            } else {
+            } else if skill.is_none() {
                 tracing::debug!(path = %path.display(), "SKILL.md without name/description front matter");
             }
             next.insert(path.clone(), (stamp, skill));

@@ -5,4 +5,6 @@ mod fixtures;
 mod golden;
 mod processors;
 mod properties;
+mod skills_and_attachments;
 mod sources;
+mod time_and_place;

@@ -431,7 +431,11 @@ fn embedders_register_their_own_sources() {
     let a = assemble(&engine, &MemoryStore::new(), KEY, 1, &now);
     let note = a.blocks.iter().find(|b| b.kind == BlockKind::Note).unwrap();
     assert_eq!((note.source.as_ref(), note.priority), ("weather_note", 77));
-    assert!(system_text(&a).ends_with("It is sunny in Berlin."));
+    // Last of the system context, only the clock line (placed at the very end) after it.
+    let text = system_text(&a);
+    let (before, clock) = text.rsplit_once("\n\n").unwrap();
+    assert!(before.ends_with("It is sunny in Berlin."), "{text}");
+    assert!(clock.starts_with("Current time: "), "{text}");
 
     // Unknown names, repeated names and bad params are configuration errors.
     let mut bad = config_with_workspace(None);

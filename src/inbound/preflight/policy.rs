@@ -8,7 +8,7 @@ use regex::{RegexSet, RegexSetBuilder};
 use crate::config::{AccessPolicy, AllowBots, PreflightConfig, PreflightOverride};
 use crate::error::ConfigError;
 use crate::inbound::session_key::{channel_name, normalize_peer_entry, peer_id};
-use crate::inbound::{ChatKind, InboundMessage};
+use crate::inbound::{ChatKind, InboundMessage, MessageKind};
 
 /// Largest compiled size of the mention patterns, in bytes (regex's own default is 10 MiB per
 /// regex; this keeps a careless pattern from costing much memory).
@@ -83,6 +83,8 @@ pub(super) struct Rules {
     pub(super) group_policy: AccessPolicy,
     pub(super) allow_from: IdSet,
     pub(super) group_allow_from: IdSet,
+    /// Senders who may talk inside groups and channels; empty: everyone.
+    pub(super) group_member_allow_from: IdSet,
     pub(super) mention_patterns: Option<RegexSet>,
     pub(super) ignore_other_mentions: bool,
 }
@@ -125,6 +127,12 @@ impl Rules {
                     .unwrap_or(&base.group_allow_from),
                 IdKind::Chat,
             ),
+            group_member_allow_from: IdSet::new(
+                over.group_member_allow_from
+                    .as_ref()
+                    .unwrap_or(&base.group_member_allow_from),
+                IdKind::Sender,
+            ),
             mention_patterns,
             ignore_other_mentions: over
                 .ignore_other_mentions
@@ -133,7 +141,8 @@ impl Rules {
     }
 
     /// Policy (step 3): may this message's sender (direct) or chat (group, channel) talk to the
-    /// bot?
+    /// bot — and, in a group with a member allowlist, this sender? Platform events pass the
+    /// member check: they are context for the members who may talk, not someone talking.
     pub(super) fn allows(&self, msg: &InboundMessage) -> bool {
         match msg.chat_kind {
             ChatKind::Direct => match self.dm_policy {
@@ -143,13 +152,20 @@ impl Rules {
                     .allow_from
                     .contains_sender(&msg.channel, &msg.sender.id),
             },
-            ChatKind::Group | ChatKind::Channel => match self.group_policy {
-                AccessPolicy::Open => true,
-                AccessPolicy::Disabled => false,
-                AccessPolicy::Allowlist => self
-                    .group_allow_from
-                    .contains_chat(&msg.channel, &msg.chat_id),
-            },
+            ChatKind::Group | ChatKind::Channel => {
+                let chat = match self.group_policy {
+                    AccessPolicy::Open => true,
+                    AccessPolicy::Disabled => false,
+                    AccessPolicy::Allowlist => self
+                        .group_allow_from
+                        .contains_chat(&msg.channel, &msg.chat_id),
+                };
+                chat && (msg.kind == MessageKind::SystemEvent
+                    || self.group_member_allow_from.is_empty()
+                    || self
+                        .group_member_allow_from
+                        .contains_sender(&msg.channel, &msg.sender.id))
+            }
         }
     }
 }

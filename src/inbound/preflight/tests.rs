@@ -333,6 +333,78 @@ fn per_channel_overrides() {
 }
 
 #[test]
+fn group_member_allowlist() {
+    let from = |sender: &str, m: InboundMessage| InboundMessage {
+        sender: Sender {
+            id: sender.into(),
+            name: "Mallory".into(),
+            is_bot: false,
+        },
+        ..m
+    };
+    let keys = "group_member_allow_from = [\"telegram:111\", \"222\"]";
+    check(keys, group("1"), Ok(()));
+    check(keys, from("222", group("1")), Ok(()));
+    check(keys, from("333", group("1")), Err(DropReason::Policy));
+    check(
+        keys,
+        InboundMessage {
+            chat_kind: ChatKind::Channel,
+            ..from("333", group("1"))
+        },
+        Err(DropReason::Policy),
+    );
+    // Ids are normalised like allow_from: `channel:id` entries hold on their channel only.
+    check(
+        keys,
+        InboundMessage {
+            channel: "discord".into(),
+            ..group("1")
+        },
+        Err(DropReason::Policy),
+    );
+    // Direct messages are dm_policy's business; platform events still queue.
+    check(keys, from("333", dm("1")), Ok(()));
+    check(
+        keys,
+        from("333", event("1", "Mallory joined")),
+        Err(DropReason::SystemEvent),
+    );
+    // The chat must pass group_policy as well.
+    check(
+        &format!("{keys}\ngroup_policy = \"disabled\""),
+        group("1"),
+        Err(DropReason::Policy),
+    );
+
+    // An outsider's chatter is not kept as pending history and counts as `policy`.
+    let p = preflight(keys);
+    assert_eq!(
+        submit(&p, &from("333", chatter("1"))),
+        Err(DropReason::Policy)
+    );
+    assert_eq!(submit(&p, &chatter("2")), Err(DropReason::NoMention));
+    let a = submit(&p, &group("3")).unwrap();
+    let ids: Vec<&str> = a
+        .group_history
+        .iter()
+        .map(|l| l.message_id.as_str())
+        .collect();
+    assert_eq!(ids, ["2"]);
+    assert_eq!(p.stats().policy, 1);
+
+    // Per channel: an override replaces the list, an empty one lets every member in.
+    let keys = "group_member_allow_from = [\"111\"]\n[preflight.channels.discord]\n\
+                group_member_allow_from = []\n";
+    let discord = |m: InboundMessage| InboundMessage {
+        channel: "discord".into(),
+        ..m
+    };
+    check(keys, from("333", group("1")), Err(DropReason::Policy));
+    check(keys, discord(from("333", group("1"))), Ok(()));
+}
+
+#[test]
 fn mention_gating() {
     check("", chatter("1"), Err(DropReason::NoMention));
     check("", group("1"), Ok(()));

@@ -57,7 +57,17 @@ fn message(m: &ChatMessage) -> Value {
     };
     let mut out = Map::new();
     out.insert("role".into(), json!(role));
-    if m.tool_calls.is_empty() || !m.content.is_empty() {
+    if !m.image_urls.is_empty() {
+        // Vision: the text stays a part of its own, each image an `image_url` part after it.
+        let parts = std::iter::once(json!({"type": "text", "text": m.content}))
+            .chain(
+                m.image_urls
+                    .iter()
+                    .map(|url| json!({"type": "image_url", "image_url": {"url": url}})),
+            )
+            .collect();
+        out.insert("content".into(), Value::Array(parts));
+    } else if m.tool_calls.is_empty() || !m.content.is_empty() {
         out.insert("content".into(), json!(m.content));
     } else {
         // An assistant message that only calls tools has no content (OpenAI wants null).
@@ -385,12 +395,14 @@ mod tests {
                         arguments: "{\"q\":1}".into(),
                     }],
                     tool_call_id: None,
+                    image_urls: vec![],
                 },
                 ChatMessage {
                     role: Role::Tool,
                     content: "42".into(),
                     tool_calls: vec![],
                     tool_call_id: Some("c1".into()),
+                    image_urls: vec![],
                 },
             ],
             tools: vec![ToolSpec {
@@ -426,6 +438,30 @@ mod tests {
         let body = request_body("m", &plain, false);
         assert!(body.get("tools").is_none() && body.get("max_tokens").is_none());
         assert!(body.get("stream_options").is_none());
+    }
+
+    #[test]
+    fn images_are_image_url_parts_after_the_text() {
+        let mut user = ChatMessage::text(Role::User, "what is this?\n[image: p.png, image/png]");
+        user.image_urls = vec!["https://x.test/p.png".into(), "http://y.test/q".into()];
+        let request = ModelRequest {
+            messages: vec![ChatMessage::text(Role::System, "sys"), user],
+            tools: vec![],
+            prompt_tokens: 10,
+            max_output_tokens: 0,
+        };
+        let body = request_body("m", &request, false);
+        assert_eq!(
+            body["messages"],
+            json!([
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "what is this?\n[image: p.png, image/png]"},
+                    {"type": "image_url", "image_url": {"url": "https://x.test/p.png"}},
+                    {"type": "image_url", "image_url": {"url": "http://y.test/q"}}
+                ]}
+            ])
+        );
     }
 
     #[test]
