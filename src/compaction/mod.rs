@@ -2,8 +2,10 @@
 //! span. The Compactor actor (triggers, cut point, atomic swap, cache) drives these.
 //!
 //! # Layout
-//! - `identifiers`: every id, number, URL, path, @mention, e-mail and code span of a text.
-//! - `extractive`: the built-in summariser — ranked sentences kept verbatim, no network.
+//! - `identifiers`: every id, number with a unit, date, URL, path, @mention, e-mail, code span,
+//!   person's name and decision clause of a text.
+//! - `extractive`: the built-in summariser — fact-bearing lines kept (chatter dropped), about
+//!   30% of the span, no network.
 //! - `retention`: the fact-retention check and the `summary_max_tokens` cap.
 //! - `prompt`: the structured summariser prompt and chunking of large spans.
 //! - `compact`: [`SessionCompactor`] — cut point, rolling summary, cache, atomic swap.

@@ -4,8 +4,14 @@
 //! heading; then the summary is capped at its token limit. Cutting removes the summary's body
 //! from the end first (identifiers it held move into the list), down to a floor of
 //! [`BODY_FLOOR_SHARE`] of the limit; only then are the least important identifiers dropped
-//! from the list (numbers before dates before mentions … before ids and URLs), with a note
-//! saying how many.
+//! from the list (numbers before versions before mentions … before dates, decisions, names,
+//! ids and URLs: the order of [`IdentifierKind`](crate::compaction::IdentifierKind)), with a
+//! note saying how many.
+//!
+//! What counts as an identifier is [`crate::compaction::identifiers`]'s: besides ids, URLs,
+//! paths and numbers with units, the names of people and owners, dates, and short decision
+//! clauses ("ZX-4411 is owned by Priya", "decided to ship on Friday"); bare one- or two-digit
+//! numbers are not.
 
 use crate::compaction::identifiers::{extract_all, Identifier};
 use crate::model::TokenCounter;
@@ -377,6 +383,43 @@ mod tests {
         // Ids rank above plain numbers.
         assert!(out.text.contains("T-0"));
         assert!(!out.text.contains("1000"));
+    }
+
+    #[test]
+    fn people_dates_and_decisions_are_kept_but_small_numbers_are_not() {
+        let span = "Priya: ticket ZX-4411 is owned by Priya, due 2026-12-03.\n\
+            Bob: I have 2 cats and 4 dogs, 6 total lol\n\
+            Chen: we agreed to ship on Dec 3 with 5 GB of cache";
+        let out = enforce(&[span], "Something was shipped.", 1_024, &counter());
+        let (_, list) = split_section(&out.text);
+        for wanted in [
+            "- Priya",
+            "- Bob",
+            "- Chen",
+            "- ZX-4411",
+            "- ZX-4411 is owned by Priya",
+            "- due 2026-12-03",
+            "- 2026-12-03",
+            "- Dec 3",
+            "- agreed to ship on Dec 3 with 5 GB of cache",
+            "- 5 GB",
+        ] {
+            assert!(list.iter().any(|l| l == wanted), "{wanted} not in {list:?}");
+        }
+        for unwanted in ["- 2", "- 4", "- 6", "- 5"] {
+            assert!(
+                !list.iter().any(|l| l == unwanted),
+                "{unwanted} in {list:?}"
+            );
+        }
+        // The owner's name, from "is owned by" alone, and from a speaker line alone.
+        for source in [
+            "ticket ZX-4411 is owned by Priya",
+            "Priya: see you at the standup",
+        ] {
+            let out = enforce(&[source], "Nothing.", 1_024, &counter());
+            assert!(out.text.contains("\n- Priya"), "{}", out.text);
+        }
     }
 
     #[test]
