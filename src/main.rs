@@ -151,6 +151,29 @@ struct LoadtestArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Run a scenario instead of throughput load. `group-memory`: five people chat in one
+    /// group, facts are planted, then probed; reports how many the context still carries and
+    /// the prompt tokens per turn (in process, against a recording test model).
+    #[arg(long, value_enum)]
+    scenario: Option<Scenario>,
+    /// --scenario group-memory: chat messages before the probes.
+    #[arg(long, default_value_t = 500)]
+    chat_messages: usize,
+    /// --scenario group-memory: facts planted (one probe each).
+    #[arg(long, default_value_t = 30)]
+    facts: usize,
+    /// --scenario group-memory: the bot is mentioned on every n-th message.
+    #[arg(long, default_value_t = 20)]
+    mention_every: usize,
+    /// --scenario group-memory: the generator's seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Scenario {
+    /// A long group chat with planted facts probed at the end.
+    GroupMemory,
 }
 
 #[derive(Subcommand)]
@@ -279,8 +302,56 @@ async fn serve(
     Ok(())
 }
 
+/// `loadtest --scenario group-memory`: in process, on a throwaway data dir.
+async fn group_memory(args: &LoadtestArgs) -> anyhow::Result<()> {
+    use turnstile::loadtest::group_memory::{run, GroupMemorySpec, MAX_MESSAGES};
+    if args.chat_messages == 0 || args.chat_messages > MAX_MESSAGES {
+        anyhow::bail!("--chat-messages must be between 1 and {MAX_MESSAGES}");
+    }
+    let spec = GroupMemorySpec {
+        messages: args.chat_messages,
+        facts: args.facts,
+        mention_every: args.mention_every,
+        seed: args.seed,
+    };
+    let temp = tempfile_dir()?;
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    config.storage.data_dir = temp.clone();
+    let report = run(&spec, config).await;
+    let _ = std::fs::remove_dir_all(&temp);
+    let r = report?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "group memory: {} messages, {} probes, seed {}",
+            r.messages, r.probes, args.seed
+        );
+        println!(
+            "  answerable         {}/{} ({:.1}%)",
+            r.answerable, r.probes, r.answerable_pct
+        );
+        println!(
+            "  prompt tokens      p50 {}  max {}  (budget {})",
+            r.prompt_tokens_p50, r.prompt_tokens_max, r.budget
+        );
+        println!("  send-everything    {} tokens", r.baseline_tokens);
+        println!("  turns {}, compactions {}", r.turns, r.compactions);
+        if !r.missed.is_empty() {
+            println!("  missed: {}", r.missed.join(", "));
+        }
+    }
+    Ok(())
+}
+
 async fn loadtest(args: LoadtestArgs) -> anyhow::Result<()> {
     use turnstile::loadtest::{self, HttpTarget, InProcessTarget, LoadSpec};
+    if let Some(Scenario::GroupMemory) = args.scenario {
+        return group_memory(&args).await;
+    }
     let spec = LoadSpec {
         sessions: args.sessions,
         messages: args.messages,

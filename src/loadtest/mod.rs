@@ -5,6 +5,7 @@
 //! Every run is bounded twice: by its message count (`sessions × messages`) and by
 //! `max_duration`; it then waits at most `drain` for outstanding replies.
 
+pub mod group_memory;
 mod report;
 mod target;
 
