@@ -338,6 +338,10 @@ async fn group_memory(args: &LoadtestArgs) -> anyhow::Result<()> {
             "  prompt tokens      p50 {}  max {}  (budget {})",
             r.prompt_tokens_p50, r.prompt_tokens_max, r.budget
         );
+        println!(
+            "  found in           summary {}, recalled message {}, conversation {}",
+            r.via_summary, r.via_recall, r.via_history
+        );
         println!("  send-everything    {} tokens", r.baseline_tokens);
         println!("  turns {}, compactions {}", r.turns, r.compactions);
         if !r.missed.is_empty() {

@@ -52,10 +52,13 @@ pub struct Assembly {
 }
 
 impl Assembly {
-    /// Whether stored history was left out of this context (past the message limit, the
-    /// budget or the TTL horizon) while it is not yet summarised.
+    /// Whether stored history was left out of this context by the message limit or the
+    /// budget (what a TTL rule drops is meant to go: `keep: summary` marks what to summarise).
     pub fn history_left_out(&self) -> bool {
-        self.older_entries_not_loaded > 0 || self.dropped.iter().any(|d| d.source == "history")
+        let history = || self.dropped.iter().filter(|d| d.source == "history");
+        let aged = history().any(|d| d.dropped_by == "ttl_decay");
+        history().any(|d| d.dropped_by != "ttl_decay")
+            || (self.older_entries_not_loaded > 0 && !aged)
     }
 
     /// The chat messages to send, in order (rendered from the blocks on each call).

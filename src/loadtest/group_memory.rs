@@ -18,7 +18,7 @@ use serde::Serialize;
 use crate::config::Config;
 use crate::error::{Error, ModelError};
 use crate::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
-use crate::model::{Encoding, Model, ModelReply, ModelRequest, TokenCounter};
+use crate::model::{Encoding, Model, ModelReply, ModelRequest, Role, TokenCounter};
 use crate::runtime::Runtime;
 
 /// The people in the chat.
@@ -230,6 +230,12 @@ pub struct GroupMemoryReport {
     pub answerable_pct: f64,
     /// Ids of the facts that were not.
     pub missed: Vec<String>,
+    /// Answerable probes whose fact was in the rolling summary (the system message).
+    pub via_summary: usize,
+    /// … in a recalled chat message.
+    pub via_recall: usize,
+    /// … in the conversation (history, pending chatter).
+    pub via_history: usize,
     /// Model calls (turns).
     pub turns: usize,
     /// Prompt tokens per turn (our count): median.
@@ -287,8 +293,18 @@ impl Model for RecordingModel {
     }
 }
 
-/// The inbound message `i` of the chat.
-fn inbound(chat_id: &str, i: usize, person: usize, text: &str, addressed: bool) -> InboundMessage {
+/// Seconds between two messages of the chat (a busy group: 500 messages in about 40 minutes).
+const SPACING_MS: u64 = 5_000;
+
+/// The inbound message `i` of the chat, sent at `start_ms + i × SPACING_MS`.
+fn inbound(
+    chat_id: &str,
+    start_ms: u64,
+    i: usize,
+    person: usize,
+    text: &str,
+    addressed: bool,
+) -> InboundMessage {
     let (id, name) = PEOPLE[person % PEOPLE.len()];
     InboundMessage {
         channel: "telegram".into(),
@@ -306,10 +322,23 @@ fn inbound(chat_id: &str, i: usize, person: usize, text: &str, addressed: bool) 
         mentions: Vec::new(),
         mentioned_bot: addressed,
         reply_to: None,
-        timestamp_ms: 1_764_470_000_000 + i as u64 * 30_000,
+        timestamp_ms: start_ms + i as u64 * SPACING_MS,
         attachments: Vec::new(),
         kind: MessageKind::Message,
     }
+}
+
+/// Whether `content` holds `fact` in a recalled chat message.
+fn recalled(content: &str, fact: &Fact) -> bool {
+    content
+        .split(crate::context::sources::RECALL_LABEL)
+        .skip(1)
+        .any(|block| {
+            block
+                .split("```")
+                .nth(1)
+                .is_some_and(|b| fact.answered_in(b))
+        })
 }
 
 /// Sends one message and, when it addresses the bot, waits for the reply.
@@ -341,6 +370,13 @@ pub async fn run(spec: &GroupMemorySpec, mut config: Config) -> Result<GroupMemo
         .await?;
     let script = script(spec);
     let chat_id = format!("group-memory-{}", spec.seed);
+    // The chat ends now: its last message is not in the future, its first about 40 minutes
+    // ago (so the group preset's TTL rules apply as they would to a real chat).
+    let total = (script.lines.len() + script.facts.len()) as u64;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let start_ms = now_ms.saturating_sub(total * SPACING_MS);
     let counter = TokenCounter::new(Encoding::Cl100k);
     let mut baseline = 0u32;
     let mut line_cost = |name: &str, text: &str| {
@@ -353,43 +389,54 @@ pub async fn run(spec: &GroupMemorySpec, mut config: Config) -> Result<GroupMemo
         }
         send(
             &runtime,
-            inbound(&chat_id, i, line.person, &line.text, line.addressed),
+            inbound(
+                &chat_id,
+                start_ms,
+                i,
+                line.person,
+                &line.text,
+                line.addressed,
+            ),
         )
         .await?;
     }
     let first_probe = model.requests().len();
     let mut missed = Vec::new();
+    let (mut via_summary, mut via_recall, mut via_history) = (0, 0, 0);
     for (k, fact) in script.facts.iter().enumerate() {
         let i = script.lines.len() + k;
         let person = k % PEOPLE.len();
         line_cost(PEOPLE[person].1, &fact.probe());
         line_cost("bot", RecordingModel::ANSWER);
-        send(&runtime, inbound(&chat_id, i, person, &fact.probe(), true)).await?;
+        send(
+            &runtime,
+            inbound(&chat_id, start_ms, i, person, &fact.probe(), true),
+        )
+        .await?;
         let requests = model.requests();
         let asked = requests.iter().skip(first_probe).find(|r| {
             r.messages
                 .last()
                 .is_some_and(|m| m.content.contains(&fact.probe()))
         });
-        let answerable = asked.is_some_and(|r| {
-            r.messages
-                .iter()
-                .any(|m| fact.answered_in(&m.content))
-        });
-        if !answerable {
+        let holder = asked.and_then(|r| r.messages.iter().find(|m| fact.answered_in(&m.content)));
+        match holder {
+            Some(m) if m.role == Role::System => via_summary += 1,
+            Some(m) if recalled(&m.content, fact) => via_recall += 1,
+            Some(_) => via_history += 1,
+            None => {}
+        }
+        if holder.is_none() {
             missed.push(fact.id.clone());
         }
     }
     let requests = model.requests();
     let mut tokens: Vec<u32> = requests.iter().map(|r| r.prompt_tokens).collect();
     tokens.sort_unstable();
-    let key = crate::inbound::SessionKeys::for_agent("main").key(&inbound(&chat_id, 0, 0, "", true));
-    let compactions = runtime
-        .session(&key)?
-        .map_or(0, |s| s.compaction_count);
-    let budget = runtime
-        .context_dump(&key)?
-        .map_or(0, |a| a.budget.total);
+    let key = crate::inbound::SessionKeys::for_agent("main")
+        .key(&inbound(&chat_id, start_ms, 0, 0, "", true));
+    let compactions = runtime.session(&key)?.map_or(0, |s| s.compaction_count);
+    let budget = runtime.context_dump(&key)?.map_or(0, |a| a.budget.total);
     runtime.shutdown().await?;
     let probes = script.facts.len();
     let answerable = probes - missed.len();
@@ -403,6 +450,9 @@ pub async fn run(spec: &GroupMemorySpec, mut config: Config) -> Result<GroupMemo
             answerable as f64 * 100.0 / probes as f64
         },
         missed,
+        via_summary,
+        via_recall,
+        via_history,
         turns: requests.len(),
         prompt_tokens_p50: tokens.get(tokens.len() / 2).copied().unwrap_or(0),
         prompt_tokens_max: tokens.last().copied().unwrap_or(0),

@@ -2,8 +2,13 @@
 //! current message asks about them. The chat's messages that the context does not already show
 //! (not in the history window, not its chatter, not the pending history) are ranked with BM25
 //! against the current message; the best `top_n` above `min_score` come as `chat_recall`
-//! blocks, each with its score in the dump. Bounded: at most `max_candidates` messages are
+//! blocks, each with its score in the dump. A message is recalled only if it shares one of
+//! the query's rarest words (found in at most 1 in [`RARE_SHARE`] candidates, and at most
+//! twice as often as the rarest): a question phrased like earlier questions ("who owns ticket …") must not recall
+//! those questions, but the one message that names the ticket. Bounded: at most `max_candidates` messages are
 //! read, each snippet is cut to `max_snippet_chars`, and blocks only take the budget left.
+
+use std::collections::HashSet;
 
 use bm25::{EmbedderBuilder, Scorer, Tokenizer};
 use serde::Deserialize;
@@ -20,6 +25,8 @@ use crate::store::{ChannelMessage, Scan};
 
 /// Characters of the current messages used as the query.
 const MAX_QUERY_CHARS: usize = 2_000;
+/// A query word is distinctive when at most one in this many candidates has it.
+const RARE_SHARE: usize = 20;
 /// The label of a recalled message's block.
 pub const RECALL_LABEL: &str = "Recalled from earlier in this chat";
 
@@ -126,6 +133,31 @@ impl ContextSource for ChatRecallSource {
             return Ok(Vec::new());
         }
         let corpus: Vec<&str> = candidates.iter().map(|m| m.text.as_str()).collect();
+        let words: Vec<HashSet<String>> = corpus
+            .iter()
+            .map(|t| WordTokenizer.tokenize(t).into_iter().collect())
+            .collect();
+        let rare_limit = (corpus.len() / RARE_SHARE).max(1);
+        let df: Vec<(String, usize)> = WordTokenizer
+            .tokenize(query)
+            .into_iter()
+            .map(|q| {
+                let n = words.iter().filter(|w| w.contains(&q)).count();
+                (q, n)
+            })
+            .filter(|(_, n)| (1..=rare_limit).contains(n))
+            .collect();
+        // The rarest words of the query (within twice the rarest one's count) are what a
+        // recalled message must share.
+        let rarest = df.iter().map(|(_, n)| *n).min().unwrap_or(0);
+        let rare: HashSet<String> = df
+            .into_iter()
+            .filter(|(_, n)| *n <= rarest.saturating_mul(2))
+            .map(|(q, _)| q)
+            .collect();
+        if rare.is_empty() {
+            return Ok(Vec::new());
+        }
         let embedder = EmbedderBuilder::<u32, WordTokenizer>::with_tokenizer_and_fit_to_corpus(
             WordTokenizer,
             &corpus,
@@ -143,6 +175,7 @@ impl ContextSource for ChatRecallSource {
         for hit in matches
             .iter()
             .filter(|h| h.score >= self.p.min_score)
+            .filter(|h| words.get(h.id).is_some_and(|w| !w.is_disjoint(&rare)))
             .take(self.p.top_n)
         {
             let Some(m) = candidates.get(hit.id) else {
