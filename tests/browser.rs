@@ -111,6 +111,43 @@ async fn figure(b: &Browser, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("figure {name} shows {v}")) as u64
 }
 
+/// Overview figures that only grow while traffic runs (or stay: nothing compacts or evicts).
+const COUNTERS: &[&str] = &[
+    "sessions",
+    "turns",
+    "transcript_entries",
+    "model_errors",
+    "compactions_run",
+    "evictions",
+    "high_water_bytes",
+    "max_disk_bytes",
+];
+/// Overview figures that go up and down.
+const GAUGES: &[&str] = &["live_lanes", "queued_messages", "disk_bytes", "sessions"];
+
+/// `/v1/stats`, then the figures `names` of an overview rendered from a later `/v1/stats`,
+/// then `/v1/stats` again.
+async fn overview_figures(
+    b: &Browser,
+    api: &Api,
+    names: &[&'static str],
+) -> (Value, Vec<(&'static str, u64)>, Value) {
+    let (_, before) = api.get("/v1/stats").await;
+    let r0 = refreshes(b).await;
+    // Two more refreshes: the second one started after `before` was read.
+    eventually(PATIENCE, "two overview refreshes", || async {
+        let r = refreshes(b).await;
+        (r >= r0 + 2).then_some(()).ok_or(format!("{r} refreshes"))
+    })
+    .await;
+    let mut shown = Vec::new();
+    for name in names {
+        shown.push((*name, figure(b, name).await));
+    }
+    let (_, after) = api.get("/v1/stats").await;
+    (before, shown, after)
+}
+
 /// How often the overview has rendered fresh figures.
 async fn refreshes(b: &Browser) -> u64 {
     b.js(
@@ -165,13 +202,19 @@ async fn the_console_works_in_a_real_browser() {
         send_answered(&api, &Msg::group(chat, &format!("t{chat}-seed"), "@bot hi")).await;
     }
     let stop = Arc::new(AtomicBool::new(false));
+    let paused = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicUsize::new(0));
     let traffic = {
         let (api, stop, sent) = (authed(&base), Arc::clone(&stop), Arc::clone(&sent));
+        let paused = Arc::clone(&paused);
         tokio::spawn(async move {
             for n in 0..TRAFFIC_MAX {
                 if stop.load(Ordering::Relaxed) {
                     break;
+                }
+                if paused.load(Ordering::Relaxed) {
+                    tokio::time::sleep(TRAFFIC_PAUSE).await;
+                    continue;
                 }
                 let chat = TRAFFIC_CHATS[n % TRAFFIC_CHATS.len()];
                 let msg = Msg::group(chat, &format!("t{n}"), &format!("@bot traffic {n}"));
@@ -218,34 +261,9 @@ async fn the_console_works_in_a_real_browser() {
         "return document.getElementById('overview');",
     )
     .await;
-    let (_, before) = api.get("/v1/stats").await;
-    let r0 = refreshes(b).await;
-    // Two more refreshes: the second one started after `before` was read.
-    eventually(PATIENCE, "two overview refreshes", || async {
-        let r = refreshes(b).await;
-        (r >= r0 + 2).then_some(()).ok_or(format!("{r} refreshes"))
-    })
-    .await;
-    let shown: Vec<(&str, u64)> = {
-        let mut v = Vec::new();
-        for name in [
-            "sessions",
-            "live_lanes",
-            "queued_messages",
-            "turns",
-            "transcript_entries",
-            "model_errors",
-            "compactions_run",
-            "evictions",
-            "disk_bytes",
-            "high_water_bytes",
-            "max_disk_bytes",
-        ] {
-            v.push((name, figure(b, name).await));
-        }
-        v
-    };
-    let (_, after) = api.get("/v1/stats").await;
+    // Under traffic the counters only grow: each shown value lies between /v1/stats read
+    // before and after the refresh that rendered it.
+    let (before, shown, after) = overview_figures(b, &api, COUNTERS).await;
     for (name, value) in &shown {
         between(name, *value, &before, &after);
     }
@@ -255,6 +273,30 @@ async fn the_console_works_in_a_real_browser() {
         after["turns"].as_u64() > before["turns"].as_u64(),
         "traffic ran"
     );
+    // Gauges go up and down with the traffic: compare them exactly while it pauses and the
+    // queue is empty.
+    paused.store(true, Ordering::Relaxed);
+    eventually(PATIENCE, "an empty queue", || async {
+        let (_, st) = api.get("/v1/stats").await;
+        (st["queued_messages"] == 0)
+            .then_some(())
+            .ok_or(format!("{st}"))
+    })
+    .await;
+    let (before, shown, after) = overview_figures(b, &api, GAUGES).await;
+    for (name, value) in &shown {
+        if *name == "disk_bytes" {
+            // sled may still write out what it buffered.
+            between(name, *value, &before, &after);
+        } else {
+            assert_eq!(
+                before[*name], after[*name],
+                "{name} changed without traffic"
+            );
+            assert_eq!(before[*name], *value, "{name} on the page");
+        }
+    }
+    paused.store(false, Ordering::Relaxed);
     // The charts have lines once the server has two samples.
     wait_js(
         b,
