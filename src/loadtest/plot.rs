@@ -92,6 +92,7 @@ fn over_time(area: &Area<'_>, report: &Report, timeline: &Timeline) -> DrawResul
         .build_cartesian_2d(0.0..span * 1.02, (lo..hi).log_scale())?;
     chart
         .configure_mesh()
+        .light_line_style(RGBColor(240, 240, 240))
         .x_desc("seconds since the start (message sent)")
         .y_desc("send → reply (ms)")
         .draw()?;
@@ -100,7 +101,7 @@ fn over_time(area: &Area<'_>, report: &Report, timeline: &Timeline) -> DrawResul
         points
             .iter()
             .step_by(step)
-            .map(|p| Circle::new((p.at_seconds, p.latency_ms), 1, BLUE.mix(0.35).filled())),
+            .map(|p| Circle::new((p.at_seconds, p.latency_ms), 2, BLUE.mix(0.4).filled())),
     )?;
     let (p50, p99) = slice_percentiles(timeline, span);
     chart
@@ -173,6 +174,7 @@ fn histogram(area: &Area<'_>, timeline: &Timeline) -> DrawResult {
         .build_cartesian_2d((lo..hi).log_scale(), 0u64..top + top / 10 + 1)?;
     chart
         .configure_mesh()
+        .light_line_style(RGBColor(240, 240, 240))
         .x_desc("send → reply (ms)")
         .y_desc("replies")
         .draw()?;
