@@ -168,6 +168,9 @@ struct LoadtestArgs {
     /// --scenario group-memory: the generator's seed.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Also write an SVG plot: turn latency over time and a latency histogram.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -396,7 +399,7 @@ async fn loadtest(args: LoadtestArgs) -> anyhow::Result<()> {
         // The report counts every reply; a small per-subscriber buffer would drop some.
         config.server.events_buffer = 1 << 16;
         let runtime = Runtime::builder().config(config).build().await?;
-        let report = loadtest::run(InProcessTarget::new(runtime.clone()), spec).await;
+        let report = loadtest::run_with_timeline(InProcessTarget::new(runtime.clone()), spec).await;
         runtime.shutdown().await?;
         drop(runtime);
         if let Some(dir) = temp {
@@ -409,8 +412,13 @@ async fn loadtest(args: LoadtestArgs) -> anyhow::Result<()> {
             None => None,
         };
         let target = HttpTarget::new(&args.url, args.server_pid, token)?;
-        loadtest::run(std::sync::Arc::new(target), spec).await
+        loadtest::run_with_timeline(std::sync::Arc::new(target), spec).await
     };
+    let (report, timeline) = report;
+    if let Some(path) = &args.plot {
+        loadtest::plot::write_svg(path, &report, &timeline)?;
+        eprintln!("plot written to {}", path.display());
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

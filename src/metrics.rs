@@ -6,8 +6,13 @@
 //! recorder once per process ([`install_prometheus`]) and renders it on `GET /metrics`; a second
 //! runtime in the same process (tests) shares it, so counters are per process, not per runtime.
 //!
-//! A few figures the operator CLI shows (`turnstile stats`) are also kept in process-wide
-//! atomics here, because a Prometheus recorder cannot be read back: see [`process_stats`].
+//! A few figures the operator CLI shows (`turnstile stats`) and the console's overview are
+//! also kept in process-wide atomics here, because a Prometheus recorder cannot be read back:
+//! see [`process_stats`] and [`turn_latency`] (a histogram of atomic buckets, `latency.rs`).
+
+mod latency;
+
+pub use latency::{LatencyBuckets, LatencySnapshot};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -277,6 +282,7 @@ impl TurnTimer {
         histogram!("turnstile_turn_completion_tokens").record(f64::from(self.completion_tokens));
         counter!("turnstile_turns_total", "outcome" => "ok").increment(1);
         STATS.record_turn(self.prompt_tokens);
+        TURN_LATENCY.record(total);
         let span = Span::current();
         span.record("queue_wait_ms", millis(self.queue_wait));
         span.record("assembly_ms", millis(self.assembly));
@@ -305,6 +311,7 @@ pub fn turn_abandoned() {
 /// A model call failed; `kind` is [`crate::error::ModelError::kind`].
 pub fn model_error(kind: &'static str) {
     counter!("turnstile_model_errors_total", "kind" => kind).increment(1);
+    STATS.model_errors.fetch_add(1, Ordering::Relaxed);
 }
 
 // ---- context, compaction, disk ----
@@ -325,6 +332,7 @@ pub fn assembly_cache(hit: bool) {
 pub fn compaction(trigger: &'static str, before: u64, after: u64) {
     counter!("turnstile_compactions_total", "trigger" => trigger).increment(1);
     counter!("turnstile_compaction_freed_tokens_total").increment(before.saturating_sub(after));
+    STATS.compactions.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A session was evicted (`reason`: `disk_budget`, `prune_after`, `max_sessions`, `empty`).
@@ -386,6 +394,8 @@ struct ProcessStats {
     context_tokens_max: AtomicU64,
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
+    model_errors: AtomicU64,
+    compactions: AtomicU64,
 }
 
 static STATS: ProcessStats = ProcessStats {
@@ -394,7 +404,17 @@ static STATS: ProcessStats = ProcessStats {
     context_tokens_max: AtomicU64::new(0),
     cache_hits: AtomicU64::new(0),
     cache_misses: AtomicU64::new(0),
+    model_errors: AtomicU64::new(0),
+    compactions: AtomicU64::new(0),
 };
+
+/// Latency of every finished turn of this process (as `turnstile_turn_seconds`).
+static TURN_LATENCY: LatencyBuckets = LatencyBuckets::new();
+
+/// The turn latencies of this process so far (subtract an older snapshot for an interval).
+pub fn turn_latency() -> LatencySnapshot {
+    TURN_LATENCY.snapshot()
+}
 
 impl ProcessStats {
     fn record_turn(&self, prompt_tokens: u32) {
@@ -416,6 +436,10 @@ pub struct ProcessTurnStats {
     pub max_context_tokens: u64,
     /// Assembly cache hits / lookups; `None` before any lookup.
     pub assembly_cache_hit_rate: Option<f64>,
+    /// Failed model calls.
+    pub model_errors: u64,
+    /// Compactions that replaced transcript entries.
+    pub compactions: u64,
 }
 
 /// The process-wide turn figures.
@@ -433,6 +457,8 @@ pub fn process_stats() -> ProcessTurnStats {
         },
         max_context_tokens: STATS.context_tokens_max.load(Ordering::Relaxed),
         assembly_cache_hit_rate: (lookups > 0).then(|| hits as f64 / lookups as f64),
+        model_errors: STATS.model_errors.load(Ordering::Relaxed),
+        compactions: STATS.compactions.load(Ordering::Relaxed),
     }
 }
 
@@ -464,5 +490,9 @@ mod tests {
         assert!(text.contains("turnstile_context_budget_warnings_total"));
         assert!(process_stats().turns >= 1);
         assert!(process_stats().max_context_tokens >= 95);
+        assert!(
+            turn_latency().count() >= 1,
+            "the turn's latency is readable back"
+        );
     }
 }

@@ -89,6 +89,11 @@ pub struct JanitorStatus {
     pub passes: u64,
     /// The newest measurement.
     pub last_usage: Option<DiskUsage>,
+    /// When the newest pass ended (ms since the Unix epoch), failed or not; `None` before the
+    /// first. Operators ask "is the janitor still running?" (the console shows it).
+    pub last_pass_at_ms: Option<u64>,
+    /// What the newest successful pass freed.
+    pub last_pass: ReclaimReport,
     /// Totals over all passes.
     pub totals: ReclaimReport,
     /// The newest pass failure, if the newest pass failed.
@@ -136,9 +141,11 @@ impl<D: DiskBudget> Janitor<D> {
         .map_err(|e| format!("janitor pass panicked: {e}"))
         .and_then(|r| r);
         status.passes += 1;
+        status.last_pass_at_ms = Some(now_ms());
         match outcome {
             Ok((usage, report)) => {
                 status.last_usage = Some(usage);
+                status.last_pass = report;
                 status.totals.add(&report);
                 status.last_error = None;
                 if usage.over_high_water() || report != ReclaimReport::default() {
@@ -160,6 +167,14 @@ impl<D: DiskBudget> Janitor<D> {
             }
         }
     }
+}
+
+/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 impl<D: DiskBudget> Actor for Janitor<D> {
@@ -358,6 +373,11 @@ mod tests {
         assert_eq!(status.totals.sessions_evicted, 1);
         assert_eq!(status.totals.bytes_freed, 950 - HIGH / 2);
         assert_eq!(status.last_usage.unwrap().disk_bytes, 950);
+        assert_eq!(
+            status.last_pass.sessions_evicted, 1,
+            "the newest pass evicted"
+        );
+        assert!(status.last_pass_at_ms.is_some_and(|t| t > 0));
         assert!(status.enforcing);
         janitor.stop(Duration::from_secs(5)).await;
     }

@@ -4,10 +4,14 @@
 //!
 //! Every run is bounded twice: by its message count (`sessions × messages`) and by
 //! `max_duration`; it then waits at most `drain` for outstanding replies.
+//! [`run_with_timeline`] also keeps latency over time (bounded, `timeline.rs`), which
+//! `plot.rs` draws as SVG for `--plot`.
 
 pub mod group_memory;
+pub mod plot;
 mod report;
 mod target;
+mod timeline;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +23,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 pub use report::{Latency, Report};
 pub use target::{rss_of, HttpTarget, InProcessTarget, Outcome, Target};
+pub use timeline::{Point, Timeline, MAX_POINTS};
 
 use crate::inbound::{ChatKind, InboundMessage, Sender};
 
@@ -98,6 +103,8 @@ struct Shared {
     turns: AtomicU64,
     /// The next send slot, for `rate`.
     slot: AtomicU64,
+    /// Latency over time, for the plot.
+    timeline: Mutex<Timeline>,
 }
 
 fn record(h: &Mutex<Histogram<u64>>, d: Duration) {
@@ -111,6 +118,11 @@ fn record(h: &Mutex<Histogram<u64>>, d: Duration) {
 
 /// Runs the load against `target` and reports.
 pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
+    run_with_timeline(target, spec).await.0
+}
+
+/// Runs the load against `target` and reports, with the turn latencies over time.
+pub async fn run_with_timeline<T: Target>(target: Arc<T>, spec: LoadSpec) -> (Report, Timeline) {
     let total = (spec.sessions * spec.messages) as u64;
     let shared = Arc::new(Shared {
         sent_at: DashMap::new(),
@@ -122,7 +134,10 @@ pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
         replied: AtomicU64::new(0),
         turns: AtomicU64::new(0),
         slot: AtomicU64::new(0),
+        timeline: Mutex::new(Timeline::new(histogram())),
     });
+    // The timeline's clock; `started` (below) times the sending.
+    let origin = Instant::now();
     let bar = if spec.progress {
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         if let Ok(style) =
@@ -145,6 +160,9 @@ pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
                 for id in ids {
                     if let Some((_, at)) = shared.sent_at.remove(&id) {
                         record(&shared.turn, now - at);
+                        if let Ok(mut t) = shared.timeline.lock() {
+                            t.record(at.saturating_duration_since(origin), now - at);
+                        }
                         shared.replied.fetch_add(1, Ordering::Relaxed);
                         ours = true;
                     }
@@ -228,7 +246,12 @@ pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
     let accepted = shared.accepted.load(Ordering::Relaxed);
     let replied = shared.replied.load(Ordering::Relaxed);
     let turns = shared.turns.load(Ordering::Relaxed);
-    Report {
+    let timeline = shared
+        .timeline
+        .lock()
+        .map(|t| t.clone())
+        .unwrap_or_else(|_| Timeline::new(histogram()));
+    let report = Report {
         target: target.describe(),
         sessions: spec.sessions,
         messages_per_session: spec.messages,
@@ -254,5 +277,6 @@ pub async fn run<T: Target>(target: Arc<T>, spec: LoadSpec) -> Report {
         ack_latency: ack,
         turn_latency: turn,
         rss_bytes: target.rss_bytes(),
-    }
+    };
+    (report, timeline)
 }

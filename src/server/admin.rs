@@ -1,5 +1,5 @@
-//! Operator endpoints: `/metrics`, `/v1/stats`, `DELETE /v1/sessions/{key}`,
-//! `POST /v1/sessions/{key}/compact`.
+//! Operator endpoints: `/metrics`, `DELETE /v1/sessions/{key}`,
+//! `POST /v1/sessions/{key}/compact` (`/v1/stats` is in `stats.rs`).
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -8,7 +8,7 @@ use axum::Json;
 
 use super::error::ApiError;
 use super::AppState;
-use crate::runtime::{Compacted, Deleted, Stats};
+use crate::runtime::{Compacted, Deleted};
 
 /// The content type of the Prometheus text format.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -25,21 +25,6 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, A
         )
     })?;
     Ok(([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response())
-}
-
-pub(super) async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, ApiError> {
-    let runtime = state.runtime.clone();
-    let stats = tokio::task::spawn_blocking(move || runtime.stats())
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "stats task failed");
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "internal error",
-            )
-        })??;
-    Ok(Json(stats))
 }
 
 pub(super) async fn delete(

@@ -1,5 +1,7 @@
 //! The middleware in front of every route: auth, then rate limits. Probes (`/healthz`,
-//! `/readyz`) pass untouched so orchestrators never need the key or get throttled.
+//! `/readyz`) pass untouched so orchestrators never need the key or get throttled. The
+//! console's pages and assets (`ui::is_public`) hold no data and need no key — a browser
+//! cannot send a bearer header when it navigates — but they are rate limited like the API.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,7 +32,8 @@ pub(super) async fn check(
         return next.run(request).await;
     }
     let authenticated = guard.auth.is_required() && guard.auth.permits(request.headers());
-    if guard.auth.is_required() && !authenticated {
+    let needs_key = guard.auth.is_required() && !super::ui::is_public(request.uri().path());
+    if needs_key && !authenticated {
         metrics::http_rejected("unauthorized");
         let mut response = ApiError::new(
             StatusCode::UNAUTHORIZED,

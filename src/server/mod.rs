@@ -1,17 +1,21 @@
 //! The HTTP API (axum): the contract of SPEC §9a. Only this module knows HTTP.
 //!
 //! [`app`] builds the router for a runtime (tests use it directly); [`serve`] runs it on a
-//! bound listener until a shutdown future resolves, then drains.
+//! bound listener until a shutdown future resolves, then drains. `ui/` is the operator
+//! console (`/ui`), `stats.rs` and `history.rs` the figures its overview reads.
 
 mod admin;
 mod auth;
 mod error;
 mod events;
 mod guard;
+mod history;
 mod limits;
 mod messages;
 mod openai;
 mod sessions;
+mod stats;
+mod ui;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -37,6 +41,8 @@ pub struct AppState {
     runtime: Runtime,
     /// Becomes true when the server begins to shut down; long-lived streams end on it.
     closing: watch::Receiver<bool>,
+    /// The recent past the console's overview charts (sampled by a task of this router).
+    history: Arc<history::History>,
 }
 
 /// The router for `runtime`, with the API key named by `[server] api_key_env` (read from the
@@ -50,6 +56,15 @@ pub fn app(runtime: Runtime, closing: watch::Receiver<bool>) -> Router {
 pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Auth) -> Router {
     let max_body = runtime.config().server.max_body_bytes;
     crate::metrics::install_prometheus();
+    let history = Arc::new(history::History::default());
+    // The sampler ends with the router's `closing` signal (or when its sender is dropped).
+    if let Ok(tokio) = tokio::runtime::Handle::try_current() {
+        tokio.spawn(history::run(
+            runtime.clone(),
+            Arc::clone(&history),
+            closing.clone(),
+        ));
+    }
     let guard = Arc::new(guard::Guard {
         auth,
         limiter: RateLimiter::from_config(&runtime.config().server.rate_limit),
@@ -62,7 +77,8 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
             get(sessions::show).delete(admin::delete),
         )
         .route("/v1/sessions/{key}/compact", post(admin::compact))
-        .route("/v1/stats", get(admin::stats))
+        .route("/v1/stats", get(stats::stats))
+        .route("/v1/stats/history", get(stats::history))
         .route("/metrics", get(admin::metrics))
         .route("/v1/sessions/{key}/transcript", get(sessions::transcript))
         .route("/v1/sessions/{key}/context", get(sessions::context))
@@ -70,9 +86,14 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .merge(ui::routes())
         .layer(DefaultBodyLimit::max(max_body))
         .layer(axum::middleware::from_fn_with_state(guard, guard::check))
-        .with_state(AppState { runtime, closing })
+        .with_state(AppState {
+            runtime,
+            closing,
+            history,
+        })
 }
 
 async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {

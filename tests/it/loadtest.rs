@@ -94,3 +94,38 @@ async fn the_binary_loads_the_binary_and_prints_json() {
         assert!(report["turn_latency"][key].is_number(), "{report}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_plots_latency_over_time_and_a_histogram() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let plot = dir.path().join("latency.svg");
+    let path = plot.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_turnstile"))
+            .args(["loadtest", "--in-process", "--sessions", "4"])
+            .args(["--messages", "5", "--concurrency", "2", "--json"])
+            .arg("--plot")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .output()
+    })
+    .await
+    .expect("the loadtest task")
+    .expect("running turnstile loadtest");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("stdout stays the JSON report");
+    assert_eq!(report["replied"], 20, "{report}");
+    let svg = std::fs::read_to_string(&plot).expect("the plot was written");
+    assert!(svg.starts_with("<svg"), "not an SVG");
+    assert!(
+        svg.contains("turn latency over time — 20 replies"),
+        "{svg:.300}"
+    );
+    assert!(svg.contains("turn latency histogram — 20 replies"));
+    assert!(svg.contains("<circle"), "a dot per reply");
+}

@@ -17,6 +17,8 @@
 //! - `harness`: helpers of the operator tests below.
 //! - `auth`, `callback`, `ops_cli`, `telegram`: bearer auth and limits, webhook callbacks,
 //!   the operator CLI, the Telegram channel against a fake Bot API.
+//! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
+//!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
 
 mod harness;
 
@@ -34,3 +36,4 @@ mod restart;
 mod shutdown;
 mod support;
 mod telegram;
+mod ui;
