@@ -331,3 +331,139 @@ async fn channel_messages_by_id_time_and_parent() {
     );
     store.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_chat_record_gives_pending_chatter_per_thread_and_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let store = Store::open(&cfg).unwrap();
+    let said = |id: &str, thread: Option<&str>, addressed: bool| ChannelMessage {
+        thread_id: thread.map(str::to_string),
+        addressed,
+        ..chat_message(id, 1, None)
+    };
+    for m in [
+        said("1", None, false),
+        said("2", None, true),
+        said("3", None, false),
+        said("t1", Some("t"), false),
+        said("4", None, false),
+    ] {
+        let stored = store.record_chat_message("k", m).unwrap();
+        assert!(stored.seq > 0, "a chat seq is given");
+    }
+    let ids =
+        |v: Vec<ChannelMessage>| -> Vec<String> { v.into_iter().map(|m| m.message_id).collect() };
+    // Back to the last addressed message, other threads passed over, oldest first.
+    assert_eq!(
+        ids(store.chatter_before("tg", "c1", None, None, 10).unwrap()),
+        ["3", "4"]
+    );
+    assert_eq!(
+        ids(store.chatter_before("tg", "c1", None, None, 1).unwrap()),
+        ["4"]
+    );
+    assert_eq!(
+        ids(store
+            .chatter_before("tg", "c1", Some("t"), None, 10)
+            .unwrap()),
+        ["t1"]
+    );
+    let two = store.channel_message("tg", "c1", "2").unwrap().unwrap();
+    assert_eq!(
+        ids(store
+            .chatter_before("tg", "c1", None, Some(two.seq), 10)
+            .unwrap()),
+        ["1"]
+    );
+    // Stored again (a retried admission): the record moves, its old order key is skipped.
+    store
+        .record_chat_message("k", said("3", None, false))
+        .unwrap();
+    assert_eq!(
+        ids(store.chatter_before("tg", "c1", None, None, 10).unwrap()),
+        ["4", "3"]
+    );
+    assert_eq!(
+        store.session_chat("k").unwrap(),
+        Some(("tg".into(), "c1".into()))
+    );
+    store.close().await.unwrap();
+    drop(store);
+    let store = Store::open(&cfg).unwrap();
+    assert_eq!(
+        ids(store.chatter_before("tg", "c1", None, None, 10).unwrap()),
+        ["4", "3"]
+    );
+    // Deleting the session takes its chat record with it.
+    store.delete_channel_messages("k").unwrap();
+    assert!(store
+        .chatter_before("tg", "c1", None, None, 10)
+        .unwrap()
+        .is_empty());
+    assert!(store.channel_message("tg", "c1", "1").unwrap().is_none());
+    assert_eq!(store.session_chat("k").unwrap(), None);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn queued_system_events_are_bounded_durable_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let store = Store::open(&cfg).unwrap();
+    for (i, text) in ["a", "b", "c", "d"].into_iter().enumerate() {
+        let event = SystemEvent {
+            timestamp_ms: i as u64,
+            text: text.into(),
+        };
+        store.queue_system_event("k", &event, 3).unwrap();
+    }
+    store
+        .queue_system_event(
+            "other",
+            &SystemEvent {
+                timestamp_ms: 0,
+                text: "x".into(),
+            },
+            3,
+        )
+        .unwrap();
+    store.close().await.unwrap();
+    drop(store);
+    let store = Store::open(&cfg).unwrap();
+    let (keys, events) = store.queued_system_events("k", 10).unwrap();
+    let texts: Vec<&str> = events.iter().map(|e| e.text.as_str()).collect();
+    assert_eq!(texts, ["b", "c", "d"], "the oldest went first");
+    store.remove_system_events(keys).unwrap();
+    assert!(store.queued_system_events("k", 10).unwrap().1.is_empty());
+    assert_eq!(store.queued_system_events("other", 10).unwrap().1.len(), 1);
+    store.delete_channel_messages("other").unwrap();
+    assert!(store
+        .queued_system_events("other", 10)
+        .unwrap()
+        .1
+        .is_empty());
+    store.close().await.unwrap();
+}
+
+#[test]
+fn chat_messages_stored_before_chat_order_still_decode() {
+    let old = super::records::ChannelMessageV2 {
+        channel: "tg".into(),
+        chat_id: "c".into(),
+        message_id: "1".into(),
+        sender_id: "u".into(),
+        sender_name: "U".into(),
+        text: "hi".into(),
+        timestamp_ms: 5,
+        reply_to: None,
+    };
+    let m = super::channel::decode_message(&encode(&old).unwrap()).unwrap();
+    assert_eq!((m.seq, m.addressed, m.thread_id), (0, true, None));
+    assert_eq!(m.text, "hi");
+    let new = chat_message("2", 1, None);
+    assert_eq!(
+        super::channel::decode_message(&encode(&new).unwrap()).unwrap(),
+        new
+    );
+}

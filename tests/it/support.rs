@@ -186,6 +186,17 @@ impl Api {
         json_of(response).await
     }
 
+    /// `DELETE path`.
+    pub async fn delete(&self, path: &str) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .delete(self.url(path))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("DELETE {path}: {e}"));
+        json_of(response).await
+    }
+
     /// `POST /v1/messages` with any JSON body.
     pub async fn post_message(&self, body: &Value) -> (StatusCode, Value) {
         self.post_raw("/v1/messages", body.to_string()).await
