@@ -100,8 +100,11 @@ pub(super) fn writes(session_key: &str, messages: &[ChannelMessage]) -> Result<W
 
 impl Store {
     /// Stores `message` in its chat's record for `session_key`, giving it the next chat seq.
-    /// One atomic batch of plain inserts (durable with the next group-commit flush). Returns
-    /// the message as stored.
+    /// Plain inserts, not a batch (sled 0.34 writes its log out synchronously around every
+    /// atomic batch, which would cost every admission a disk write), in an order a crash can
+    /// cut anywhere: the per-session index first (so whatever follows is deleted with the
+    /// session), then the order and time keys (skipped until their record exists), the record
+    /// last. Durable with the next group-commit flush. Returns the message as stored.
     pub fn record_chat_message(
         &self,
         session_key: &str,
@@ -110,16 +113,17 @@ impl Store {
         let _write = self.write_gate();
         let inner = self.inner();
         message.seq = inner.next_id()?.saturating_add(1);
-        let mut batch = sled::Batch::default();
+        let mut writes = writes(session_key, std::slice::from_ref(&message))?;
+        // `writes` puts the index entry last and the record just before it.
+        writes.rotate_right(1);
         let mut written = 0u64;
-        for (k, v) in writes(session_key, std::slice::from_ref(&message))? {
+        for (k, v) in writes {
             written += (k.len() + v.len()) as u64;
-            batch.insert(k, v);
+            inner
+                .channel_messages
+                .insert(k, v)
+                .map_err(StoreError::sled("recording a chat message"))?;
         }
-        inner
-            .channel_messages
-            .apply_batch(batch)
-            .map_err(StoreError::sled("recording a chat message"))?;
         self.shared.meter.add(written);
         Ok(message)
     }

@@ -108,6 +108,9 @@ struct Shared {
     open_report: std::sync::OnceLock<DoctorReport>,
     /// Where the incremental prune of `dedupe` continues (see `dedupe.rs`).
     dedupe_cursor: std::sync::Mutex<Vec<u8>>,
+    /// System events queued across all sessions, counted on first use (`None` until then), so
+    /// an admission with none queued anywhere skips the lookup (see `queued_events.rs`).
+    queued_events: std::sync::Mutex<Option<usize>>,
 }
 
 /// One generation of the database: the sled instance, its trees and its group commit.
@@ -279,6 +282,7 @@ impl Store {
                 current: RwLock::new(Arc::new(inner)),
                 write_gate: RwLock::new(()),
                 queued: AtomicUsize::new(0),
+                queued_events: std::sync::Mutex::new(None),
                 data_dir,
                 config: config.clone(),
                 meter: disk::UsageMeter::default(),

@@ -21,6 +21,30 @@ fn prefix(session_key: &str) -> Vec<u8> {
 pub type QueuedEvents = (Vec<Vec<u8>>, Vec<SystemEvent>);
 
 impl Store {
+    /// Adjusts the count of queued events by `added − removed`; counts them first if that was
+    /// not done yet. Returns the count.
+    fn count_events(&self, added: usize, removed: usize) -> Result<usize, StoreError> {
+        let mut count = self
+            .shared
+            .queued_events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = match *count {
+            Some(n) => n,
+            None => {
+                let mut n = 0usize;
+                for k in self.inner().channel_messages.scan_prefix([QUEUED_EVENTS]).keys() {
+                    k.map_err(StoreError::sled("counting queued events"))?;
+                    n += 1;
+                }
+                n
+            }
+        };
+        let n = n.saturating_add(added).saturating_sub(removed);
+        *count = Some(n);
+        Ok(n)
+    }
+
     /// Queues `event` for `session_key`'s next turn, keeping at most `max` (the oldest go
     /// first). Durable with the next group-commit flush.
     pub fn queue_system_event(
@@ -52,7 +76,9 @@ impl Store {
         inner
             .channel_messages
             .apply_batch(batch)
-            .map_err(StoreError::sled("queueing a system event"))
+            .map_err(StoreError::sled("queueing a system event"))?;
+        self.count_events(1, over)?;
+        Ok(())
     }
 
     /// The events queued for `session_key`, at most `max`, oldest first (left in place).
@@ -63,6 +89,9 @@ impl Store {
     ) -> Result<QueuedEvents, StoreError> {
         let mut keys = Vec::new();
         let mut events = Vec::new();
+        if self.count_events(0, 0)? == 0 {
+            return Ok((keys, events));
+        }
         for kv in self
             .inner()
             .channel_messages
@@ -88,6 +117,7 @@ impl Store {
             return Ok(());
         }
         let _write = self.write_gate();
+        let n = keys.len();
         let mut batch = sled::Batch::default();
         for k in keys {
             batch.remove(k);
@@ -95,7 +125,9 @@ impl Store {
         self.inner()
             .channel_messages
             .apply_batch(batch)
-            .map_err(StoreError::sled("removing queued events"))
+            .map_err(StoreError::sled("removing queued events"))?;
+        self.count_events(0, n)?;
+        Ok(())
     }
 
     /// Removes every event queued for `session_key` (the session is deleted or evicted).
