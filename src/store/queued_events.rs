@@ -33,7 +33,12 @@ impl Store {
             Some(n) => n,
             None => {
                 let mut n = 0usize;
-                for k in self.inner().channel_messages.scan_prefix([QUEUED_EVENTS]).keys() {
+                for k in self
+                    .inner()
+                    .channel_messages
+                    .scan_prefix([QUEUED_EVENTS])
+                    .keys()
+                {
                     k.map_err(StoreError::sled("counting queued events"))?;
                     n += 1;
                 }

@@ -145,7 +145,13 @@ fn check_conversation(key: &str, entries: &[Entry], sent: &[String]) {
 async fn many_sessions_at_once_keep_order() {
     const SESSIONS: usize = 50;
     const MESSAGES: usize = 10;
-    let server = start_server_with(data_dir(), one_turn_per_message).await;
+    // Every entry stays in the transcript to be counted: no window-triggered compaction
+    // (ten turns are more than the group window shows).
+    let server = start_server_with(data_dir(), |c| {
+        one_turn_per_message(c);
+        c.compaction.window_trigger = false;
+    })
+    .await;
 
     let mut tasks = Vec::new();
     for s in 0..SESSIONS {
