@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use turnstile_actors::CompactionOutcome;
 
 use super::{SummarizeError, Summarizer};
-use crate::context::{chat_kind_of_key, MAX_CHATTER_LINES};
+use crate::context::{chat_kind_of_key, chatter_before, MAX_CHATTER_LINES};
 use crate::error::StoreError;
 use crate::inbound::ChatKind;
 use crate::store::{ChannelMessage, EntryKind, Store, SummarySwap, SwapOutcome, TranscriptEntry};
@@ -262,7 +262,8 @@ impl SessionCompactor {
             if m.seq == 0 {
                 continue;
             }
-            let lines = self.store.chatter_before(
+            let lines = chatter_before(
+                &self.store,
                 &channel,
                 &chat_id,
                 m.thread_id.as_deref(),

@@ -15,6 +15,7 @@ use crate::metrics;
 use super::turn::{now_ms, TurnEngine};
 use super::Refusal;
 use crate::config::{DropSetting, QueueConfig, QueueModeSetting};
+use crate::context::chatter_before;
 use crate::error::StoreError;
 use crate::inbound::preflight::{event_of, history_line, Verdict};
 use crate::inbound::{normalize_session_key, InboundEvent, InboundMessage, Preflight, SessionKeys};
@@ -118,18 +119,18 @@ impl Backend for TurnBackend {
         let msg = &event.message;
         let p = &self.engine.config.preflight;
         if admission.takes_history {
-            admission.group_history = store
-                .chatter_before(
-                    &msg.channel,
-                    &msg.chat_id,
-                    msg.thread_id.as_deref(),
-                    None,
-                    p.history_limit,
-                )
-                .map_err(storage)?
-                .iter()
-                .map(history_line)
-                .collect();
+            admission.group_history = chatter_before(
+                store,
+                &msg.channel,
+                &msg.chat_id,
+                msg.thread_id.as_deref(),
+                None,
+                p.history_limit,
+            )
+            .map_err(storage)?
+            .iter()
+            .map(history_line)
+            .collect();
         }
         let (event_keys, events) = store
             .queued_system_events(&key, p.max_system_events)

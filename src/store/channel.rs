@@ -183,38 +183,6 @@ impl Store {
         Ok(out)
     }
 
-    /// The unaddressed messages of a chat's thread just before chat seq `before` (`None`: the
-    /// newest), back to the previous message that addressed the bot, at most `limit`, oldest
-    /// first: the pending history of a new addressed message, or the chatter a past turn
-    /// carried.
-    pub fn chatter_before(
-        &self,
-        channel: &str,
-        chat_id: &str,
-        thread_id: Option<&str>,
-        before: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<ChannelMessage>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut taken = 0usize;
-        self.scan_chat_back(channel, chat_id, before, |m| {
-            if m.thread_id.as_deref() != thread_id {
-                Scan::Skip
-            } else if m.addressed {
-                Scan::Stop
-            } else {
-                taken += 1;
-                if taken >= limit {
-                    Scan::TakeAndStop
-                } else {
-                    Scan::Take
-                }
-            }
-        })
-    }
-
     /// The chat (channel, chat id) whose messages `session_key`'s record holds, if it stored
     /// any: what a dump or a compaction of a group session reads chatter from.
     pub fn session_chat(&self, session_key: &str) -> Result<Option<(String, String)>, StoreError> {

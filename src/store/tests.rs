@@ -332,6 +332,8 @@ async fn channel_messages_by_id_time_and_parent() {
     store.close().await.unwrap();
 }
 
+use crate::context::chatter_before;
+
 #[tokio::test]
 async fn a_chat_record_gives_pending_chatter_per_thread_and_survives_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
@@ -356,24 +358,20 @@ async fn a_chat_record_gives_pending_chatter_per_thread_and_survives_a_reopen() 
         |v: Vec<ChannelMessage>| -> Vec<String> { v.into_iter().map(|m| m.message_id).collect() };
     // Back to the last addressed message, other threads passed over, oldest first.
     assert_eq!(
-        ids(store.chatter_before("tg", "c1", None, None, 10).unwrap()),
+        ids(chatter_before(&store, "tg", "c1", None, None, 10).unwrap()),
         ["3", "4"]
     );
     assert_eq!(
-        ids(store.chatter_before("tg", "c1", None, None, 1).unwrap()),
+        ids(chatter_before(&store, "tg", "c1", None, None, 1).unwrap()),
         ["4"]
     );
     assert_eq!(
-        ids(store
-            .chatter_before("tg", "c1", Some("t"), None, 10)
-            .unwrap()),
+        ids(chatter_before(&store, "tg", "c1", Some("t"), None, 10).unwrap()),
         ["t1"]
     );
     let two = store.channel_message("tg", "c1", "2").unwrap().unwrap();
     assert_eq!(
-        ids(store
-            .chatter_before("tg", "c1", None, Some(two.seq), 10)
-            .unwrap()),
+        ids(chatter_before(&store, "tg", "c1", None, Some(two.seq), 10).unwrap()),
         ["1"]
     );
     // Stored again (a retried admission): the record moves, its old order key is skipped.
@@ -381,7 +379,7 @@ async fn a_chat_record_gives_pending_chatter_per_thread_and_survives_a_reopen() 
         .record_chat_message("k", said("3", None, false))
         .unwrap();
     assert_eq!(
-        ids(store.chatter_before("tg", "c1", None, None, 10).unwrap()),
+        ids(chatter_before(&store, "tg", "c1", None, None, 10).unwrap()),
         ["4", "3"]
     );
     assert_eq!(
@@ -392,13 +390,12 @@ async fn a_chat_record_gives_pending_chatter_per_thread_and_survives_a_reopen() 
     drop(store);
     let store = Store::open(&cfg).unwrap();
     assert_eq!(
-        ids(store.chatter_before("tg", "c1", None, None, 10).unwrap()),
+        ids(chatter_before(&store, "tg", "c1", None, None, 10).unwrap()),
         ["4", "3"]
     );
     // Deleting the session takes its chat record with it.
     store.delete_channel_messages("k").unwrap();
-    assert!(store
-        .chatter_before("tg", "c1", None, None, 10)
+    assert!(chatter_before(&store, "tg", "c1", None, None, 10)
         .unwrap()
         .is_empty());
     assert!(store.channel_message("tg", "c1", "1").unwrap().is_none());

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use bm25::{EmbedderBuilder, Scorer, Tokenizer};
 use serde::Deserialize;
 
-use super::memory_recall::WordTokenizer;
+use super::memory_recall::{recall_query, WordTokenizer};
 use crate::context::text::prefix_chars;
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
@@ -23,8 +23,6 @@ use crate::inbound::{untrusted, untrusted_block};
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
 use crate::store::{ChannelMessage, Scan};
 
-/// Characters of the current messages used as the query.
-const MAX_QUERY_CHARS: usize = 2_000;
 /// A query word is distinctive when at most one in this many candidates has it.
 const RARE_SHARE: usize = 20;
 /// The label of a recalled message's block.
@@ -96,16 +94,10 @@ impl ContextSource for ChatRecallSource {
         if self.p.top_n == 0 || session.current.is_empty() {
             return Ok(Vec::new());
         }
-        let query: String = session
-            .current
-            .iter()
-            .map(|c| c.record.message.text.as_str())
-            .collect::<Vec<_>>()
-            .join("\n");
-        let query = prefix_chars(&query, MAX_QUERY_CHARS);
-        if WordTokenizer.tokenize(query).is_empty() {
+        let Some(query) = recall_query(session) else {
             return Ok(Vec::new());
-        }
+        };
+        let query = query.as_str();
         let window = session.chat()?;
         let Some(chat) = &window.chat else {
             return Ok(Vec::new());

@@ -43,6 +43,19 @@ impl Tokenizer for WordTokenizer {
     }
 }
 
+/// What recall searches for: the current messages' text (at most [`MAX_QUERY_CHARS`]), or
+/// `None` when it has no word worth ranking by.
+pub(super) fn recall_query(session: &SessionView<'_>) -> Option<String> {
+    let query: String = session
+        .current
+        .iter()
+        .map(|c| c.record.message.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let query = prefix_chars(&query, MAX_QUERY_CHARS);
+    (!WordTokenizer.tokenize(query).is_empty()).then(|| query.to_string())
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct Params {
@@ -235,18 +248,11 @@ impl ContextSource for MemoryRecallSource {
         if self.dir.is_none() || self.top_n == 0 {
             return Ok(Vec::new());
         }
-        let query: String = session
-            .current
-            .iter()
-            .map(|c| c.record.message.text.as_str())
-            .collect::<Vec<_>>()
-            .join("\n");
-        let query = prefix_chars(&query, MAX_QUERY_CHARS);
-        if WordTokenizer.tokenize(query).is_empty() {
+        let Some(query) = recall_query(session) else {
             return Ok(Vec::new());
-        }
+        };
         let index = self.index();
-        let mut matches = index.scorer.matches(&index.embedder.embed(query));
+        let mut matches = index.scorer.matches(&index.embedder.embed(&query));
         // Ties in a stable order (the scorer's own order among equal scores is arbitrary).
         matches.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         let mut room = budget.remaining();
