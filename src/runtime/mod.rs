@@ -183,6 +183,9 @@ pub struct TranscriptItem {
     /// Sender id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sender: Option<String>,
+    /// Sender display name (untrusted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_name: Option<String>,
     /// When, ms since the epoch.
     pub timestamp_ms: u64,
     /// Tokens.
@@ -585,6 +588,7 @@ impl Runtime {
                 kind: e.kind,
                 text: e.text,
                 message_id: e.message_id,
+                sender_name: e.sender.as_ref().map(|s| s.name.clone()),
                 sender: e.sender.map(|s| s.id),
                 timestamp_ms: e.timestamp_ms,
                 tokens: e.tokens,

@@ -354,7 +354,7 @@
   // ---- one session ----
   function speaker(e) {
     switch (e.kind) {
-      case 'user': return e.sender || 'user';
+      case 'user': return e.sender_name || e.sender || 'user';
       case 'assistant': return 'assistant';
       case 'summary': return 'summary';
       case 'tool_call': case 'tool_result': return 'tool';
