@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use turnstile_actors::CompactionOutcome;
 
 use super::{SummarizeError, Summarizer};
-use crate::context::{chat_kind_of_key, chatter_before, MAX_CHATTER_LINES};
+use crate::context::{chat_kind_of_key, chatter_of};
 use crate::error::StoreError;
 use crate::inbound::ChatKind;
 use crate::store::{ChannelMessage, EntryKind, Store, SummarySwap, SwapOutcome, TranscriptEntry};
@@ -253,25 +253,10 @@ impl SessionCompactor {
             return Ok(out);
         };
         for (seq, e) in span {
-            let (EntryKind::User, Some(id)) = (e.kind, e.message_id.as_deref()) else {
-                continue;
-            };
-            let Some(m) = self.store.channel_message(&channel, &chat_id, id)? else {
-                continue;
-            };
-            if m.seq == 0 {
-                continue;
-            }
-            let lines = chatter_before(
-                &self.store,
-                &channel,
-                &chat_id,
-                m.thread_id.as_deref(),
-                Some(m.seq),
-                MAX_CHATTER_LINES,
-            )?;
-            if !lines.is_empty() {
-                out.insert(*seq, lines);
+            if let Some((_, lines)) = chatter_of(&self.store, &channel, &chat_id, e)? {
+                if !lines.is_empty() {
+                    out.insert(*seq, lines);
+                }
             }
         }
         Ok(out)

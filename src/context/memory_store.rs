@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::session::{ContextStore, StoredSession};
 use crate::error::StoreError;
-use crate::store::{ChannelMessage, Scan, TranscriptEntry};
+use crate::store::{walk_back, ChannelMessage, Scan, TranscriptEntry};
 
 /// Transcripts and chat messages held in memory.
 #[derive(Debug, Default, Clone)]
@@ -146,20 +146,12 @@ impl ContextStore for MemoryStore {
             .filter(|m| before.is_none_or(|b| m.seq < b))
             .collect();
         chat.sort_by_key(|m| std::cmp::Reverse(m.seq));
-        let mut out = Vec::new();
-        for m in chat.into_iter().take(crate::store::MAX_CHAT_SCAN) {
-            match step(m) {
-                Scan::Take => out.push(m.clone()),
-                Scan::Skip => {}
-                Scan::Stop => break,
-                Scan::TakeAndStop => {
-                    out.push(m.clone());
-                    break;
-                }
-            }
-        }
-        out.reverse();
-        Ok(out)
+        walk_back(
+            chat.into_iter()
+                .take(crate::store::MAX_CHAT_SCAN)
+                .map(|m| Ok(m.clone())),
+            step,
+        )
     }
 
     fn session_chat(&self, _session_key: &str) -> Result<Option<(String, String)>, StoreError> {

@@ -71,7 +71,7 @@ pub use presets::{
 pub use processor::{Blocks, ContextProcessor, SummarySpan};
 pub use registry::{ProcessorFactory, Registry, SourceFactory, StageContext};
 pub use session::{
-    chat_kind_of_key, chatter_before, ChatRef, ChatWindow, ContextStore, CurrentMessage, QueueInfo,
-    SessionView, StoredSession, TranscriptWindow, MAX_CHATTER_LINES,
+    chat_kind_of_key, chatter_before, chatter_of, ChatRef, ChatWindow, ContextStore,
+    CurrentMessage, QueueInfo, SessionView, StoredSession, TranscriptWindow, MAX_CHATTER_LINES,
 };
 pub use source::ContextSource;

@@ -72,6 +72,35 @@ pub trait ContextStore: Send + Sync {
     fn session_chat(&self, session_key: &str) -> Result<Option<(String, String)>, StoreError>;
 }
 
+/// The recorded chat message of user entry `entry` and the chatter that turn carried (the
+/// unaddressed messages of its thread just before it), if the entry came from the chat's
+/// record. Messages stored before chat order was kept carry no chatter.
+pub fn chatter_of(
+    store: &dyn ContextStore,
+    channel: &str,
+    chat_id: &str,
+    entry: &TranscriptEntry,
+) -> Result<Option<(ChannelMessage, Vec<ChannelMessage>)>, StoreError> {
+    let (EntryKind::User, Some(id)) = (entry.kind, entry.message_id.as_deref()) else {
+        return Ok(None);
+    };
+    let Some(m) = store.channel_message(channel, chat_id, id)? else {
+        return Ok(None);
+    };
+    if m.seq == 0 {
+        return Ok(Some((m, Vec::new())));
+    }
+    let lines = chatter_before(
+        store,
+        channel,
+        chat_id,
+        m.thread_id.as_deref(),
+        Some(m.seq),
+        MAX_CHATTER_LINES,
+    )?;
+    Ok(Some((m, lines)))
+}
+
 /// The unaddressed messages of `thread` just before chat seq `before`, back to the previous
 /// message that addressed the bot, at most `limit`, oldest first.
 pub fn chatter_before(
@@ -447,31 +476,15 @@ impl<'a> SessionView<'a> {
         };
         let mut oldest: Option<u64> = None;
         for (seq, e) in &window.entries {
-            let (EntryKind::User, Some(id)) = (e.kind, e.message_id.as_deref()) else {
+            let Some((m, lines)) = chatter_of(self.store, &chat.channel, &chat.chat_id, e)? else {
                 continue;
             };
-            let Some(m) = self
-                .store
-                .channel_message(&chat.channel, &chat.chat_id, id)?
-            else {
-                continue;
-            };
-            out.shown.insert(m.message_id.clone());
-            if m.seq == 0 {
-                continue;
+            // The oldest shown: its first chatter line, else the entry's own message.
+            let first = lines.first().map_or(m.seq, |l| l.seq);
+            if first > 0 {
+                oldest = Some(oldest.map_or(first, |o| o.min(first)));
             }
-            oldest = Some(oldest.map_or(m.seq, |o| o.min(m.seq)));
-            let lines = chatter_before(
-                self.store,
-                &chat.channel,
-                &chat.chat_id,
-                chat.thread_id.as_deref(),
-                Some(m.seq),
-                MAX_CHATTER_LINES,
-            )?;
-            if let Some(first) = lines.first() {
-                oldest = Some(oldest.map_or(first.seq, |o| o.min(first.seq)));
-            }
+            out.shown.insert(m.message_id);
             for l in &lines {
                 out.shown.insert(l.message_id.clone());
             }

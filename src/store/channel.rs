@@ -33,6 +33,29 @@ pub enum Scan {
     TakeAndStop,
 }
 
+/// Runs a backwards scan over `newest_first` messages as `step` says; the kept ones, oldest
+/// first.
+pub fn walk_back(
+    newest_first: impl Iterator<Item = Result<ChannelMessage, StoreError>>,
+    mut step: impl FnMut(&ChannelMessage) -> Scan,
+) -> Result<Vec<ChannelMessage>, StoreError> {
+    let mut out = Vec::new();
+    for m in newest_first {
+        let m = m?;
+        match step(&m) {
+            Scan::Take => out.push(m),
+            Scan::Skip => {}
+            Scan::Stop => break,
+            Scan::TakeAndStop => {
+                out.push(m);
+                break;
+            }
+        }
+    }
+    out.reverse();
+    Ok(out)
+}
+
 /// Decodes a stored chat message, written by this version or before chat order was kept.
 pub(super) fn decode_message(bytes: &[u8]) -> Result<ChannelMessage, StoreError> {
     decode::<ChannelMessage>("channel_messages", bytes).or_else(|e| {
@@ -136,7 +159,7 @@ impl Store {
         channel: &str,
         chat_id: &str,
         before: Option<u64>,
-        mut step: impl FnMut(&ChannelMessage) -> Scan,
+        step: impl FnMut(&ChannelMessage) -> Scan,
     ) -> Result<Vec<ChannelMessage>, StoreError> {
         let prefix = keys::channel_seq_prefix(channel, chat_id);
         let end = match before {
@@ -149,38 +172,25 @@ impl Store {
         };
         let inner = self.inner();
         let prefix_len = keys::chat_prefix(channel, chat_id).len();
-        let mut out = Vec::new();
-        for kv in inner
+        let messages = inner
             .channel_messages
             .range(prefix.clone()..end)
             .rev()
             .take(MAX_CHAT_SCAN)
-        {
-            let (k, id) = kv.map_err(StoreError::sled("reading a chat"))?;
-            let (Some(seq), Ok(id)) = (
-                keys::channel_seq_of(&k, prefix_len),
-                std::str::from_utf8(&id),
-            ) else {
-                continue;
-            };
-            let Some(m) = self.channel_message(channel, chat_id, id)? else {
-                continue;
-            };
-            if m.seq != seq {
-                continue;
-            }
-            match step(&m) {
-                Scan::Take => out.push(m),
-                Scan::Skip => {}
-                Scan::Stop => break,
-                Scan::TakeAndStop => {
-                    out.push(m);
-                    break;
-                }
-            }
-        }
-        out.reverse();
-        Ok(out)
+            .filter_map(|kv| {
+                let (k, id) = match kv {
+                    Ok(kv) => kv,
+                    Err(e) => return Some(Err(StoreError::sled("reading a chat")(e))),
+                };
+                let seq = keys::channel_seq_of(&k, prefix_len)?;
+                let id = std::str::from_utf8(&id).ok()?;
+                // An order key whose seq is not the record's is stale (the message was
+                // stored again).
+                self.channel_message(channel, chat_id, id)
+                    .transpose()
+                    .filter(|m| m.as_ref().map_or(true, |m| m.seq == seq))
+            });
+        walk_back(messages, step)
     }
 
     /// The chat (channel, chat id) whose messages `session_key`'s record holds, if it stored

@@ -47,7 +47,7 @@ use std::time::Duration;
 
 pub use archive::ARCHIVE_DIR;
 pub use budget::{Liveness, StoreBudget};
-pub use channel::{Scan, MAX_CHAT_SCAN};
+pub use channel::{walk_back, Scan, MAX_CHAT_SCAN};
 pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
 pub use committer::{TurnCommitter, COMMIT_QUEUE, INLINE_COMMIT_TURNS};
 pub use compact::{SummarySwap, SwapOutcome, MAX_COMPACTED_ENTRIES};

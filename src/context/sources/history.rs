@@ -121,11 +121,12 @@ fn with_speakers(
     let mut made_up = 0u32;
     for m in chatter {
         let line = format!("{}: {}\n", untrusted(&m.sender_name), untrusted(&m.text));
-        made_up = made_up.saturating_add(session.tokens.count(&line));
+        // A past turn's chatter is shown turn after turn until it is compacted.
+        made_up = made_up.saturating_add(session.tokens.count_recurring(&line));
         lines.push_str(&line);
     }
     let name = format!("{}: ", untrusted(&sender.name));
-    made_up = made_up.saturating_add(session.tokens.count(&name));
+    made_up = made_up.saturating_add(session.tokens.count_recurring(&name));
     lines.push_str(&name);
     // The message itself is not capped (the stored count stands for all of it).
     lines.push_str(&sanitize_text(&entry.text.replace('\0', "")).replace("```", "ˋˋˋ"));
