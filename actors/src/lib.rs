@@ -51,7 +51,7 @@ pub use janitor::{
     DiskBudget, DiskUsage, Janitor, JanitorHandle, JanitorMsg, JanitorSettings, JanitorStatus,
     ReclaimReport,
 };
-pub use messages::{LaneMsg, SubmitReply, SupervisorMsg, TurnOutcome};
+pub use messages::{DiscardOutcome, LaneMsg, SubmitReply, SupervisorMsg, TurnOutcome};
 
 pub use supervisor::{LaneRegistry, Supervisor};
 
