@@ -80,10 +80,6 @@ impl<B: Backend> SupervisorHandle<B> {
         &self.actor
     }
 
-    pub(crate) fn rpc_timeout(&self) -> Duration {
-        self.rpc_timeout
-    }
-
     /// Starts lanes for sessions with unconsumed inbox items.
     pub fn recover(&self, keys: Vec<SessionKey>) -> Result<(), ActorsError> {
         self.actor
