@@ -210,6 +210,7 @@ impl<I: QueueItem> LaneQueue<I> {
         let mut out = Vec::new();
         self.last_activity = now;
         let Some(mut running) = self.running.take() else {
+            self.advance(now, &mut out);
             return out;
         };
         match ended {
