@@ -6,7 +6,9 @@
 //! handles them and carries out the actions it returns. The turn itself is
 //! [`Backend::run_turn`], run on a task the lane spawns so the lane's mailbox stays responsive
 //! while a turn is in flight; inbox reads ([`Backend::pending`]) also run on a task of their
-//! own and come back as [`LaneMsg::Refilled`], so no handler here waits on storage.
+//! own and come back as [`LaneMsg::Refilled`], so no handler here reads storage (the one
+//! await on the backend in a handler is [`Backend::abandon_turn`], so that an abandoned turn's
+//! error reply commits before the next turn starts).
 
 mod queue;
 #[cfg(test)]
@@ -109,8 +111,9 @@ impl<B: Backend> Actor for Lane<B> {
         myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let actions = state.queue.started(Instant::now());
-        self.execute(&myself, state, actions).await;
+        let now = Instant::now();
+        let actions = state.queue.started(now);
+        self.execute(&myself, state, actions, now).await;
         Ok(())
     }
 
@@ -153,18 +156,20 @@ impl<B: Backend> Actor for Lane<B> {
             LaneMsg::Drain => state.queue.drain(),
             LaneMsg::Stop => vec![Action::Stop("passivated")],
         };
-        self.execute(&myself, state, actions).await;
+        self.execute(&myself, state, actions, now).await;
         Ok(())
     }
 }
 
 impl<B: Backend> Lane<B> {
-    /// Carries out the queue's actions in order (a refused steer may add more).
+    /// Carries out the queue's actions in order (a refused steer may add more); `now` is the
+    /// instant the triggering message was handled.
     async fn execute(
         &self,
         myself: &ActorRef<LaneMsg<B::Item>>,
         state: &mut LaneState<B>,
         actions: Vec<Action<B::Item>>,
+        now: Instant,
     ) {
         let mut todo = VecDeque::from(actions);
         while let Some(action) = todo.pop_front() {
@@ -176,7 +181,7 @@ impl<B: Backend> Lane<B> {
                     let steer = state.turn.as_ref().and_then(|t| t.steer.as_ref());
                     let taken = steer.is_some_and(|tx| tx.try_send(item.clone()).is_ok());
                     if !taken {
-                        todo.extend(state.queue.steer_refused(item, Instant::now()));
+                        todo.extend(state.queue.steer_refused(item, now));
                     }
                 }
                 Action::Cancel => {
