@@ -1,20 +1,18 @@
 //! Channels: the transports (HTTP webhook, OpenAI-compatible API, Telegram, CLI…) that feed
 //! the supervisor and, where the platform needs it, deliver replies back.
 //!
-//! A channel is an actor built from a [`Channel`] implementation. Inbound events are forwarded
-//! to the supervisor together with the submitter's reply port, so the channel actor never waits
-//! on the supervisor and never serialises submissions behind a round trip.
+//! A channel is an actor built from a [`Channel`] implementation that only delivers replies.
+//! Inbound events do not pass through it: [`ChannelHandle::submit`] calls the supervisor
+//! directly, so deliveries waiting for a slot (a slow platform) never hold up submissions.
 
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
-
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::Semaphore;
 
 use crate::backend::Backend;
 use crate::handle::{ActorsError, SupervisorHandle};
-use crate::messages::{SubmitReply, SupervisorMsg};
+use crate::messages::SubmitReply;
 
 /// What a transport must provide to become a channel actor.
 pub trait Channel: Send + Sync + 'static {
@@ -31,35 +29,35 @@ pub trait Channel: Send + Sync + 'static {
 }
 
 /// Messages to a channel actor.
-pub enum ChannelMsg<B: Backend, R> {
-    /// An event from the transport, with the port the supervisor should answer.
-    Inbound(B::Event, RpcReplyPort<SubmitReply<B>>),
+pub enum ChannelMsg<R> {
     /// A reply for this channel to deliver.
     Deliver(R),
 }
 
-/// How many deliveries one channel runs at once; past it the channel actor waits, which
-/// back-pressures its mailbox instead of spawning without bound.
+/// How many deliveries one channel runs at once; past it the channel actor waits for a slot,
+/// so replies wait in its mailbox instead of spawning tasks without bound. Only deliveries
+/// wait: submissions do not go through the channel actor.
 pub const MAX_INFLIGHT_DELIVERIES: usize = 64;
 
-/// The actor wrapping a [`Channel`].
-pub struct ChannelActor<B: Backend, C: Channel> {
+/// The actor wrapping a [`Channel`]: it delivers replies, at most
+/// [`MAX_INFLIGHT_DELIVERIES`] at once.
+pub struct ChannelActor<C: Channel> {
     channel: Arc<C>,
-    supervisor: ActorRef<SupervisorMsg<B>>,
     deliveries: Arc<Semaphore>,
 }
 
-/// A cheap-clone handle to a running channel actor.
+/// A cheap-clone handle to a running channel: submissions go to the supervisor, replies to
+/// the channel actor.
 pub struct ChannelHandle<B: Backend, C: Channel> {
-    actor: ActorRef<ChannelMsg<B, C::Reply>>,
-    rpc_timeout: Duration,
+    actor: ActorRef<ChannelMsg<C::Reply>>,
+    supervisor: SupervisorHandle<B>,
 }
 
 impl<B: Backend, C: Channel> Clone for ChannelHandle<B, C> {
     fn clone(&self) -> Self {
         Self {
             actor: self.actor.clone(),
-            rpc_timeout: self.rpc_timeout,
+            supervisor: self.supervisor.clone(),
         }
     }
 }
@@ -72,7 +70,6 @@ impl<B: Backend, C: Channel> ChannelHandle<B, C> {
     ) -> Result<Self, ActorsError> {
         let actor = ChannelActor {
             channel,
-            supervisor: supervisor.actor_ref().clone(),
             deliveries: Arc::new(Semaphore::new(MAX_INFLIGHT_DELIVERIES)),
         };
         let (actor, _) = Actor::spawn_linked(None, actor, (), supervisor.actor_ref().get_cell())
@@ -80,20 +77,14 @@ impl<B: Backend, C: Channel> ChannelHandle<B, C> {
             .map_err(|e| ActorsError::Spawn(e.to_string()))?;
         Ok(Self {
             actor,
-            rpc_timeout: supervisor.rpc_timeout(),
+            supervisor: supervisor.clone(),
         })
     }
 
-    /// Submits an event through this channel and waits for the supervisor's decision.
+    /// Submits an event through this channel and waits for the supervisor's decision. The
+    /// event goes straight to the supervisor (not through the channel actor).
     pub async fn submit(&self, event: B::Event) -> Result<SubmitReply<B>, ActorsError> {
-        let reply = self
-            .actor
-            .call(
-                |port| ChannelMsg::Inbound(event, port),
-                Some(self.rpc_timeout),
-            )
-            .await?;
-        crate::handle::unwrap_call(reply)
+        self.supervisor.submit(event).await
     }
 
     /// Hands a reply to the channel for delivery.
@@ -104,8 +95,8 @@ impl<B: Backend, C: Channel> ChannelHandle<B, C> {
     }
 }
 
-impl<B: Backend, C: Channel> Actor for ChannelActor<B, C> {
-    type Msg = ChannelMsg<B, C::Reply>;
+impl<C: Channel> Actor for ChannelActor<C> {
+    type Msg = ChannelMsg<C::Reply>;
     type State = ();
     type Arguments = ();
 
@@ -124,15 +115,9 @@ impl<B: Backend, C: Channel> Actor for ChannelActor<B, C> {
         _state: &mut (),
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            ChannelMsg::Inbound(event, reply) => {
-                if let Err(e) = self
-                    .supervisor
-                    .send_message(SupervisorMsg::Submit(event, reply))
-                {
-                    tracing::error!(channel = self.channel.name(), error = %e, "supervisor gone");
-                }
-            }
             ChannelMsg::Deliver(reply) => {
+                // Waiting here holds up only later deliveries of this channel (back-pressure
+                // on its mailbox); nothing else is sent to this actor.
                 let permit = Arc::clone(&self.deliveries).acquire_owned().await?;
                 let channel = Arc::clone(&self.channel);
                 tokio::spawn(async move {

@@ -7,7 +7,7 @@ use ractor::{Actor, ActorRef};
 use tokio::task::JoinHandle;
 
 use crate::backend::{Backend, SessionKey};
-use crate::messages::{SubmitReply, SupervisorMsg};
+use crate::messages::{DiscardOutcome, SubmitReply, SupervisorMsg};
 use crate::supervisor::{LaneRegistry, Supervisor};
 
 /// Errors talking to the actor system.
@@ -80,15 +80,29 @@ impl<B: Backend> SupervisorHandle<B> {
         &self.actor
     }
 
-    pub(crate) fn rpc_timeout(&self) -> Duration {
-        self.rpc_timeout
-    }
-
     /// Starts lanes for sessions with unconsumed inbox items.
     pub fn recover(&self, keys: Vec<SessionKey>) -> Result<(), ActorsError> {
         self.actor
             .send_message(SupervisorMsg::Recover(keys))
             .map_err(|e| ActorsError::Unavailable(e.to_string()))
+    }
+
+    /// Makes the lane of `key` drop what it holds in memory, for a session being deleted: call
+    /// it before deleting the stored data, and delete only on [`DiscardOutcome::Dropped`]
+    /// (with [`DiscardOutcome::Busy`] a turn is running and may still commit).
+    pub async fn discard(&self, key: SessionKey) -> Result<DiscardOutcome, ActorsError> {
+        let reply = self
+            .actor
+            .call(
+                |reply| SupervisorMsg::Discard { key, reply },
+                Some(self.rpc_timeout),
+            )
+            .await?;
+        match reply {
+            // The lane stopped before it read the request: it holds nothing.
+            ractor::rpc::CallResult::SenderError => Ok(DiscardOutcome::Dropped),
+            other => unwrap_call(other),
+        }
     }
 
     /// The live lanes.

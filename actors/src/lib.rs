@@ -12,7 +12,11 @@
 //! - `messages`: every message an actor here accepts ([`SupervisorMsg`], [`LaneMsg`]).
 //! - `supervisor`: the [`Supervisor`] actor — admits events, owns the lane registry, spawns,
 //!   restarts and passivates lanes, drains on shutdown.
-//! - `lane`: the session-lane actor — one per session key, one turn at a time, FIFO.
+//! - `lane`: the session-lane actor — one per session key, one turn at a time, FIFO; its
+//!   policy is `LaneQueue` (`lane/queue.rs`), a plain state machine.
+//!
+//! `docs/runtime-semantics.md` states the ordering, priorities, failure and back-pressure rules
+//! of these actors.
 //! - `channel`: the [`Channel`] trait and the actor that connects a transport to the
 //!   supervisor.
 //! - `janitor`: the [`Janitor`] actor — keeps the data dir inside its disk budget through the
@@ -51,7 +55,7 @@ pub use janitor::{
     DiskBudget, DiskUsage, Janitor, JanitorHandle, JanitorMsg, JanitorSettings, JanitorStatus,
     ReclaimReport,
 };
-pub use messages::{LaneMsg, SubmitReply, SupervisorMsg, TurnOutcome};
+pub use messages::{DiscardOutcome, LaneMsg, SubmitReply, SupervisorMsg, TurnOutcome};
 
 pub use supervisor::{LaneRegistry, Supervisor};
 

@@ -1,6 +1,7 @@
 //! Every message the actors of this crate accept. Actors talk only through these.
 
 use ractor::{ActorId, RpcReplyPort};
+use tokio::time::Instant;
 
 use crate::backend::{Backend, SessionKey, TurnFailure, TurnReport};
 
@@ -38,9 +39,27 @@ pub enum SupervisorMsg<B: Backend> {
     },
     /// Number of live lanes.
     LiveLanes(RpcReplyPort<usize>),
+    /// The session is being deleted: its lane (if live) drops what it holds in memory, unless
+    /// a turn is running. Answered by the lane, or at once when no lane is live. Ordered with
+    /// admissions: items admitted before it are dropped, items admitted after it are kept.
+    Discard {
+        /// The session key.
+        key: SessionKey,
+        /// Where the outcome goes.
+        reply: RpcReplyPort<DiscardOutcome>,
+    },
     /// Stop admitting, let every lane finish its running turn, then answer. Queued items stay
     /// in the durable inbox for the next start.
     Drain(RpcReplyPort<()>),
+}
+
+/// What discarding a session's lane did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiscardOutcome {
+    /// Nothing of the session is held in memory any more (or no lane was live).
+    Dropped,
+    /// A turn of the session is running; nothing was dropped. Retry when it has finished.
+    Busy,
 }
 
 /// Messages to a session lane.
@@ -48,7 +67,17 @@ pub enum LaneMsg<I> {
     /// A new durable item for this lane's session.
     Enqueue(I),
     /// The turn the lane started has ended.
-    TurnEnded(TurnOutcome),
+    TurnEnded {
+        /// How it ended.
+        outcome: TurnOutcome,
+        /// When, stamped on the turn's task as it returned (after its reply was published).
+        ended_at: Instant,
+    },
+    /// A read of the durable inbox came back (items oldest first), or failed.
+    Refilled(Result<Vec<I>, String>),
+    /// Drop what is held in memory for a session being deleted (see
+    /// [`SupervisorMsg::Discard`]).
+    Discard(RpcReplyPort<DiscardOutcome>),
     /// The debounce timer fired: start the next turn if the queue has been quiet long enough.
     DebounceCheck,
     /// Sent by the supervisor when there are too many live lanes: ask to passivate now if idle.

@@ -9,11 +9,13 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor::{
+    Actor, ActorId, ActorProcessingErr, ActorRef, MessagingErr, RpcReplyPort, SupervisionEvent,
+};
 
 use crate::backend::{Backend, QueueItem, SessionKey};
 use crate::lane::Lane;
-use crate::messages::{LaneMsg, SupervisorMsg};
+use crate::messages::{DiscardOutcome, LaneMsg, SupervisorMsg};
 
 /// The live lanes by session key. Only the supervisor writes it; anyone may read it (e.g. to
 /// tell whether a session has a live turn before evicting it).
@@ -203,6 +205,19 @@ impl<B: Backend> Actor for Supervisor<B> {
             SupervisorMsg::LiveLanes(reply) => {
                 let _ = reply.send(self.registry.len());
             }
+            SupervisorMsg::Discard { key, reply } => match self.registry.lanes.get(&key) {
+                Some(entry) => {
+                    if let Err(MessagingErr::SendErr(LaneMsg::Discard(reply))) =
+                        entry.lane.send_message(LaneMsg::Discard(reply))
+                    {
+                        // The lane is stopping: it holds nothing any more.
+                        let _ = reply.send(DiscardOutcome::Dropped);
+                    }
+                }
+                None => {
+                    let _ = reply.send(DiscardOutcome::Dropped);
+                }
+            },
             SupervisorMsg::Drain(reply) => {
                 state.draining = true;
                 state.drain_waiters.push(reply);

@@ -4,13 +4,19 @@
 //! - `fake`: the [`fake::Fake`] backend (a `BTreeMap` inbox, a log of turns, in-flight
 //!   counters) and a recording [`fake::FakeChannel`].
 //! - `lanes`: ordering, one turn at a time, parallelism across keys, passivation, failing turns.
-//! - `lifecycle`: recovery, the queue cap, draining and shutdown, lane restarts.
+//! - `lifecycle`: recovery, the queue cap, draining and shutdown, lane restarts, admissions
+//!   that do not wait for a starting lane's inbox read.
 //! - `channel`: the channel actor and its handle.
 //! - `compactor`: the compactor's dedupe, concurrency bound and pending cap.
 //! - `model`: random interleavings checked against a trivially correct model.
 //!
 //! Waiting is done with [`eventually`], which polls; the only fixed sleeps are [`settle`], a
-//! short window in which a wrong extra turn (a duplicate) would show up.
+//! short window in which a wrong extra turn (a duplicate) would show up. Tests of timing
+//! (debounce, idle timeouts, slow turns, drain deadlines) run on paused time
+//! (`start_paused = true`): the fake's `sleep=MS` turns and the lanes' timers advance virtual
+//! time, so they neither wait for real nor depend on the machine's load. Tests of concurrency
+//! across threads stay on the multi-threaded runtime. `LaneQueue`'s own tests are in
+//! `lane/queue_tests.rs`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -179,9 +179,12 @@ impl Backend for TurnBackend {
         after: u64,
         limit: usize,
     ) -> Result<Vec<InboxItem>, String> {
-        self.engine
-            .store
-            .pending(key, after, limit)
+        // A sled read: on the blocking pool, so a lane refilling never holds a tokio worker.
+        let store = self.engine.store.clone();
+        let key = key.clone();
+        tokio::task::spawn_blocking(move || store.pending(&key, after, limit))
+            .await
+            .map_err(|e| format!("the inbox read did not finish: {e}"))?
             .map_err(|e| e.to_string())
     }
 

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use serde::Serialize;
+use turnstile_actors::DiscardOutcome;
 
 use super::Runtime;
 use crate::error::Error;
@@ -68,14 +69,26 @@ pub struct Stats {
 }
 
 impl Runtime {
-    /// Deletes a session: its record, transcript and unanswered messages, in one transaction.
-    /// `Ok(None)` if there is no such session; [`Error::Conflict`] while a turn of it runs.
+    /// Deletes a session: its record, transcript and unanswered messages, in one transaction,
+    /// after its lane dropped what it held in memory (else the lane would answer the deleted
+    /// messages into a new session). `Ok(None)` if there is no such session;
+    /// [`Error::Conflict`] while a turn of it runs (its commit could land after the delete).
+    /// Messages admitted after the lane dropped its queue belong to a new session.
     pub async fn delete_session(&self, key: &str) -> Result<Option<Deleted>, Error> {
         let key = normalize_session_key(key);
-        if self.inner.running.is_running(&key) {
-            return Err(Error::Conflict(format!(
+        let busy = || {
+            Error::Conflict(format!(
                 "session {key:?} is running a turn; retry when it has finished"
-            )));
+            ))
+        };
+        if self.inner.running.is_running(&key) {
+            return Err(busy());
+        }
+        // Ordered with admissions by the supervisor, and answered by the lane itself, which is
+        // the only one that can tell whether a turn started since the check above.
+        match self.inner.supervisor.discard(key.as_str().into()).await? {
+            DiscardOutcome::Dropped => {}
+            DiscardOutcome::Busy => return Err(busy()),
         }
         let store = &self.inner.engine.store;
         let Some(gone) = store.delete_session(&key)? else {

@@ -10,6 +10,7 @@
 //! - `bad_input`: every refusal is a clear 4xx and stores nothing.
 //! - `restart`: transcripts are identical across a graceful restart.
 //! - `compaction`: manual compaction over HTTP.
+//! - `delete`: `DELETE` of a session is final, even racing a burst still held by its lane.
 //! - `group_memory`: chatter, speakers, summaries and recall of a group chat reach the model.
 //! - `kill9`: nothing acknowledged is lost across `kill -9` of the binary.
 //! - `shutdown`: SIGTERM stops the binary cleanly and loses nothing.
@@ -27,6 +28,7 @@ mod auth;
 mod bad_input;
 mod callback;
 mod compaction;
+mod delete;
 mod group_memory;
 mod http_api;
 mod kill9;

@@ -56,3 +56,32 @@ async fn a_channel_bounds_its_deliveries_in_flight() {
     assert!(eventually(|| channel.delivered().len() == total, WAIT).await);
     assert_eq!(channel.max_in_flight(), MAX_INFLIGHT_DELIVERIES);
 }
+
+/// Submissions do not go through the channel actor: deliveries stuck on a slow platform (every
+/// slot taken, more waiting) do not hold them up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submissions_are_not_held_up_by_stuck_deliveries() {
+    let (fake, h) = start(settings()).await;
+    let channel = Arc::new(FakeChannel::new(true));
+    let ch = ChannelHandle::start(Arc::clone(&channel), &h)
+        .await
+        .unwrap();
+    for i in 0..MAX_INFLIGHT_DELIVERIES + 16 {
+        ch.deliver(format!("r{i}")).unwrap();
+    }
+    assert!(eventually(|| channel.in_flight() == MAX_INFLIGHT_DELIVERIES, WAIT).await);
+    let seq = ch
+        .submit(Event::msg("k", ""))
+        .await
+        .expect("the supervisor answers")
+        .expect("accepted while deliveries are stuck");
+    assert!(eventually(|| fake.completed("k") == [seq], WAIT).await);
+    channel.gate.add_permits(MAX_INFLIGHT_DELIVERIES + 16);
+    assert!(
+        eventually(
+            || channel.delivered().len() == MAX_INFLIGHT_DELIVERIES + 16,
+            WAIT
+        )
+        .await
+    );
+}

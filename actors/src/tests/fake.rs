@@ -110,6 +110,8 @@ pub(super) struct Fake {
     pending_calls: Mutex<Vec<(SessionKey, u64, usize, usize)>>,
     /// Injected `pending` failures still to happen, per key.
     fail_pending: Mutex<HashMap<SessionKey, u32>>,
+    /// How long `pending` takes, per key (a slow storage read).
+    pending_delay: Mutex<HashMap<SessionKey, Duration>>,
     /// Every batch started: key, answered seqs, dropped seqs, queued flag.
     batches: Mutex<Vec<BatchRecord>>,
     /// Turns that saw their cancellation.
@@ -132,6 +134,7 @@ impl Fake {
             attempts: Mutex::new(HashMap::new()),
             pending_calls: Mutex::new(Vec::new()),
             fail_pending: Mutex::new(HashMap::new()),
+            pending_delay: Mutex::new(HashMap::new()),
             batches: Mutex::new(Vec::new()),
             cancelled: AtomicUsize::new(0),
         }
@@ -161,6 +164,11 @@ impl Fake {
     /// Makes the next `times` calls of `pending` for `key` fail.
     pub(super) fn fail_pending(&self, key: &str, times: u32) {
         self.fail_pending.lock().unwrap().insert(key.into(), times);
+    }
+
+    /// Makes every `pending` call for `key` take `delay`.
+    pub(super) fn delay_pending(&self, key: &str, delay: Duration) {
+        self.pending_delay.lock().unwrap().insert(key.into(), delay);
     }
 
     /// Injected `pending` failures for `key` that have not happened yet.
@@ -384,6 +392,10 @@ impl Backend for Fake {
         after: u64,
         limit: usize,
     ) -> Result<Vec<Item>, String> {
+        let delay = self.pending_delay.lock().unwrap().get(key).copied();
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
         {
             let mut fail = self.fail_pending.lock().unwrap();
             if let Some(n) = fail.get_mut(key).filter(|n| **n > 0) {

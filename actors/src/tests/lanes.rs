@@ -39,7 +39,7 @@ async fn items_of_one_key_run_in_admission_order_exactly_once() {
     assert_eq!(h.registry().len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_key_never_runs_two_turns_at_once() {
     let (fake, h) = start(settings()).await;
     let first = submit(&h, "k", "sleep=300").await;
@@ -93,7 +93,7 @@ async fn different_keys_run_in_parallel() {
     assert_eq!(h.registry().len(), 10);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn an_idle_lane_passivates_and_respawns_for_the_next_item() {
     let (fake, h) = start(LaneSettings {
         idle_timeout: Duration::from_millis(50),
@@ -123,7 +123,7 @@ async fn an_idle_lane_passivates_and_respawns_for_the_next_item() {
     assert_eq!(fake.starts("k"), [first, second]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_busy_lane_does_not_passivate() {
     let (fake, h) = start(LaneSettings {
         idle_timeout: Duration::from_millis(30),

@@ -69,7 +69,7 @@ async fn an_item_both_recovered_and_routed_runs_once() {
     assert_eq!(h.registry().len(), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn items_past_the_queue_cap_are_refetched_in_order() {
     let (fake, h) = start(LaneSettings {
         queue_cap: 2,
@@ -109,7 +109,7 @@ async fn items_past_the_queue_cap_are_refetched_in_order() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn shutdown_waits_for_the_running_turn_and_leaves_the_queue_in_the_inbox() {
     let (fake, h) = start(settings()).await;
     let running = submit(&h, "k", "sleep=300").await;
@@ -149,7 +149,7 @@ async fn shutdown_waits_for_the_running_turn_and_leaves_the_queue_in_the_inbox()
     assert!(h.shutdown(WAIT).await);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn submissions_during_a_drain_are_refused() {
     let (fake, h) = start(settings()).await;
     let running = submit(&h, "k", "sleep=200").await;
@@ -188,7 +188,7 @@ async fn submissions_during_a_drain_are_refused() {
     assert!(h.shutdown(WAIT).await, "a second drain answers at once");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn shutdown_gives_up_at_its_deadline() {
     let (fake, h) = start(settings()).await;
     let seq = submit(&h, "k", "sleep=3000").await;
@@ -207,7 +207,7 @@ async fn shutdown_gives_up_at_its_deadline() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_failed_lane_is_restarted_and_recovers_its_items() {
     // With a cap of 1 the lane reads the inbox again after every turn, which is where the
     // injected storage error hits.
@@ -271,5 +271,27 @@ async fn a_lane_dying_while_an_item_is_routed_is_replaced_once() {
     );
     assert_eq!(fake.max_in_flight_per_key(), 1);
     assert_eq!(h.registry().len(), 1);
+    assert!(h.shutdown(WAIT).await);
+}
+
+/// A lane reads the inbox after it started, on a task of its own: admissions (to any key)
+/// never wait for a lane's storage read. Before, the supervisor awaited the read while
+/// spawning, and this submission waited out the RPC timeout behind it.
+#[tokio::test(start_paused = true)]
+async fn admissions_do_not_wait_for_a_starting_lane_to_read_the_inbox() {
+    let fake = Arc::new(Fake::new(settings()));
+    let left = fake.seed("slow", "");
+    fake.delay_pending("slow", settings().rpc_timeout * 3);
+    let (fake, h) = start_with(fake).await;
+    h.recover(keys(&["slow"])).unwrap();
+    let other = submit(&h, "other", "").await;
+    let slow = submit(&h, "slow", "").await;
+    assert!(eventually(|| fake.completed("other") == [other], WAIT).await);
+    assert!(
+        fake.completed("slow").is_empty(),
+        "the slow read has not come back yet"
+    );
+    // Once it does, the recovered item runs first, then the routed one.
+    assert!(eventually(|| fake.completed("slow") == [left, slow], WAIT * 10).await);
     assert!(h.shutdown(WAIT).await);
 }

@@ -31,7 +31,7 @@ async fn busy_then(
     (a, seqs)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn collect_coalesces_what_queued_during_a_turn_into_one_turn() {
     let (fake, h) = start(settings()).await;
     fake.set_policy(policy(QueueMode::Collect));
@@ -49,7 +49,7 @@ async fn collect_coalesces_what_queued_during_a_turn_into_one_turn() {
     assert!(fake.inbox("k").is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn followup_runs_one_turn_per_queued_message_in_order() {
     let (fake, h) = start(settings()).await;
     fake.set_policy(policy(QueueMode::Followup));
@@ -61,7 +61,7 @@ async fn followup_runs_one_turn_per_queued_message_in_order() {
     assert_eq!(batches, expected);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn debounce_waits_for_a_burst_to_settle() {
     let (fake, h) = start(settings()).await;
     fake.set_policy(QueuePolicy {
@@ -82,7 +82,7 @@ async fn debounce_waits_for_a_burst_to_settle() {
     assert_eq!(batches, vec![vec![a], burst]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn interrupt_cancels_the_running_turn_and_answers_with_the_newest_in_view() {
     let (fake, h) = start(settings()).await;
     fake.set_policy(policy(QueueMode::Interrupt));
@@ -99,7 +99,7 @@ async fn interrupt_cancels_the_running_turn_and_answers_with_the_newest_in_view(
     assert!(fake.inbox("k").is_empty());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn steer_hands_new_messages_to_a_running_tool_loop() {
     let (fake, h) = start(settings()).await;
     fake.set_policy(policy(QueueMode::Steer));
@@ -116,7 +116,7 @@ async fn steer_hands_new_messages_to_a_running_tool_loop() {
     assert_eq!(fake.completed("k"), all);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn steer_falls_back_to_followups_when_the_turn_takes_nothing() {
     let (fake, h) = start(settings()).await;
     fake.set_policy(policy(QueueMode::Steer));
@@ -126,7 +126,7 @@ async fn steer_falls_back_to_followups_when_the_turn_takes_nothing() {
     assert_eq!(batches, vec![vec![a], vec![later[0]], vec![later[1]]]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn the_cap_drops_per_policy_and_everything_is_consumed() {
     for (drop, keep_newest) in [
         (DropPolicy::Summarize, true),
@@ -157,7 +157,7 @@ async fn the_cap_drops_per_policy_and_everything_is_consumed() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn past_max_live_lanes_the_least_recently_used_idle_lanes_passivate() {
     let (fake, h) = start(LaneSettings {
         max_live_lanes: 5,
@@ -178,7 +178,7 @@ async fn past_max_live_lanes_the_least_recently_used_idle_lanes_passivate() {
     assert!(eventually(|| fake.completed("k0").len() == 2, WAIT).await);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_passivated_lane_leaves_no_task_behind() {
     // Idle timers far in the future: a passivated lane's pending idle timer must not outlive
     // it (its task would hold the lane's mailbox for the whole timeout).
@@ -206,7 +206,7 @@ async fn a_passivated_lane_leaves_no_task_behind() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_lane_asked_to_passivate_while_busy_passivates_when_its_turn_ends() {
     let (fake, h) = start(LaneSettings {
         max_live_lanes: 1,
