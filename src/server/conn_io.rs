@@ -12,8 +12,8 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -40,6 +40,9 @@ pub(super) struct ReadBounds {
 pub(super) struct Activity {
     in_flight: AtomicUsize,
     finished: AtomicU64,
+    /// The read that found a request in flight (and so armed no deadline): woken when the
+    /// request ends, so the idle deadline starts even if no byte ever comes.
+    parked_read: Mutex<Option<Waker>>,
 }
 
 impl Activity {
@@ -58,6 +61,10 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.finished.fetch_add(1, Ordering::SeqCst);
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let parked = self.0.parked_read.lock().ok().and_then(|mut w| w.take());
+        if let Some(waker) = parked {
+            waker.wake();
+        }
     }
 }
 
@@ -210,6 +217,13 @@ impl AsyncRead for ConnIo {
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
                 let Some(deadline) = this.deadline() else {
+                    if let Ok(mut parked) = this.activity.parked_read.lock() {
+                        *parked = Some(cx.waker().clone());
+                    }
+                    // The request may have ended before the waker was stored.
+                    if this.activity.in_flight.load(Ordering::SeqCst) == 0 {
+                        cx.waker().wake_by_ref();
+                    }
                     return Poll::Pending;
                 };
                 if deadline != this.armed {
@@ -328,11 +342,14 @@ mod tests {
         let mut buf = [0u8; 256];
         assert!(io.read(&mut buf).await.unwrap() > 0);
         let request = activity.begin();
-        let waited = tokio::time::timeout(BOUNDS.idle * 3, io.read(&mut buf)).await;
+        let read = io.read(&mut buf);
+        tokio::pin!(read);
+        let waited = tokio::time::timeout(BOUNDS.idle * 3, &mut read).await;
         assert!(waited.is_err(), "a busy connection has no read deadline");
         drop(request);
+        // The same pending read (hyper's) now runs into the idle deadline.
         let start = Instant::now();
-        let err = io.read(&mut buf).await.unwrap_err();
+        let err = read.await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert!(start.elapsed() >= BOUNDS.idle, "the idle time restarts");
     }
