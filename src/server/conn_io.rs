@@ -5,6 +5,10 @@
 //! handler, a long response such as an SSE stream) no read deadline applies here: the body has
 //! its own in the router (`edge::bound_request`).
 //!
+//! hyper answers a request it cannot parse (bad request line or header, too many or too large
+//! headers) itself, before any service runs, with an empty `4xx`; the socket replaces that
+//! answer with the JSON error shape ([`automatic_error`]).
+//!
 //! The socket learns what hyper is doing from [`Activity`], which the connection's service
 //! updates: a request is in flight from the service call until its response body is dropped.
 
@@ -239,13 +243,52 @@ impl AsyncRead for ConnIo {
     }
 }
 
+/// The status of hyper's own answer to an unparsable request, if `bytes` is one: a `4xx` head
+/// with `content-length: 0` and `connection: close`, and nothing after it. The router never
+/// writes such a head: its error answers all carry a JSON body (`edge::json_errors`).
+fn automatic_error(bytes: &[u8]) -> Option<StatusCode> {
+    let rest = bytes.strip_prefix(b"HTTP/1.1 4")?;
+    let head_end = bytes.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+    if head_end != bytes.len() {
+        return None;
+    }
+    let code = std::str::from_utf8(rest.get(..2)?).ok()?;
+    let status = StatusCode::from_u16(400 + code.parse::<u16>().ok()?).ok()?;
+    let head = String::from_utf8_lossy(bytes).to_ascii_lowercase();
+    (head.contains("\r\ncontent-length: 0\r\n") && head.contains("\r\nconnection: close\r\n"))
+        .then_some(status)
+}
+
+impl ConnIo {
+    /// When hyper writes its own answer to an unparsable request, answers the JSON shape
+    /// instead and reports hyper's bytes as written.
+    fn replace_automatic_error(&self, bytes: &[u8]) -> Option<usize> {
+        if self.activity.in_flight.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let status = automatic_error(bytes)?;
+        metrics::http_rejected("unparsable_request");
+        let message = match status {
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "the request head is too large",
+            StatusCode::URI_TOO_LONG => "the request URI is too long",
+            _ => "the request could not be parsed as HTTP/1.1",
+        };
+        self.answer(ApiError::new(status, super::edge::code_of(status), message));
+        Some(bytes.len())
+    }
+}
+
 impl AsyncWrite for ConnIo {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        let this = self.get_mut();
+        if let Some(n) = this.replace_automatic_error(buf) {
+            return Poll::Ready(Ok(n));
+        }
+        Pin::new(&mut this.stream).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -253,7 +296,14 @@ impl AsyncWrite for ConnIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let mut filled = bufs.iter().filter(|b| !b.is_empty());
+        if let (Some(only), None) = (filled.next(), filled.next()) {
+            if let Some(n) = this.replace_automatic_error(only) {
+                return Poll::Ready(Ok(n));
+            }
+        }
+        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -352,6 +402,26 @@ mod tests {
         let err = read.await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert!(start.elapsed() >= BOUNDS.idle, "the idle time restarts");
+    }
+
+    #[test]
+    fn only_hyper_s_empty_4xx_answers_are_automatic_errors() {
+        let hyper_400 = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\n\
+                          date: Tue, 01 Dec 2026 12:40:08 GMT\r\n\r\n";
+        assert_eq!(automatic_error(hyper_400), Some(StatusCode::BAD_REQUEST));
+        let hyper_431 = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\n\
+                          content-length: 0\r\n\r\n";
+        assert_eq!(
+            automatic_error(hyper_431),
+            Some(StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE)
+        );
+        let json_404 = b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\n\
+                         content-length: 20\r\n\r\n{\"error\":{\"code\":1}}";
+        assert_eq!(automatic_error(json_404), None);
+        let kept_alive = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(automatic_error(kept_alive), None);
+        let ok = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
+        assert_eq!(automatic_error(ok), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -144,9 +144,9 @@ pub(super) async fn no_route(request: Request) -> ApiError {
 
 /// Turns an error answer that is not JSON (written by axum: 405 from a method router, an
 /// extractor's plain-text rejection) into the JSON error shape, keeping its status and headers
-/// (`Allow`, `Retry-After`). The probes' answers stay as they are.
+/// (`Allow`, `Retry-After`). The probes' answers to `GET` stay as they are.
 pub(super) async fn json_errors(request: Request, next: Next) -> Response {
-    let probe = PUBLIC_PATHS.contains(&request.uri().path());
+    let probe = request.method() == Method::GET && PUBLIC_PATHS.contains(&request.uri().path());
     let response = next.run(request).await;
     let status = response.status();
     let is_json = response
@@ -177,7 +177,7 @@ pub(super) async fn json_errors(request: Request, next: Next) -> Response {
 }
 
 /// The error code of a status, for errors that arrive without one.
-fn code_of(status: StatusCode) -> &'static str {
+pub(super) fn code_of(status: StatusCode) -> &'static str {
     match status {
         StatusCode::BAD_REQUEST => "bad_request",
         StatusCode::NOT_FOUND => "not_found",
@@ -185,6 +185,7 @@ fn code_of(status: StatusCode) -> &'static str {
         StatusCode::REQUEST_TIMEOUT => "request_timeout",
         StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
         StatusCode::URI_TOO_LONG => "uri_too_long",
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => "headers_too_large",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
         StatusCode::UNPROCESSABLE_ENTITY => "unprocessable",
         s if s.is_server_error() => "internal",

@@ -357,5 +357,23 @@ async fn every_error_is_the_json_shape() {
     )
     .await;
     assert_json_error(&answer, 414, "uri_too_long");
+
+    // What hyper cannot parse (answered before any route runs) is JSON too.
+    let answer = raw_request(addr, "GARBAGE\r\n\r\n").await;
+    assert_json_error(&answer, 400, "bad_request");
+    let many: String = (0..120).map(|i| format!("x-h{i}: a\r\n")).collect();
+    let answer = raw_request(addr, &format!("GET /healthz HTTP/1.1\r\n{many}\r\n")).await;
+    assert_json_error(&answer, 431, "headers_too_large");
+    // A probe with the wrong method is an error like any other.
+    let response = http
+        .post(server.api.url("/healthz"))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert_error_shape(
+        &response.json().await.expect("a JSON body"),
+        "method_not_allowed",
+    );
     server.stop().await;
 }
