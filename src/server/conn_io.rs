@@ -45,7 +45,8 @@ pub(super) struct Activity {
     in_flight: AtomicUsize,
     finished: AtomicU64,
     /// The read that found a request in flight (and so armed no deadline): woken when the
-    /// request ends, so the idle deadline starts even if no byte ever comes.
+    /// request ends, so the idle deadline starts even if no byte ever comes. A std `Mutex`:
+    /// held only to swap a waker, never across an await.
     parked_read: Mutex<Option<Waker>>,
 }
 

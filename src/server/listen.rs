@@ -58,6 +58,8 @@ pub(super) async fn run(
     bounds: ConnectionBounds,
     mut closing: watch::Receiver<bool>,
 ) {
+    // A permit per served connection, taken with `try_acquire`: the loop never waits for one,
+    // since a loop waiting would leave new connections (the probes') in the kernel's backlog.
     let full = Arc::new(Semaphore::new(bounds.max_connections));
     // Senders of the health connections' eviction signals, oldest first (at most
     // `health_connections`; a dropped sender closes its connection).
