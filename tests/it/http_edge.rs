@@ -377,3 +377,31 @@ async fn every_error_is_the_json_shape() {
     );
     server.stop().await;
 }
+
+#[test]
+fn edge_settings_are_checked() {
+    use turnstile::Config;
+    let defaults = Config::default().server;
+    assert_eq!(
+        (defaults.max_connections, defaults.health_connections),
+        (768, 32)
+    );
+    for bad in [
+        "header_read_timeout_ms = 0",
+        "body_read_timeout_ms = 0",
+        "idle_timeout_ms = 86400001",
+        "max_connections = 0",
+        "health_connections = 0",
+        "max_uri_bytes = 100",
+        "max_uri_bytes = 70000",
+    ] {
+        let error = Config::parse(&format!("[server]\n{bad}\n")).expect_err(bad);
+        let key = bad.split(' ').next().unwrap_or_default();
+        assert!(error.to_string().contains(key), "{bad}: {error}");
+    }
+    let c = Config::parse("[server]\nidle_timeout_ms = 5000\nmax_uri_bytes = 256\n").unwrap();
+    assert_eq!(
+        (c.server.idle_timeout_ms, c.server.max_uri_bytes),
+        (5000, 256)
+    );
+}
