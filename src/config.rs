@@ -73,6 +73,26 @@ pub struct ServerConfig {
     pub api_key_env: String,
     /// `[server.rate_limit]`: per-client request rate limits.
     pub rate_limit: RateLimitConfig,
+    /// Time from the first byte of a request to the end of its head, in ms; past it the
+    /// client gets `408` and the connection is closed (slow headers). Default 10,000.
+    pub header_read_timeout_ms: u64,
+    /// Time from the end of a request's head to the end of its body, in ms; past it the
+    /// client gets `408` and the connection is closed (trickled or unfinished bodies).
+    /// Default 30,000.
+    pub body_read_timeout_ms: u64,
+    /// How long a connection may wait for a request without sending a byte (new, or kept
+    /// alive after a response), in ms; then it is closed. Default 60,000.
+    pub idle_timeout_ms: u64,
+    /// Connections served at once. Past it, new connections get one of the
+    /// `health_connections` (or are closed at once): sized for a 1,024 file-descriptor limit,
+    /// with room for the store's files. Default 768.
+    pub max_connections: usize,
+    /// Connections past `max_connections` that still answer `/healthz` and `/readyz` (every
+    /// other path: `503`); when they are all taken the oldest is closed for the newcomer, so
+    /// a flood of idle connections cannot starve the probes. Default 32.
+    pub health_connections: usize,
+    /// Longest request URI in bytes; longer gets `414`. At most 60,000. Default 8,192.
+    pub max_uri_bytes: usize,
 }
 
 /// What a rate limit counts requests by.
@@ -122,6 +142,12 @@ impl Default for ServerConfig {
             shutdown_grace_ms: 8_000,
             api_key_env: "TURNSTILE_API_KEY".into(),
             rate_limit: RateLimitConfig::default(),
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            max_connections: 768,
+            health_connections: 32,
+            max_uri_bytes: 8_192,
         }
     }
 }
@@ -892,6 +918,30 @@ impl Config {
         }
         if self.server.events_buffer == 0 {
             return bad("server.events_buffer", "must be at least 1");
+        }
+        for (key, ms) in [
+            (
+                "server.header_read_timeout_ms",
+                self.server.header_read_timeout_ms,
+            ),
+            (
+                "server.body_read_timeout_ms",
+                self.server.body_read_timeout_ms,
+            ),
+            ("server.idle_timeout_ms", self.server.idle_timeout_ms),
+        ] {
+            if !(1..=86_400_000).contains(&ms) {
+                return bad(key, "must be within 1..=86,400,000 (one day)");
+            }
+        }
+        if !(1..=1_000_000).contains(&self.server.max_connections) {
+            return bad("server.max_connections", "must be within 1..=1,000,000");
+        }
+        if !(1..=1_000_000).contains(&self.server.health_connections) {
+            return bad("server.health_connections", "must be within 1..=1,000,000");
+        }
+        if !(256..=60_000).contains(&self.server.max_uri_bytes) {
+            return bad("server.max_uri_bytes", "must be within 256..=60,000");
         }
         if self.context.max_tokens == 0 {
             return bad("context.max_tokens", "must be at least 1");

@@ -1,4 +1,5 @@
-//! The one place errors become HTTP responses: `{"error":{"code","message"}}`, 5xx logged,
+//! The one place errors become HTTP responses: `{"error":{"code","message","type","param"}}`
+//! (SPEC §9a; `type` is the OpenAI error class, so OpenAI clients read it too), 5xx logged,
 //! internals hidden.
 
 use axum::http::{header, HeaderValue, StatusCode};
@@ -119,10 +120,52 @@ impl From<Refusal> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The status answered.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The JSON body.
+    fn body(&self) -> serde_json::Value {
+        json!({"error": {
+            "code": self.code,
+            "message": self.message,
+            "type": error_type(self.status),
+            "param": null,
+        }})
+    }
+
+    /// The whole HTTP/1.1 response as bytes, closing the connection: for the connection layer,
+    /// which answers before (or instead of) a request reaching the router.
+    pub(super) fn to_http1_bytes(&self) -> Vec<u8> {
+        let body = self.body().to_string();
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+             connection: close\r\n\r\n",
+            self.status.as_u16(),
+            self.status.canonical_reason().unwrap_or("Error"),
+            body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(body.as_bytes());
+        out
+    }
+}
+
+/// The OpenAI error class of a status.
+fn error_type(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::UNAUTHORIZED => "authentication_error",
+        StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+        s if s.is_server_error() => "server_error",
+        _ => "invalid_request_error",
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({"error": {"code": self.code, "message": self.message}}));
-        let mut response = (self.status, body).into_response();
+        let mut response = (self.status, Json(self.body())).into_response();
         if let Some(secs) = self.retry_after_secs {
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
                 response.headers_mut().insert(header::RETRY_AFTER, v);

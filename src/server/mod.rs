@@ -1,16 +1,22 @@
 //! The HTTP API (axum): the contract of SPEC §9a. Only this module knows HTTP.
 //!
 //! [`app`] builds the router for a runtime (tests use it directly); [`serve`] runs it on a
-//! bound listener until a shutdown future resolves, then drains. `ui/` is the operator
-//! console (`/ui`), `stats.rs` and `history.rs` the figures its overview reads.
+//! bound listener until a shutdown future resolves, then drains. `listen.rs` is the accept
+//! loop (connection cap, health reserve, graceful drain), `conn_io.rs` a connection's read
+//! deadlines (idle, request head), `edge.rs` the router's request bounds (URI, body size and
+//! read timeout) and JSON errors. `ui/` is the operator console (`/ui`), `stats.rs` and
+//! `history.rs` the figures its overview reads.
 
 mod admin;
 mod auth;
+mod conn_io;
+mod edge;
 mod error;
 mod events;
 mod guard;
 mod history;
 mod limits;
+mod listen;
 mod messages;
 mod openai;
 mod sessions;
@@ -18,7 +24,6 @@ mod stats;
 mod ui;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,7 +59,13 @@ pub fn app(runtime: Runtime, closing: watch::Receiver<bool>) -> Router {
 
 /// Like [`app`] with explicit credentials (for embedding applications that hold the key).
 pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Auth) -> Router {
-    let max_body = runtime.config().server.max_body_bytes;
+    let server_config = &runtime.config().server;
+    let bounds = Arc::new(edge::RequestBounds {
+        max_body: server_config.max_body_bytes,
+        max_uri: server_config.max_uri_bytes,
+        body_timeout: Duration::from_millis(server_config.body_read_timeout_ms),
+    });
+    let max_body = server_config.max_body_bytes;
     crate::metrics::install_prometheus();
     let history = Arc::new(history::History::default());
     // The sampler ends with the router's `closing` signal (or when its sender is dropped).
@@ -87,8 +98,14 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .merge(ui::routes())
+        .fallback(edge::no_route)
         .layer(DefaultBodyLimit::max(max_body))
+        .layer(axum::middleware::from_fn_with_state(
+            bounds,
+            edge::bound_request,
+        ))
         .layer(axum::middleware::from_fn_with_state(guard, guard::check))
+        .layer(axum::middleware::from_fn(edge::json_errors))
         .with_state(AppState {
             runtime,
             closing,
@@ -117,24 +134,31 @@ pub async fn serve(
     check_exposure(listener.local_addr()?, &auth, &server_config.api_key_env)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let (close_tx, close_rx) = watch::channel(false);
-    let router = app_with_auth(runtime.clone(), close_rx.clone(), auth)
-        .into_make_service_with_connect_info::<SocketAddr>();
-    let grace = Duration::from_millis(runtime.config().server.shutdown_grace_ms);
-    let mut signalled = close_rx;
-    let stopping = runtime.clone();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        shutdown.await;
-        tracing::info!("shutting down: no new connections");
-        stopping.begin_shutdown();
-        let _ = close_tx.send(true);
-    });
-    let server = tokio::spawn(async move { server.await });
-    let _ = signalled.wait_for(|c| *c).await;
+    let router = app_with_auth(runtime.clone(), close_rx.clone(), auth);
+    let bounds = listen::ConnectionBounds {
+        read: conn_io::ReadBounds {
+            header: Duration::from_millis(server_config.header_read_timeout_ms),
+            idle: Duration::from_millis(server_config.idle_timeout_ms),
+            // The method, two spaces and the version around the URI.
+            max_request_line: server_config.max_uri_bytes + 32,
+        },
+        max_connections: server_config.max_connections,
+        health_connections: server_config.health_connections,
+    };
+    let grace = Duration::from_millis(server_config.shutdown_grace_ms);
+    let mut server = tokio::spawn(listen::run(listener, router, bounds, close_rx));
+    shutdown.await;
+    tracing::info!("shutting down: no new connections");
+    runtime.begin_shutdown();
+    let _ = close_tx.send(true);
     // In-flight requests get half the grace; running turns the rest.
-    match tokio::time::timeout(grace / 2, server).await {
-        Ok(Ok(result)) => result?,
+    match tokio::time::timeout(grace / 2, &mut server).await {
+        Ok(Ok(())) => {}
         Ok(Err(join)) => tracing::error!(error = %join, "server task failed"),
-        Err(_) => tracing::warn!("in-flight requests did not finish in time"),
+        Err(_) => {
+            tracing::warn!("in-flight requests did not finish in time");
+            server.abort();
+        }
     }
     if let Err(e) = runtime.shutdown().await {
         tracing::error!(error = %e, "shutdown did not complete cleanly");

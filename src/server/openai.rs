@@ -200,7 +200,12 @@ pub(super) async fn chat_completions(
                 let _ = tx.send(chunk(json!({}), json!("stop"))).await;
             }
             _ => {
-                let error = json!({"error": {"code": "timeout", "message": "no reply in time"}});
+                let error = json!({"error": {
+                    "code": "timeout",
+                    "message": "no reply in time",
+                    "type": "server_error",
+                    "param": null,
+                }});
                 let _ = tx.send(Event::default().data(error.to_string())).await;
             }
         }

@@ -19,6 +19,9 @@
 //! - `harness`: helpers of the operator tests below.
 //! - `auth`, `callback`, `ops_cli`, `telegram`: bearer auth and limits, webhook callbacks,
 //!   the operator CLI, the Telegram channel against a fake Bot API.
+//! - `http_edge`: the bounded edge over raw sockets (slow and idle clients closed, the
+//!   connection cap with probes still answering, early `413` for `Expect: 100-continue`,
+//!   every error in the JSON shape).
 //! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
 //!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
 
@@ -31,6 +34,7 @@ mod compaction;
 mod delete;
 mod group_memory;
 mod http_api;
+mod http_edge;
 mod kill9;
 mod loadtest;
 mod openai;
