@@ -1,0 +1,142 @@
+//! `turnstile.toml`: every setting, its default, and why it exists.
+//!
+//! Unknown keys are an error (a typo must not silently fall back to a default). Secrets are
+//! never written here: the file names environment variables that hold them.
+//!
+//! One file per section, each with its own validation; [`Config::validate`] runs them all and
+//! then the checks that span sections.
+
+mod agent;
+mod channels;
+mod compaction;
+mod context;
+mod lanes;
+mod limits;
+mod model;
+mod preflight;
+mod queue;
+mod server;
+mod session;
+mod storage;
+mod tools;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+
+pub use agent::AgentConfig;
+pub use channels::{CallbackConfig, ChannelsConfig, TelegramConfig};
+pub use compaction::CompactionConfig;
+pub use context::ContextConfig;
+pub use lanes::LanesConfig;
+pub use limits::LimitsConfig;
+pub use model::{ModelConfig, MAX_FALLBACK_MODELS, MAX_MODEL_RETRIES};
+pub use preflight::{AccessPolicy, AllowBots, PreflightConfig, PreflightOverride};
+pub use queue::{DropSetting, QueueConfig, QueueModeSetting, QueueOverride};
+pub use server::{RateLimitBy, RateLimitConfig, ServerConfig};
+pub use session::{DmScope, SessionConfig, SessionScope};
+pub use storage::{Durability, JanitorMode, StorageConfig, MIN_DISK_BYTES};
+pub use tools::ToolsConfig;
+
+/// The whole configuration. Every section and key is optional.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`: the HTTP listener.
+    pub server: ServerConfig,
+    /// `[storage]`: the sled database and durability.
+    pub storage: StorageConfig,
+    /// `[session]`: session-key derivation.
+    pub session: SessionConfig,
+    /// `[lanes]`: session-lane behaviour (passivation, queues, retries).
+    pub lanes: LanesConfig,
+    /// `[queue]`: what happens to messages that arrive while a turn runs.
+    pub queue: QueueConfig,
+    /// `[limits]`: admission limits on inbound messages.
+    pub limits: LimitsConfig,
+    /// `[model]`: which model answers turns.
+    pub model: ModelConfig,
+    /// `[context]`: how a turn's context is assembled.
+    pub context: ContextConfig,
+    /// `[preflight]`: which inbound messages become turns.
+    pub preflight: PreflightConfig,
+    /// `[compaction]`: summarising old transcript spans.
+    pub compaction: CompactionConfig,
+    /// `[agent]`: the agent's workspace (bootstrap files, skills, memory notes).
+    pub agent: AgentConfig,
+    /// `[tools]`: limits of the tool loop (for applications that register tools).
+    pub tools: ToolsConfig,
+    /// `[channels]`: transports beyond the HTTP API (Telegram, webhook callbacks).
+    pub channels: ChannelsConfig,
+}
+
+impl Config {
+    /// Reads and validates a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text)
+    }
+
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values a type cannot: ranges (in each section) and combinations (here).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.server.validate()?;
+        self.storage.validate()?;
+        self.session.validate()?;
+        self.lanes.validate()?;
+        self.queue.validate()?;
+        self.limits.validate()?;
+        self.model.validate()?;
+        self.context.validate()?;
+        self.preflight.validate()?;
+        self.compaction.validate()?;
+        self.tools.validate()?;
+        self.channels.validate()?;
+        if self.model.context_window <= self.context.reserve_output_tokens {
+            return Err(invalid(
+                "model.context_window",
+                "must be larger than context.reserve_output_tokens",
+            ));
+        }
+        if self.compaction.uses_model() && self.model.provider != "openai" {
+            return Err(invalid(
+                "compaction.model",
+                "a summariser model needs model.provider = \"openai\" (its server); \
+                 leave it empty for the built-in extractive summariser",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A config for tests and examples: data in `dir`, everything else default.
+    pub fn with_data_dir(dir: impl Into<PathBuf>) -> Self {
+        let mut c = Self::default();
+        c.storage.data_dir = dir.into();
+        c
+    }
+
+    /// The lane idle timeout.
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.lanes.idle_timeout_ms)
+    }
+}
+
+/// The one shape of a validation error: the key, then why.
+fn invalid(key: &str, why: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid(format!("{key}: {why}"))
+}
+
+#[cfg(test)]
+mod tests;

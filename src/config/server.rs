@@ -1,0 +1,109 @@
+//! `[server]`: the HTTP listener and its per-client rate limits.
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use super::invalid;
+use crate::error::ConfigError;
+
+/// `[server]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to listen on. Default `127.0.0.1:7878`.
+    pub listen: SocketAddr,
+    /// Largest accepted request body in bytes. Default 256 KiB.
+    pub max_body_bytes: usize,
+    /// How long an OpenAI-compatible request waits for its reply, in ms. Default 120,000.
+    pub reply_timeout_ms: u64,
+    /// Replies buffered for each `/v1/events` subscriber before a slow one misses some.
+    /// Default 1,024.
+    pub events_buffer: usize,
+    /// How long graceful shutdown waits for running turns, in ms. Default 8,000.
+    pub shutdown_grace_ms: u64,
+    /// Name of the environment variable holding the API key (a bearer token). When it is set,
+    /// every endpoint but `/healthz` and `/readyz` requires `Authorization: Bearer <key>`;
+    /// when it is not, the server refuses to listen on anything but loopback. Default
+    /// `TURNSTILE_API_KEY`.
+    pub api_key_env: String,
+    /// `[server.rate_limit]`: per-client request rate limits.
+    pub rate_limit: RateLimitConfig,
+}
+
+/// What a rate limit counts requests by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RateLimitBy {
+    /// The client's IP address (as the TCP peer; behind a proxy that is the proxy).
+    Ip,
+    /// The bearer token presented (clients without one are counted by IP).
+    Key,
+}
+
+/// `[server.rate_limit]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// Sustained requests per second allowed per client; 0 turns rate limiting off. Over the
+    /// limit a request gets 429 with `Retry-After`. Default 0 (off).
+    pub requests_per_second: u32,
+    /// Requests a client may send in a burst above the sustained rate. Default 50.
+    pub burst: u32,
+    /// `ip` (default) or `key`.
+    pub by: RateLimitBy,
+    /// Most clients tracked at once; past it idle clients are forgotten, and if none is idle new
+    /// clients share one bucket. Default 10,000.
+    pub max_clients: usize,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            requests_per_second: 0,
+            burst: 50,
+            by: RateLimitBy::Ip,
+            max_clients: 10_000,
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            max_body_bytes: 256 * 1024,
+            reply_timeout_ms: 120_000,
+            events_buffer: 1_024,
+            shutdown_grace_ms: 8_000,
+            api_key_env: "TURNSTILE_API_KEY".into(),
+            rate_limit: RateLimitConfig::default(),
+        }
+    }
+}
+
+impl ServerConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.events_buffer == 0 {
+            return Err(invalid("server.events_buffer", "must be at least 1"));
+        }
+        self.rate_limit.validate()
+    }
+}
+
+impl RateLimitConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.requests_per_second > 0 {
+            if self.burst == 0 {
+                return Err(invalid("server.rate_limit.burst", "must be at least 1"));
+            }
+            if self.max_clients == 0 {
+                return Err(invalid(
+                    "server.rate_limit.max_clients",
+                    "must be at least 1",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
