@@ -2,8 +2,14 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::invalid;
+use super::{in_range, invalid, MAX_DURATION_MS};
 use crate::error::ConfigError;
+
+/// Longest `channels.telegram.poll_timeout_secs` (one long poll).
+pub const MAX_POLL_TIMEOUT_SECS: u32 = 3_600;
+
+/// Most attempts `channels.telegram.send_attempts` and `channels.callback.max_attempts` allow.
+pub const MAX_ATTEMPTS: u32 = 100;
 
 /// `[channels]`: optional transports. A section that is present turns its channel on.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -109,23 +115,27 @@ impl ChannelsConfig {
 
 impl TelegramConfig {
     fn validate(&self) -> Result<(), ConfigError> {
-        if !(1..=100).contains(&self.poll_limit) {
-            return Err(invalid(
-                "channels.telegram.poll_limit",
-                "must be within 1..=100",
-            ));
-        }
-        if self.send_attempts == 0 {
-            return Err(invalid(
-                "channels.telegram.send_attempts",
-                "must be at least 1",
-            ));
-        }
+        let key = |k: &str| format!("channels.telegram.{k}");
+        in_range(
+            &key("poll_timeout_secs"),
+            self.poll_timeout_secs,
+            0..=MAX_POLL_TIMEOUT_SECS,
+        )?;
+        in_range(&key("poll_limit"), self.poll_limit, 1..=100)?;
+        let max_backoff = self.max_retry_backoff_ms;
+        in_range(
+            &key("max_retry_backoff_ms"),
+            max_backoff,
+            1..=MAX_DURATION_MS,
+        )?;
+        in_range(
+            &key("retry_backoff_ms"),
+            self.retry_backoff_ms,
+            1..=max_backoff,
+        )?;
+        in_range(&key("send_attempts"), self.send_attempts, 1..=MAX_ATTEMPTS)?;
         if !(self.api_base.starts_with("http://") || self.api_base.starts_with("https://")) {
-            return Err(invalid(
-                "channels.telegram.api_base",
-                "must be an http(s) URL",
-            ));
+            return Err(invalid(&key("api_base"), "must be an http(s) URL"));
         }
         Ok(())
     }
@@ -133,15 +143,18 @@ impl TelegramConfig {
 
 impl CallbackConfig {
     fn validate(&self) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("channels.callback.{k}");
         if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
-            return Err(invalid("channels.callback.url", "required, an http(s) URL"));
+            return Err(invalid(&key("url"), "required, an http(s) URL"));
         }
-        if self.max_attempts == 0 {
-            return Err(invalid(
-                "channels.callback.max_attempts",
-                "must be at least 1",
-            ));
-        }
-        Ok(())
+        in_range(&key("max_attempts"), self.max_attempts, 1..=MAX_ATTEMPTS)?;
+        let max_backoff = self.max_backoff_ms;
+        in_range(&key("max_backoff_ms"), max_backoff, 1..=MAX_DURATION_MS)?;
+        in_range(
+            &key("initial_backoff_ms"),
+            self.initial_backoff_ms,
+            1..=max_backoff,
+        )?;
+        in_range(&key("timeout_ms"), self.timeout_ms, 1..=MAX_DURATION_MS)
     }
 }

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::invalid;
 use super::model::MAX_MODEL_RETRIES;
+use super::{fraction, in_range, MAX_TOKENS};
 use crate::error::ConfigError;
 
 /// `[compaction]`
@@ -67,33 +67,28 @@ impl CompactionConfig {
     /// The section's own ranges; that a summariser model needs an OpenAI server is checked by
     /// [`super::Config::validate`].
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if !(64..=32_768).contains(&self.summary_max_tokens) {
-            return Err(invalid(
-                "compaction.summary_max_tokens",
-                "must be in 64..=32768",
-            ));
-        }
-        if !(self.keep_recent_ratio > 0.0 && self.keep_recent_ratio < 1.0) {
-            return Err(invalid("compaction.keep_recent_ratio", "must be in (0, 1)"));
-        }
-        if !(self.soft_threshold > 0.0 && self.soft_threshold <= 1.0) {
-            return Err(invalid("compaction.soft_threshold", "must be in (0, 1]"));
-        }
-        if self.max_retries > MAX_MODEL_RETRIES {
-            return Err(invalid(
-                "compaction.max_retries",
-                format!("at most {MAX_MODEL_RETRIES}"),
-            ));
-        }
-        if self.chunk_tokens < 1_024 {
-            return Err(invalid("compaction.chunk_tokens", "must be at least 1024"));
-        }
-        if !(1..=64).contains(&self.max_concurrent) {
-            return Err(invalid("compaction.max_concurrent", "must be in 1..=64"));
-        }
-        if !(1..=1_000_000).contains(&self.max_pending) {
-            return Err(invalid("compaction.max_pending", "must be in 1..=1000000"));
-        }
-        Ok(())
+        in_range(
+            "compaction.summary_max_tokens",
+            self.summary_max_tokens,
+            64..=32_768,
+        )?;
+        fraction(
+            "compaction.keep_recent_ratio",
+            self.keep_recent_ratio,
+            false,
+        )?;
+        fraction("compaction.soft_threshold", self.soft_threshold, true)?;
+        in_range(
+            "compaction.max_retries",
+            self.max_retries,
+            0..=MAX_MODEL_RETRIES,
+        )?;
+        in_range(
+            "compaction.chunk_tokens",
+            self.chunk_tokens,
+            1_024..=MAX_TOKENS,
+        )?;
+        in_range("compaction.max_concurrent", self.max_concurrent, 1..=64)?;
+        in_range("compaction.max_pending", self.max_pending, 1..=1_000_000)
     }
 }

@@ -4,12 +4,21 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::invalid;
+use super::{in_range, invalid, MAX_DURATION_MS, MAX_TOKENS};
 use crate::context::{
     default_processors, default_sources, ChatKindPresets, PresetConfig, StageSpec,
 };
 use crate::error::ConfigError;
 use crate::inbound::ChatKind;
+
+/// Largest `context.cache_max_sessions`.
+pub const MAX_CACHED_SESSIONS: usize = 1_000_000;
+
+/// Largest `max_messages` of a `[context.presets.<name>]`.
+pub const MAX_PRESET_MESSAGES: usize = 100_000;
+
+/// Largest magnitude of a source's fixed `weight`, far from overflowing a sum of weights.
+pub const MAX_SOURCE_WEIGHT: i32 = 1_000_000;
 
 /// `[context]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -66,8 +75,47 @@ impl Default for ContextConfig {
 
 impl ContextConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.max_tokens == 0 {
-            return Err(invalid("context.max_tokens", "must be at least 1"));
+        in_range("context.max_tokens", self.max_tokens, 1..=MAX_TOKENS)?;
+        in_range(
+            "context.reserve_output_tokens",
+            self.reserve_output_tokens,
+            0..=MAX_TOKENS,
+        )?;
+        in_range(
+            "context.cache_max_sessions",
+            self.cache_max_sessions,
+            0..=MAX_CACHED_SESSIONS,
+        )?;
+        in_range(
+            "context.cache_max_age_ms",
+            self.cache_max_age_ms,
+            0..=MAX_DURATION_MS,
+        )?;
+        for (name, preset) in &self.presets {
+            if let Some(n) = preset.max_messages {
+                let key = format!("context.presets.{name}.max_messages");
+                in_range(&key, n, 1..=MAX_PRESET_MESSAGES)?;
+            }
+            if let Some(n) = preset.max_tokens {
+                in_range(
+                    &format!("context.presets.{name}.max_tokens"),
+                    n,
+                    1..=MAX_TOKENS,
+                )?;
+            }
+        }
+        for spec in &self.sources {
+            if let Some(p) = spec.priority {
+                in_range(
+                    &format!("context.sources.{}.priority", spec.name),
+                    p,
+                    0..=100,
+                )?;
+            }
+            if let Some(w) = spec.weight {
+                let key = format!("context.sources.{}.weight", spec.name);
+                in_range(&key, w, -MAX_SOURCE_WEIGHT..=MAX_SOURCE_WEIGHT)?;
+            }
         }
         if let Err(e) = crate::context::sources::time_zone(&self.time_zone) {
             return Err(invalid("context.time_zone", e));

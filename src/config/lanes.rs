@@ -2,8 +2,20 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::invalid;
+use super::{in_range, MAX_DURATION_MS};
 use crate::error::ConfigError;
+
+/// Largest `lanes.queue_cap`.
+pub const MAX_LANE_QUEUE_CAP: usize = 1_000_000;
+
+/// Largest `lanes.turn_retries`.
+pub const MAX_TURN_RETRIES: u32 = 10;
+
+/// Largest `lanes.max_concurrent_turns`, far below tokio's `Semaphore::MAX_PERMITS`.
+pub const MAX_CONCURRENT_TURNS: usize = 100_000;
+
+/// Largest `lanes.max_live_lanes`.
+pub const MAX_LIVE_LANES: usize = 10_000_000;
 
 /// `[lanes]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -37,15 +49,26 @@ impl Default for LanesConfig {
 
 impl LanesConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.queue_cap == 0 {
-            return Err(invalid("lanes.queue_cap", "must be at least 1"));
-        }
-        if self.max_live_lanes == 0 {
-            return Err(invalid("lanes.max_live_lanes", "must be at least 1"));
-        }
-        if self.max_concurrent_turns == 0 {
-            return Err(invalid("lanes.max_concurrent_turns", "must be at least 1"));
-        }
-        Ok(())
+        in_range(
+            "lanes.idle_timeout_ms",
+            self.idle_timeout_ms,
+            1..=MAX_DURATION_MS,
+        )?;
+        in_range("lanes.queue_cap", self.queue_cap, 1..=MAX_LANE_QUEUE_CAP)?;
+        in_range(
+            "lanes.turn_retries",
+            self.turn_retries,
+            0..=MAX_TURN_RETRIES,
+        )?;
+        in_range(
+            "lanes.max_concurrent_turns",
+            self.max_concurrent_turns,
+            1..=MAX_CONCURRENT_TURNS,
+        )?;
+        in_range(
+            "lanes.max_live_lanes",
+            self.max_live_lanes,
+            1..=MAX_LIVE_LANES,
+        )
     }
 }

@@ -2,7 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::{in_range, MAX_DURATION_MS};
 use crate::error::ConfigError;
+
+/// Largest `limits.max_inbound_chars`.
+pub const MAX_INBOUND_CHARS: usize = 10_000_000;
 
 /// `[limits]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -25,6 +29,15 @@ impl Default for LimitsConfig {
 
 impl LimitsConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        Ok(())
+        in_range(
+            "limits.max_inbound_chars",
+            self.max_inbound_chars,
+            1..=MAX_INBOUND_CHARS,
+        )?;
+        in_range(
+            "limits.max_future_skew_ms",
+            self.max_future_skew_ms,
+            0..=MAX_DURATION_MS,
+        )
     }
 }

@@ -4,7 +4,9 @@
 //! never written here: the file names environment variables that hold them.
 //!
 //! One file per section, each with its own validation; [`Config::validate`] runs them all and
-//! then the checks that span sections.
+//! then the checks that span sections. Every numeric key has a range (its bounds are the
+//! `MIN_*`/`MAX_*` constants beside its section): a value outside it is refused at load with
+//! the key, the value and the range, so no value can panic or allocate without bound later.
 
 mod agent;
 mod channels;
@@ -20,6 +22,7 @@ mod session;
 mod storage;
 mod tools;
 
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -28,18 +31,31 @@ use serde::{Deserialize, Serialize};
 use crate::error::ConfigError;
 
 pub use agent::AgentConfig;
-pub use channels::{CallbackConfig, ChannelsConfig, TelegramConfig};
+pub use channels::{
+    CallbackConfig, ChannelsConfig, TelegramConfig, MAX_ATTEMPTS, MAX_POLL_TIMEOUT_SECS,
+};
 pub use compaction::CompactionConfig;
-pub use context::ContextConfig;
-pub use lanes::LanesConfig;
-pub use limits::LimitsConfig;
+pub use context::{ContextConfig, MAX_CACHED_SESSIONS, MAX_PRESET_MESSAGES, MAX_SOURCE_WEIGHT};
+pub use lanes::{
+    LanesConfig, MAX_CONCURRENT_TURNS, MAX_LANE_QUEUE_CAP, MAX_LIVE_LANES, MAX_TURN_RETRIES,
+};
+pub use limits::{LimitsConfig, MAX_INBOUND_CHARS};
 pub use model::{ModelConfig, MAX_FALLBACK_MODELS, MAX_MODEL_RETRIES};
-pub use preflight::{AccessPolicy, AllowBots, PreflightConfig, PreflightOverride};
-pub use queue::{DropSetting, QueueConfig, QueueModeSetting, QueueOverride};
-pub use server::{RateLimitBy, RateLimitConfig, ServerConfig};
+pub use preflight::{
+    AccessPolicy, AllowBots, PreflightConfig, PreflightOverride, MAX_DEDUPE_KEYS,
+    MAX_HISTORY_CHATS, MAX_HISTORY_LIMIT, MAX_SYSTEM_EVENTS,
+};
+pub use queue::{DropSetting, QueueConfig, QueueModeSetting, QueueOverride, MAX_QUEUE_CAP};
+pub use server::{
+    RateLimitBy, RateLimitConfig, ServerConfig, MAX_BODY_BYTES, MAX_EVENTS_BUFFER, MAX_RATE,
+    MAX_RATE_CLIENTS,
+};
 pub use session::{DmScope, SessionConfig, SessionScope};
-pub use storage::{Durability, JanitorMode, StorageConfig, MIN_DISK_BYTES};
-pub use tools::ToolsConfig;
+pub use storage::{
+    Durability, JanitorMode, StorageConfig, MAX_DISK_BYTES, MAX_PRUNE_DAYS, MAX_QUEUED_MESSAGES,
+    MAX_SESSIONS, MIN_CACHE_BYTES, MIN_DISK_BYTES,
+};
+pub use tools::{ToolsConfig, MAX_TOOL_CALLS_PER_ROUND, MAX_TOOL_RESULT_CHARS, MAX_TOOL_ROUNDS};
 
 /// The whole configuration. Every section and key is optional.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -136,6 +152,48 @@ impl Config {
 /// The one shape of a validation error: the key, then why.
 fn invalid(key: &str, why: impl std::fmt::Display) -> ConfigError {
     ConfigError::Invalid(format!("{key}: {why}"))
+}
+
+/// Longest duration any `*_ms` key may ask for: 30 days. Nothing waits that long on purpose,
+/// and it keeps every `Instant + Duration` far from overflowing.
+pub const MAX_DURATION_MS: u64 = 30 * 24 * 60 * 60 * 1_000;
+
+/// Most tokens any token-count key may name (context windows, budgets, chunks).
+pub const MAX_TOKENS: u32 = 10_000_000;
+
+/// Checks that `key`'s `value` lies within `allowed`; the error names the key, the value and
+/// the range, so that a bad value is refused at load instead of panicking (or allocating
+/// without bound) later.
+fn in_range<T: PartialOrd + std::fmt::Display>(
+    key: &str,
+    value: T,
+    allowed: RangeInclusive<T>,
+) -> Result<(), ConfigError> {
+    if allowed.contains(&value) {
+        return Ok(());
+    }
+    Err(invalid(
+        key,
+        format!(
+            "{value} is out of range (allowed {}..={})",
+            allowed.start(),
+            allowed.end()
+        ),
+    ))
+}
+
+/// Checks that the fraction `value` lies in `(0, 1]` (or `(0, 1)` when `one_allowed` is
+/// false); NaN is out of range too.
+fn fraction(key: &str, value: f64, one_allowed: bool) -> Result<(), ConfigError> {
+    let ok = value > 0.0 && (value < 1.0 || (one_allowed && value == 1.0));
+    if ok {
+        return Ok(());
+    }
+    let allowed = if one_allowed { "(0, 1]" } else { "(0, 1)" };
+    Err(invalid(
+        key,
+        format!("{value:?} is out of range (allowed {allowed})"),
+    ))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::invalid;
+use super::{in_range, invalid, MAX_DURATION_MS, MAX_TOKENS};
 use crate::error::ConfigError;
 
 /// `[model]`
@@ -68,6 +68,24 @@ pub const MAX_FALLBACK_MODELS: usize = 8;
 
 impl ModelConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        in_range("model.context_window", self.context_window, 1..=MAX_TOKENS)?;
+        in_range("model.timeout_ms", self.timeout_ms, 1..=MAX_DURATION_MS)?;
+        in_range(
+            "model.connect_timeout_ms",
+            self.connect_timeout_ms,
+            1..=MAX_DURATION_MS,
+        )?;
+        in_range("model.max_retries", self.max_retries, 0..=MAX_MODEL_RETRIES)?;
+        in_range(
+            "model.backoff_max_ms",
+            self.backoff_max_ms,
+            1..=MAX_DURATION_MS,
+        )?;
+        in_range(
+            "model.backoff_base_ms",
+            self.backoff_base_ms,
+            1..=self.backoff_max_ms,
+        )?;
         match self.provider.as_str() {
             "echo" => Ok(()),
             "openai" => self.validate_openai(),

@@ -4,8 +4,20 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::invalid;
+use super::{in_range, MAX_DURATION_MS};
 use crate::error::ConfigError;
+
+/// Largest `preflight.dedupe_max_keys`.
+pub const MAX_DEDUPE_KEYS: usize = 10_000_000;
+
+/// Largest `preflight.history_limit`.
+pub const MAX_HISTORY_LIMIT: usize = 10_000;
+
+/// Largest `preflight.history_max_chats`.
+pub const MAX_HISTORY_CHATS: usize = 1_000_000;
+
+/// Largest `preflight.max_system_events`.
+pub const MAX_SYSTEM_EVENTS: usize = 10_000;
 
 /// Whether messages from other bots are answered (`[preflight] allow_bots`): `false`, `true`
 /// or `"mentions"`. The bot's own messages are always dropped.
@@ -179,12 +191,31 @@ pub struct PreflightOverride {
 
 impl PreflightConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.dedupe_max_keys == 0 {
-            return Err(invalid("preflight.dedupe_max_keys", "must be at least 1"));
-        }
-        if self.history_max_chats == 0 {
-            return Err(invalid("preflight.history_max_chats", "must be at least 1"));
-        }
+        in_range(
+            "preflight.dedupe_ttl_ms",
+            self.dedupe_ttl_ms,
+            0..=MAX_DURATION_MS,
+        )?;
+        in_range(
+            "preflight.dedupe_max_keys",
+            self.dedupe_max_keys,
+            1..=MAX_DEDUPE_KEYS,
+        )?;
+        in_range(
+            "preflight.history_limit",
+            self.history_limit,
+            0..=MAX_HISTORY_LIMIT,
+        )?;
+        in_range(
+            "preflight.history_max_chats",
+            self.history_max_chats,
+            1..=MAX_HISTORY_CHATS,
+        )?;
+        in_range(
+            "preflight.max_system_events",
+            self.max_system_events,
+            0..=MAX_SYSTEM_EVENTS,
+        )?;
         crate::inbound::preflight::check_mention_patterns(self)
     }
 }

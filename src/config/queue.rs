@@ -4,8 +4,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::invalid;
+use super::{in_range, MAX_DURATION_MS};
 use crate::error::ConfigError;
+
+/// Largest `queue.cap`.
+pub const MAX_QUEUE_CAP: usize = 100_000;
 
 /// `[queue] mode`: how messages queued during a turn become turns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,8 +81,23 @@ pub struct QueueOverride {
 
 impl QueueConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.cap == 0 || self.by_channel.values().any(|o| o.cap == Some(0)) {
-            return Err(invalid("queue.cap", "must be at least 1"));
+        in_range("queue.debounce_ms", self.debounce_ms, 0..=MAX_DURATION_MS)?;
+        in_range("queue.cap", self.cap, 1..=MAX_QUEUE_CAP)?;
+        for (name, over) in &self.by_channel {
+            if let Some(ms) = over.debounce_ms {
+                in_range(
+                    &format!("queue.by_channel.{name}.debounce_ms"),
+                    ms,
+                    0..=MAX_DURATION_MS,
+                )?;
+            }
+            if let Some(cap) = over.cap {
+                in_range(
+                    &format!("queue.by_channel.{name}.cap"),
+                    cap,
+                    1..=MAX_QUEUE_CAP,
+                )?;
+            }
         }
         Ok(())
     }

@@ -4,8 +4,20 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use super::invalid;
+use super::{in_range, invalid, MAX_DURATION_MS};
 use crate::error::ConfigError;
+
+/// Largest `server.max_body_bytes`: 1 GiB (a body is buffered in memory).
+pub const MAX_BODY_BYTES: usize = 1 << 30;
+
+/// Largest `server.events_buffer`: each subscriber's buffer is allocated up front.
+pub const MAX_EVENTS_BUFFER: usize = 1 << 16;
+
+/// Largest `server.rate_limit.requests_per_second` and `burst`.
+pub const MAX_RATE: u32 = 1_000_000;
+
+/// Largest `server.rate_limit.max_clients`.
+pub const MAX_RATE_CLIENTS: usize = 10_000_000;
 
 /// `[server]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -84,15 +96,43 @@ impl Default for ServerConfig {
 
 impl ServerConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.events_buffer == 0 {
-            return Err(invalid("server.events_buffer", "must be at least 1"));
-        }
+        in_range(
+            "server.max_body_bytes",
+            self.max_body_bytes,
+            1..=MAX_BODY_BYTES,
+        )?;
+        in_range(
+            "server.reply_timeout_ms",
+            self.reply_timeout_ms,
+            1..=MAX_DURATION_MS,
+        )?;
+        in_range(
+            "server.events_buffer",
+            self.events_buffer,
+            1..=MAX_EVENTS_BUFFER,
+        )?;
+        in_range(
+            "server.shutdown_grace_ms",
+            self.shutdown_grace_ms,
+            0..=MAX_DURATION_MS,
+        )?;
         self.rate_limit.validate()
     }
 }
 
 impl RateLimitConfig {
     fn validate(&self) -> Result<(), ConfigError> {
+        in_range(
+            "server.rate_limit.requests_per_second",
+            self.requests_per_second,
+            0..=MAX_RATE,
+        )?;
+        in_range("server.rate_limit.burst", self.burst, 0..=MAX_RATE)?;
+        in_range(
+            "server.rate_limit.max_clients",
+            self.max_clients,
+            0..=MAX_RATE_CLIENTS,
+        )?;
         if self.requests_per_second > 0 {
             if self.burst == 0 {
                 return Err(invalid("server.rate_limit.burst", "must be at least 1"));

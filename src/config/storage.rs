@@ -4,12 +4,29 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::invalid;
+use super::{fraction, in_range, MAX_DURATION_MS};
 use crate::error::ConfigError;
 
 /// The smallest accepted `storage.max_disk_bytes`: an empty sled database alone takes about a
 /// megabyte.
 pub const MIN_DISK_BYTES: u64 = 4 << 20;
+
+/// Largest `storage.max_disk_bytes` and `storage.cache_capacity_bytes`: 1 PiB, far from
+/// overflowing the budget arithmetic.
+pub const MAX_DISK_BYTES: u64 = 1 << 50;
+
+/// The smallest accepted `storage.cache_capacity_bytes`: sled panics below 256 bytes and is
+/// useless far above that.
+pub const MIN_CACHE_BYTES: u64 = 1 << 20;
+
+/// Largest `storage.max_queued_messages`.
+pub const MAX_QUEUED_MESSAGES: usize = 100_000_000;
+
+/// Largest `storage.prune_after_days`: 100 years.
+pub const MAX_PRUNE_DAYS: u32 = 36_500;
+
+/// Largest `storage.max_sessions`.
+pub const MAX_SESSIONS: u64 = 1 << 40;
 
 /// When a write counts as durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,17 +110,39 @@ impl Default for StorageConfig {
 
 impl StorageConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.max_queued_messages == 0 {
-            return Err(invalid("storage.max_queued_messages", "must be at least 1"));
-        }
-        if !(self.high_water > 0.0 && self.high_water <= 1.0) {
-            return Err(invalid("storage.high_water", "must be in (0, 1]"));
-        }
-        if self.max_disk_bytes < MIN_DISK_BYTES {
-            return Err(invalid("storage.max_disk_bytes", "must be at least 4 MiB"));
-        }
-        if self.janitor_interval_ms == 0 {
-            return Err(invalid("storage.janitor_interval_ms", "must be at least 1"));
+        in_range(
+            "storage.cache_capacity_bytes",
+            self.cache_capacity_bytes,
+            MIN_CACHE_BYTES..=MAX_DISK_BYTES,
+        )?;
+        in_range(
+            "storage.flush_every_ms",
+            self.flush_every_ms,
+            1..=MAX_DURATION_MS,
+        )?;
+        in_range(
+            "storage.max_queued_messages",
+            self.max_queued_messages,
+            1..=MAX_QUEUED_MESSAGES,
+        )?;
+        in_range(
+            "storage.max_disk_bytes",
+            self.max_disk_bytes,
+            MIN_DISK_BYTES..=MAX_DISK_BYTES,
+        )?;
+        fraction("storage.high_water", self.high_water, true)?;
+        in_range(
+            "storage.janitor_interval_ms",
+            self.janitor_interval_ms,
+            1..=MAX_DURATION_MS,
+        )?;
+        in_range(
+            "storage.prune_after_days",
+            self.prune_after_days,
+            0..=MAX_PRUNE_DAYS,
+        )?;
+        if let Some(max) = self.max_sessions {
+            in_range("storage.max_sessions", max, 1..=MAX_SESSIONS)?;
         }
         Ok(())
     }

@@ -162,3 +162,160 @@ fn ops_sections_parse_and_are_checked() {
     assert!(Config::parse("[channels.telegram]\npoll_limit = 0\n").is_err());
     assert!(Config::parse("[channels.telegram]\nbogus = 1\n").is_err());
 }
+
+/// Every numeric key with a value out of its range: each is refused with an error naming the
+/// key, the value and the allowed range (never accepted, never a panic later).
+#[test]
+fn every_numeric_key_has_a_range() {
+    const HUGE: &str = "4611686018427387904"; // 2^62
+    let cases: &[(&str, &str, &str)] = &[
+        ("server", "max_body_bytes", "0"),
+        ("server", "max_body_bytes", HUGE),
+        ("server", "reply_timeout_ms", "0"),
+        ("server", "reply_timeout_ms", HUGE),
+        ("server", "events_buffer", "0"),
+        ("server", "events_buffer", "1099511627776"),
+        ("server", "events_buffer", HUGE),
+        ("server", "shutdown_grace_ms", HUGE),
+        ("server.rate_limit", "requests_per_second", "4000000000"),
+        ("server.rate_limit", "burst", "4000000000"),
+        ("server.rate_limit", "max_clients", HUGE),
+        ("storage", "cache_capacity_bytes", "255"),
+        ("storage", "cache_capacity_bytes", "0"),
+        ("storage", "cache_capacity_bytes", HUGE),
+        ("storage", "flush_every_ms", "0"),
+        ("storage", "flush_every_ms", HUGE),
+        ("storage", "max_queued_messages", "0"),
+        ("storage", "max_queued_messages", HUGE),
+        ("storage", "max_disk_bytes", "1000"),
+        ("storage", "max_disk_bytes", HUGE),
+        ("storage", "high_water", "0.0"),
+        ("storage", "high_water", "1.5"),
+        ("storage", "high_water", "nan"),
+        ("storage", "janitor_interval_ms", "0"),
+        ("storage", "janitor_interval_ms", HUGE),
+        ("storage", "prune_after_days", "4000000000"),
+        ("storage", "max_sessions", "0"),
+        ("storage", "max_sessions", HUGE),
+        ("lanes", "idle_timeout_ms", "0"),
+        ("lanes", "idle_timeout_ms", HUGE),
+        ("lanes", "queue_cap", "0"),
+        ("lanes", "queue_cap", HUGE),
+        ("lanes", "turn_retries", "4000000000"),
+        ("lanes", "max_concurrent_turns", "0"),
+        ("lanes", "max_concurrent_turns", HUGE),
+        ("lanes", "max_live_lanes", "0"),
+        ("lanes", "max_live_lanes", HUGE),
+        ("queue", "debounce_ms", HUGE),
+        ("queue", "cap", "0"),
+        ("queue", "cap", HUGE),
+        ("queue.by_channel.telegram", "debounce_ms", HUGE),
+        ("queue.by_channel.telegram", "cap", "0"),
+        ("queue.by_channel.telegram", "cap", HUGE),
+        ("limits", "max_inbound_chars", "0"),
+        ("limits", "max_inbound_chars", HUGE),
+        ("limits", "max_future_skew_ms", HUGE),
+        ("model", "context_window", "0"),
+        ("model", "context_window", "4000000000"),
+        ("model", "timeout_ms", "0"),
+        ("model", "timeout_ms", HUGE),
+        ("model", "connect_timeout_ms", "0"),
+        ("model", "connect_timeout_ms", HUGE),
+        ("model", "max_retries", "11"),
+        ("model", "backoff_base_ms", "0"),
+        ("model", "backoff_base_ms", "30000"),
+        ("model", "backoff_max_ms", "0"),
+        ("model", "backoff_max_ms", HUGE),
+        ("context", "max_tokens", "0"),
+        ("context", "max_tokens", "4000000000"),
+        ("context", "reserve_output_tokens", "4000000000"),
+        ("context", "cache_max_sessions", HUGE),
+        ("context", "cache_max_age_ms", HUGE),
+        ("context.presets.big", "max_messages", HUGE),
+        ("context.presets.big", "max_tokens", "4000000000"),
+        ("preflight", "dedupe_ttl_ms", HUGE),
+        ("preflight", "dedupe_max_keys", "0"),
+        ("preflight", "dedupe_max_keys", HUGE),
+        ("preflight", "history_limit", HUGE),
+        ("preflight", "history_max_chats", "0"),
+        ("preflight", "history_max_chats", HUGE),
+        ("preflight", "max_system_events", HUGE),
+        ("compaction", "summary_max_tokens", "10"),
+        ("compaction", "summary_max_tokens", "4000000000"),
+        ("compaction", "keep_recent_ratio", "1.0"),
+        ("compaction", "soft_threshold", "0.0"),
+        ("compaction", "max_retries", "11"),
+        ("compaction", "chunk_tokens", "10"),
+        ("compaction", "chunk_tokens", "4000000000"),
+        ("compaction", "max_concurrent", "0"),
+        ("compaction", "max_concurrent", HUGE),
+        ("compaction", "max_pending", "0"),
+        ("compaction", "max_pending", HUGE),
+        ("tools", "max_rounds", "4000000000"),
+        ("tools", "max_calls_per_round", HUGE),
+        ("tools", "max_result_chars", "10"),
+        ("tools", "max_result_chars", HUGE),
+        ("tools", "timeout_ms", "0"),
+        ("tools", "timeout_ms", HUGE),
+        ("channels.telegram", "poll_timeout_secs", "4000000000"),
+        ("channels.telegram", "poll_limit", "0"),
+        ("channels.telegram", "poll_limit", "101"),
+        ("channels.telegram", "retry_backoff_ms", "0"),
+        ("channels.telegram", "retry_backoff_ms", "70000"),
+        ("channels.telegram", "max_retry_backoff_ms", HUGE),
+        ("channels.telegram", "send_attempts", "0"),
+        ("channels.telegram", "send_attempts", "4000000000"),
+    ];
+    for (section, key, value) in cases {
+        let text = format!("[{section}]\n{key} = {value}\n");
+        let err = match Config::parse(&text) {
+            Ok(_) => panic!("{section}.{key} = {value} was accepted"),
+            Err(e) => e.to_string(),
+        };
+        let full_key = format!("{section}.{key}");
+        assert!(err.contains(&full_key), "{full_key} = {value}: {err}");
+        assert!(
+            err.to_lowercase().contains(value),
+            "{full_key} = {value}: {err}"
+        );
+        assert!(err.contains("allowed"), "{full_key} = {value}: {err}");
+    }
+    // The callback section needs its URL before its numbers are looked at.
+    let callback = "[channels.callback]\nurl = \"http://127.0.0.1:1/h\"\n";
+    for (key, value) in [
+        ("max_attempts", "0"),
+        ("max_attempts", "4000000000"),
+        ("initial_backoff_ms", "0"),
+        ("initial_backoff_ms", "40000"),
+        ("max_backoff_ms", HUGE),
+        ("timeout_ms", "0"),
+        ("timeout_ms", HUGE),
+    ] {
+        let err = Config::parse(&format!("{callback}{key} = {value}\n")).unwrap_err();
+        let full_key = format!("channels.callback.{key}");
+        assert!(err.to_string().contains(&full_key), "{full_key}: {err}");
+        assert!(err.to_string().contains(value), "{full_key}: {err}");
+    }
+    // Source priorities and weights.
+    let source = |extra: &str| format!("[[context.sources]]\nname = \"history\"\n{extra}\n");
+    assert!(Config::parse(&source("priority = 101")).is_err());
+    assert!(Config::parse(&source("weight = 2000000000")).is_err());
+}
+
+/// The edges of the ranges are accepted: a range is not off by one.
+#[test]
+fn range_edges_are_accepted() {
+    for text in [
+        "[server]\nevents_buffer = 65536\n",
+        "[storage]\ncache_capacity_bytes = 1048576\n",
+        "[storage]\nhigh_water = 1.0\nprune_after_days = 0\n",
+        "[lanes]\nmax_concurrent_turns = 100000\n",
+        "[queue]\ndebounce_ms = 0\n",
+        "[model]\nbackoff_base_ms = 20000\n",
+        "[channels.telegram]\npoll_limit = 1\n",
+    ] {
+        if let Err(e) = Config::parse(text) {
+            panic!("{text:?} refused: {e}");
+        }
+    }
+}

@@ -2,8 +2,17 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::invalid;
+use super::{in_range, MAX_DURATION_MS};
 use crate::error::ConfigError;
+
+/// Largest `tools.max_rounds`.
+pub const MAX_TOOL_ROUNDS: u32 = 1_000;
+
+/// Largest `tools.max_calls_per_round`.
+pub const MAX_TOOL_CALLS_PER_ROUND: usize = 1_000;
+
+/// Largest `tools.max_result_chars`.
+pub const MAX_TOOL_RESULT_CHARS: usize = 10_000_000;
 
 /// `[tools]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -33,9 +42,15 @@ impl Default for ToolsConfig {
 
 impl ToolsConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        if self.max_result_chars < 100 {
-            return Err(invalid("tools.max_result_chars", "must be at least 100"));
-        }
-        Ok(())
+        in_range("tools.max_rounds", self.max_rounds, 0..=MAX_TOOL_ROUNDS)?;
+        let calls = self.max_calls_per_round;
+        in_range(
+            "tools.max_calls_per_round",
+            calls,
+            0..=MAX_TOOL_CALLS_PER_ROUND,
+        )?;
+        let chars = self.max_result_chars;
+        in_range("tools.max_result_chars", chars, 100..=MAX_TOOL_RESULT_CHARS)?;
+        in_range("tools.timeout_ms", self.timeout_ms, 1..=MAX_DURATION_MS)
     }
 }

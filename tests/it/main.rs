@@ -8,6 +8,7 @@
 //!   sessions at once keep per-session order.
 //! - `openai`: `POST /v1/chat/completions`, streaming and not, session by header or `user`.
 //! - `bad_input`: every refusal is a clear 4xx and stores nothing.
+//! - `bad_config`: `serve` refuses an out-of-range config value with a clear error.
 //! - `restart`: transcripts are identical across a graceful restart.
 //! - `compaction`: manual compaction over HTTP.
 //! - `group_memory`: chatter, speakers, summaries and recall of a group chat reach the model.
@@ -24,6 +25,7 @@
 mod harness;
 
 mod auth;
+mod bad_config;
 mod bad_input;
 mod callback;
 mod compaction;
