@@ -73,7 +73,8 @@ pub struct StorageConfig {
     /// `<data_dir>/archives` before evicting it. Archives count against the budget and are the
     /// first thing deleted. Default false.
     pub keep_archives: bool,
-    /// Sessions not updated for this many days are evicted; 0 keeps them. Default 30.
+    /// Sessions not updated for this many days are evicted (an import counts as an update, so
+    /// imported history is kept on the first start); 0 keeps them. Default 30.
     pub prune_after_days: u32,
     /// Most sessions kept; the oldest beyond it are evicted. Default: no limit.
     pub max_sessions: Option<u64>,

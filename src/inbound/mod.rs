@@ -7,7 +7,7 @@ mod sanitize;
 mod session_key;
 
 pub use message::{
-    Attachment, ChatKind, InboundMessage, MessageKind, Sender, MAX_ATTACHMENTS,
+    check_session_key, Attachment, ChatKind, InboundMessage, MessageKind, Sender, MAX_ATTACHMENTS,
     MAX_ATTACHMENT_URL_CHARS, MAX_ID_CHARS, MAX_MENTIONS,
 };
 pub use preflight::{Preflight, PreflightStats};

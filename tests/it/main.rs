@@ -10,6 +10,8 @@
 //! - `bad_input`: every refusal is a clear 4xx and stores nothing.
 //! - `bad_config`: `serve` refuses an out-of-range config value with a clear error.
 //! - `restart`: transcripts are identical across a graceful restart.
+//! - `import`: `turnstile import openclaw` history survives the first prune pass; bad keys are
+//!   refused.
 //! - `compaction`: manual compaction over HTTP.
 //! - `group_memory`: chatter, speakers, summaries and recall of a group chat reach the model.
 //! - `kill9`: nothing acknowledged is lost across `kill -9` of the binary.
@@ -31,6 +33,7 @@ mod callback;
 mod compaction;
 mod group_memory;
 mod http_api;
+mod import;
 mod kill9;
 mod loadtest;
 mod openai;
