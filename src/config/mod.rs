@@ -159,7 +159,7 @@ fn invalid(key: &str, why: impl std::fmt::Display) -> ConfigError {
 pub const MAX_DURATION_MS: u64 = 30 * 24 * 60 * 60 * 1_000;
 
 /// Most tokens any token-count key may name (context windows, budgets, chunks).
-pub const MAX_TOKENS: u32 = 10_000_000;
+pub const MAX_TOKENS: u32 = 1_000_000_000;
 
 /// Checks that `key`'s `value` lies within `allowed`; the error names the key, the value and
 /// the range, so that a bad value is refused at load instead of panicking (or allocating

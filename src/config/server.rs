@@ -10,7 +10,8 @@ use crate::error::ConfigError;
 /// Largest `server.max_body_bytes`: 1 GiB (a body is buffered in memory).
 pub const MAX_BODY_BYTES: usize = 1 << 30;
 
-/// Largest `server.events_buffer`: each subscriber's buffer is allocated up front.
+/// Largest `server.events_buffer`: the reply broadcast allocates that many slots up front (a
+/// huge value aborted the process on allocation).
 pub const MAX_EVENTS_BUFFER: usize = 1 << 16;
 
 /// Largest `server.rate_limit.requests_per_second` and `burst`.

@@ -307,6 +307,7 @@ fn every_numeric_key_has_a_range() {
 fn range_edges_are_accepted() {
     for text in [
         "[server]\nevents_buffer = 65536\n",
+        "[context]\nmax_tokens = 100000000\n",
         "[storage]\ncache_capacity_bytes = 1048576\n",
         "[storage]\nhigh_water = 1.0\nprune_after_days = 0\n",
         "[lanes]\nmax_concurrent_turns = 100000\n",
