@@ -32,7 +32,7 @@
 //! - `server`: the axum HTTP API, with auth and rate limits.
 //! - `tools`: tools the embedding application registers, run in a turn's tool loop.
 //! - `loadtest`: bounded load against a server or an in-process runtime, with latency
-//!   histograms.
+//!   histograms (with the default `cli` feature, like the binary and its dependencies).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
@@ -42,6 +42,7 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod inbound;
+#[cfg(feature = "cli")]
 pub mod loadtest;
 pub mod metrics;
 pub mod model;

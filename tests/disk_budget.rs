@@ -156,6 +156,20 @@ async fn check_budget(budget: u64, factor: u64, text_bytes: usize, print: bool) 
         .await
         .unwrap();
     assert!(health.status().is_success(), "server still answers");
+    let metrics = client
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let evictions: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("turnstile_evictions_total{reason=\"disk_budget\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no disk_budget eviction counter in:\n{metrics}"));
+    assert!(evictions >= 1.0, "evictions are counted: {evictions}");
     let newest = transcript(&client, &server.url, &session_key(&out.last_chat)).await;
     assert!(!newest.is_empty(), "the newest session survives");
     assert!(

@@ -1,12 +1,17 @@
-//! The operator subcommands of the binary (`stats`, `sessions …`) and logging set-up.
-//! `main.rs` only parses and dispatches.
+//! The subcommands of the binary and logging set-up; `main.rs` only parses and dispatches.
+//! `serve.rs`: the server; `data.rs`: `doctor`, `import openclaw`, `export` on a data dir;
+//! `loadtest.rs`: `loadtest`; `chat.rs`: `chat`; `ops.rs`: `stats`, `sessions …`.
 //!
 //! Every operator command works against a running server (`--url`, the default) or directly on
 //! a data dir (`--data-dir`, only when no server runs on it: sled locks the database).
 
+pub(crate) mod chat;
+pub(crate) mod data;
+pub(crate) mod loadtest;
 pub(crate) mod logging;
 pub(crate) mod ops;
 mod output;
+pub(crate) mod serve;
 mod target;
 
 pub(crate) use target::Target;

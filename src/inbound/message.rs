@@ -290,6 +290,13 @@ impl InboundMessage {
     }
 }
 
+/// Checks a session key named from outside (the API's `chat_id` of an explicit session, an
+/// imported key) as the API checks ids: not empty, at most [`MAX_ID_CHARS`], no control
+/// characters.
+pub fn check_session_key(key: &str) -> Result<(), InboundError> {
+    check_id("session_key", key)
+}
+
 fn check_id(field: &'static str, value: &str) -> Result<(), InboundError> {
     if value.trim().is_empty() {
         return Err(InboundError::Empty(field));

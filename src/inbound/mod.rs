@@ -7,14 +7,14 @@ mod sanitize;
 mod session_key;
 
 pub use message::{
-    Attachment, ChatKind, InboundMessage, MessageKind, Sender, MAX_ATTACHMENTS,
+    check_session_key, Attachment, ChatKind, InboundMessage, MessageKind, Sender, MAX_ATTACHMENTS,
     MAX_ATTACHMENT_URL_CHARS, MAX_ID_CHARS, MAX_MENTIONS,
 };
 pub use preflight::{Preflight, PreflightStats};
 pub use sanitize::{sanitize_text, untrusted, untrusted_block, MAX_UNTRUSTED_CHARS};
 pub use session_key::{
-    channel_name, normalize_id, normalize_session_key, peer_id, session_key, SessionKeys,
-    GLOBAL_SESSION_KEY, MAX_NORMALIZED_ID_CHARS, PHONE_CHANNELS,
+    channel_name, identity_links, normalize_id, normalize_session_key, peer_id, session_key,
+    SessionKeys, GLOBAL_SESSION_KEY, MAX_NORMALIZED_ID_CHARS, PHONE_CHANNELS,
 };
 
 /// What a channel submits: a validated message, and optionally the session it must go to

@@ -17,7 +17,7 @@
 //! - The agent id is normalised with [`normalize_id`], the account id too (empty → `default`);
 //!   channel, chat, thread and peer ids are trimmed; the whole key is lowercased.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::message::{ChatKind, InboundMessage};
 use crate::config::{DmScope, SessionConfig, SessionScope};
@@ -158,6 +158,39 @@ pub(crate) fn normalize_peer_entry(entry: &str) -> String {
     entry.to_lowercase()
 }
 
+/// Checks `[session.identity_links]` and maps each normalised `peer` or `channel:peer` to its
+/// canonical name: an empty canonical name or peer, or a peer linked to two names, is an error.
+/// A plain function so that config validation can call it without building [`SessionKeys`].
+pub fn identity_links(
+    config: &BTreeMap<String, Vec<String>>,
+) -> Result<HashMap<String, String>, ConfigError> {
+    let mut links = HashMap::new();
+    for (name, peers) in config {
+        let canonical = name.trim().to_lowercase();
+        if canonical.is_empty() {
+            return Err(ConfigError::Invalid(
+                "session.identity_links: a canonical name is empty".into(),
+            ));
+        }
+        for peer in peers {
+            let entry = normalize_peer_entry(peer);
+            if entry.is_empty() || entry.ends_with(':') {
+                return Err(ConfigError::Invalid(format!(
+                    "session.identity_links.{name}: empty peer {peer:?}"
+                )));
+            }
+            if let Some(other) = links.insert(entry, canonical.clone()) {
+                if other != canonical {
+                    return Err(ConfigError::Invalid(format!(
+                        "session.identity_links: {peer:?} is linked to both {other:?} and {canonical:?}"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(links)
+}
+
 /// Derives session keys from messages under one `[session]` configuration. Built once; cheap
 /// to use per message.
 #[derive(Debug, Clone)]
@@ -170,33 +203,9 @@ pub struct SessionKeys {
 }
 
 impl SessionKeys {
-    /// Checks and compiles `config`: an empty canonical name, or a peer linked to two names,
-    /// is an error.
+    /// Checks and compiles `config` (see [`identity_links`]).
     pub fn new(config: &SessionConfig) -> Result<Self, ConfigError> {
-        let mut links = HashMap::new();
-        for (name, peers) in &config.identity_links {
-            let canonical = name.trim().to_lowercase();
-            if canonical.is_empty() {
-                return Err(ConfigError::Invalid(
-                    "session.identity_links: a canonical name is empty".into(),
-                ));
-            }
-            for peer in peers {
-                let entry = normalize_peer_entry(peer);
-                if entry.is_empty() || entry.ends_with(':') {
-                    return Err(ConfigError::Invalid(format!(
-                        "session.identity_links.{name}: empty peer {peer:?}"
-                    )));
-                }
-                if let Some(other) = links.insert(entry, canonical.clone()) {
-                    if other != canonical {
-                        return Err(ConfigError::Invalid(format!(
-                            "session.identity_links: {peer:?} is linked to both {other:?} and {canonical:?}"
-                        )));
-                    }
-                }
-            }
-        }
+        let links = identity_links(&config.identity_links)?;
         Ok(Self {
             agent: normalize_id(&config.agent_id, "main"),
             dm_scope: config.dm_scope,

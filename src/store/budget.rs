@@ -220,6 +220,7 @@ impl StoreBudget {
                     why,
                     "evicted session"
                 );
+                crate::metrics::eviction(why);
                 Ok(Some(evicted.bytes))
             }
             None => {
@@ -303,7 +304,7 @@ impl StoreBudget {
                 enforce,
                 &mut progress,
                 &mut report,
-                "disk budget",
+                "disk_budget",
                 |_, p| p.live > goal,
             )?;
         }

@@ -14,8 +14,15 @@
 //! `firstKeptEntryId` on; older entries are covered by the summary and counted as folded.
 //! Keys (lowercased, as Turnstile keys are), order, timestamps, summaries and
 //! `compactionCount` are kept. A malformed line is reported and skipped; a session whose key
-//! already exists is skipped, never overwritten. Only `<sessionId>.jsonl` files directly in
-//! DIR are read (a `sessionFile` path in `sessions.json` is not followed).
+//! already exists is skipped, never overwritten. A key the HTTP API would refuse (empty, a
+//! control character, longer than `MAX_ID_CHARS`; see [`check_session_key`]) is refused and
+//! reported. Only `<sessionId>.jsonl` files directly in DIR are read (a `sessionFile` path in
+//! `sessions.json` is not followed).
+//!
+//! An imported session's age counts from the import: its `updated_at_ms` (the eviction order,
+//! what `prune_after_days` and `max_sessions` look at) is the import time, so history older
+//! than `prune_after_days` is not deleted on the first start. The original times stay in the
+//! session's `created_at_ms` and in each entry's timestamp.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
@@ -28,7 +35,7 @@ use sled::Transactional;
 use super::evict::TRANSCRIPT_KEY_BYTES;
 use super::{by_updated, encode, keys, EntryKind, SessionRecord, Store, ToolInfo, TranscriptEntry};
 use crate::error::StoreError;
-use crate::inbound::normalize_session_key;
+use crate::inbound::{check_session_key, normalize_session_key};
 
 /// Longest transcript line read; longer lines are reported and skipped.
 pub const MAX_LINE_BYTES: usize = 16 << 20;
@@ -38,6 +45,8 @@ const MAX_INDEX_BYTES: u64 = 256 << 20;
 const MAX_REPORTED: usize = 200;
 /// Transcript entries written per batch.
 const WRITE_BATCH: usize = 1_000;
+/// Most characters of a refused key shown in a report (a refused key may be huge).
+const MAX_SHOWN_KEY_CHARS: usize = 80;
 
 /// What an import did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -48,6 +57,8 @@ pub struct ImportReport {
     pub sessions_existing: u64,
     /// Sessions skipped because their transcript is missing or unreadable.
     pub sessions_failed: u64,
+    /// Sessions refused because the HTTP API would refuse their key.
+    pub sessions_refused: u64,
     /// Transcript entries written.
     pub entries_imported: u64,
     /// Entries covered by a compaction summary (not imported one by one).
@@ -74,11 +85,12 @@ impl std::fmt::Display for ImportReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         writeln!(
             f,
-            "imported {} sessions ({} entries); {} already existed, {} failed",
+            "imported {} sessions ({} entries); {} already existed, {} failed, {} refused (bad key)",
             self.sessions_imported,
             self.entries_imported,
             self.sessions_existing,
-            self.sessions_failed
+            self.sessions_failed,
+            self.sessions_refused
         )?;
         writeln!(
             f,
@@ -137,7 +149,18 @@ pub fn import_openclaw(
         });
     };
     let mut report = ImportReport::default();
+    let imported_at = now_ms();
     for (raw_key, entry) in index {
+        if let Err(e) = check_session_key(&raw_key) {
+            report.sessions_refused += 1;
+            let shown: String = raw_key.chars().take(MAX_SHOWN_KEY_CHARS).collect();
+            report.problem(
+                "sessions.json",
+                0,
+                format!("session key {shown:?} refused (the API refuses it too): {e}"),
+            );
+            continue;
+        }
         let key = normalize_session_key(&raw_key);
         let Some(session_id) = entry.get("sessionId").and_then(Value::as_str) else {
             report.sessions_failed += 1;
@@ -178,12 +201,12 @@ pub fn import_openclaw(
             }
         };
         let last = entries.last().map(|e| e.timestamp_ms);
-        let updated = updated_at.or(last).or(created).unwrap_or(0);
+        let original = updated_at.or(last).or(created).unwrap_or(0);
         let n = entries.len() as u64;
         if store.write_imported(
             &key,
-            created.unwrap_or(updated),
-            updated,
+            created.unwrap_or(original),
+            original.max(imported_at),
             compactions,
             entries,
         )? {
@@ -194,6 +217,13 @@ pub fn import_openclaw(
         }
     }
     Ok(report)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 /// `<dir>/<session_id>.jsonl`, if `session_id` is a plain file-name stem.

@@ -406,6 +406,10 @@ async fn openclaw_import_keeps_keys_order_times_and_summaries() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&config(dir.path())).unwrap();
     let count = |t: &str| t.split_whitespace().count() as u32;
+    let before_import = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
     let report = import_openclaw(&store, &fixtures(), &count).unwrap();
     assert_eq!(report.sessions_imported, 2, "{report}");
     assert_eq!(
@@ -421,7 +425,9 @@ async fn openclaw_import_keeps_keys_order_times_and_summaries() {
         .any(|(f, l, _)| f.starts_with("5b1c") && *l == 7));
 
     let main = store.session("agent:main:main").unwrap().unwrap();
-    assert_eq!(main.updated_at_ms, 1_764_470_100_000);
+    // Age counts from the import (the fixture's `updatedAt` is long past `prune_after_days`).
+    assert!(main.updated_at_ms >= before_import, "{main:?}");
+    assert_eq!(main.created_at_ms, 1_764_469_800_000);
     assert_eq!(main.compaction_count, 1);
     let t = store.transcript(main.id, 0, 100).unwrap();
     let kinds: Vec<EntryKind> = t.iter().map(|(_, e)| e.kind).collect();
@@ -512,7 +518,9 @@ async fn import_never_panics_on_garbage_lines() {
     assert_eq!(report.sessions_imported, 1, "{report}");
     assert_eq!(report.sessions_failed, 1, "{report}");
     let s = store.session("k").unwrap().unwrap();
-    assert_eq!(s.updated_at_ms, 1_735_689_600_000);
+    // No header timestamp: the ISO `updatedAt` is the creation time; age counts from now.
+    assert_eq!(s.created_at_ms, 1_735_689_600_000);
+    assert!(s.updated_at_ms > s.created_at_ms);
     assert_eq!(s.entries, 1, "the self-parented entry, once");
     store.close().await.unwrap();
 }
@@ -556,5 +564,48 @@ async fn a_rewrite_gives_space_back_and_keeps_everything_live() {
     assert_eq!(store.session("s195").unwrap().unwrap(), kept);
     assert_eq!(store.pending("s199", 0, 10).unwrap().len(), 2);
     assert_eq!(store.session_count(), 11);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn import_refuses_keys_the_api_refuses() {
+    let src = tempfile::tempdir().unwrap();
+    let long = "k".repeat(10_000);
+    let mut index = serde_json::Map::new();
+    for key in [
+        "",
+        "   ",
+        "nul\u{0}key",
+        "tab\tkey",
+        long.as_str(),
+        "agent:main:fine",
+    ] {
+        index.insert(key.to_string(), serde_json::json!({"sessionId": "s1"}));
+    }
+    let index = serde_json::Value::Object(index);
+    std::fs::write(src.path().join("sessions.json"), index.to_string()).unwrap();
+    std::fs::write(
+        src.path().join("s1.jsonl"),
+        "{\"type\":\"session\",\"version\":3,\"timestamp\":1764469800000}\n",
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    let report = import_openclaw(&store, src.path(), &|_| 1).unwrap();
+    assert_eq!(report.sessions_refused, 5, "{report}");
+    assert_eq!(report.sessions_imported, 1, "{report}");
+    let text = report.to_string();
+    assert!(text.contains("5 refused (bad key)"), "{text}");
+    assert!(text.contains("must not be empty"), "{text}");
+    assert!(text.contains("control character"), "{text}");
+    assert!(text.contains("too long (10000 > 256)"), "{text}");
+    assert!(!text.contains(&long), "a refused key is shown shortened");
+    let keys: Vec<String> = store
+        .oldest_sessions(None, 100)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.session_key)
+        .collect();
+    assert_eq!(keys, ["agent:main:fine"]);
     store.close().await.unwrap();
 }

@@ -8,7 +8,10 @@
 //!   sessions at once keep per-session order.
 //! - `openai`: `POST /v1/chat/completions`, streaming and not, session by header or `user`.
 //! - `bad_input`: every refusal is a clear 4xx and stores nothing.
+//! - `bad_config`: `serve` refuses an out-of-range config value with a clear error.
 //! - `restart`: transcripts are identical across a graceful restart.
+//! - `import`: `turnstile import openclaw` history survives the first prune pass; bad keys are
+//!   refused.
 //! - `compaction`: manual compaction over HTTP.
 //! - `delete`: `DELETE` of a session is final, even racing a burst still held by its lane.
 //! - `group_memory`: chatter, speakers, summaries and recall of a group chat reach the model.
@@ -28,6 +31,7 @@
 mod harness;
 
 mod auth;
+mod bad_config;
 mod bad_input;
 mod callback;
 mod compaction;
@@ -35,6 +39,7 @@ mod delete;
 mod group_memory;
 mod http_api;
 mod http_edge;
+mod import;
 mod kill9;
 mod loadtest;
 mod openai;

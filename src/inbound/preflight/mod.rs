@@ -42,6 +42,7 @@ use serde::Serialize;
 pub use dedupe::{dedupe_key, DurableDedupe, MemoryOnly};
 pub use group_history::{history_line, MAX_HISTORY_LINE_CHARS};
 pub use mentions::{MAX_BOT_MESSAGE_IDS, MAX_BOT_THREADS};
+pub use policy::check_mention_patterns;
 pub use system_events::{event_of, MAX_SYSTEM_EVENT_CHARS};
 
 use self::dedupe::DedupeCache;

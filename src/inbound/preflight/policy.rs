@@ -89,6 +89,31 @@ pub(super) struct Rules {
     pub(super) ignore_other_mentions: bool,
 }
 
+/// Compiles one section's mention patterns; `None` when there are none.
+fn mention_set(patterns: &[String], section: &str) -> Result<Option<RegexSet>, ConfigError> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    RegexSetBuilder::new(patterns)
+        .case_insensitive(true)
+        .size_limit(MENTION_PATTERNS_SIZE_LIMIT)
+        .build()
+        .map(Some)
+        .map_err(|e| ConfigError::Invalid(format!("{section}.mention_patterns: {e}")))
+}
+
+/// Checks that `[preflight]`'s mention patterns, and each channel override's, compile within
+/// the size limit. A plain function so that config validation needs no [`super::Preflight`].
+pub fn check_mention_patterns(config: &PreflightConfig) -> Result<(), ConfigError> {
+    mention_set(&config.mention_patterns, "preflight")?;
+    for (name, over) in &config.channels {
+        if let Some(patterns) = &over.mention_patterns {
+            mention_set(patterns, &format!("preflight.channels.{name}"))?;
+        }
+    }
+    Ok(())
+}
+
 impl Rules {
     fn compile(
         base: &PreflightConfig,
@@ -99,19 +124,7 @@ impl Rules {
             .mention_patterns
             .as_ref()
             .unwrap_or(&base.mention_patterns);
-        let mention_patterns = if patterns.is_empty() {
-            None
-        } else {
-            Some(
-                RegexSetBuilder::new(patterns)
-                    .case_insensitive(true)
-                    .size_limit(MENTION_PATTERNS_SIZE_LIMIT)
-                    .build()
-                    .map_err(|e| {
-                        ConfigError::Invalid(format!("{section}.mention_patterns: {e}"))
-                    })?,
-            )
-        };
+        let mention_patterns = mention_set(patterns, section)?;
         Ok(Self {
             require_mention: over.require_mention.unwrap_or(base.require_mention),
             allow_bots: over.allow_bots.unwrap_or(base.allow_bots),

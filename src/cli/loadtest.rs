@@ -1,0 +1,219 @@
+//! `turnstile loadtest`: bounded load against a server or an in-process runtime, and the
+//! `group-memory` scenario.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use turnstile::{Config, Runtime};
+
+#[derive(clap::Args)]
+pub(crate) struct LoadtestArgs {
+    /// The server's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:7878")]
+    pub(crate) url: String,
+    /// Load a runtime inside this process instead of a server.
+    #[arg(long)]
+    pub(crate) in_process: bool,
+    /// Data dir for --in-process (default: a fresh temporary dir, removed afterwards).
+    #[arg(long)]
+    pub(crate) data_dir: Option<PathBuf>,
+    /// Durability for --in-process: strict or batched (overrides the config file's).
+    #[arg(long, default_value = "strict")]
+    pub(crate) durability: String,
+    /// Config file for --in-process (default: the embedded defaults).
+    #[arg(long)]
+    pub(crate) config: Option<PathBuf>,
+    /// Offered load in messages per second, spread over the senders (default: as fast as the
+    /// target accepts).
+    #[arg(long)]
+    pub(crate) rate: Option<f64>,
+    /// Distinct sessions.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) sessions: usize,
+    /// Messages per session.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) messages: usize,
+    /// Concurrent senders.
+    #[arg(long, default_value_t = 32)]
+    pub(crate) concurrency: usize,
+    /// Mix in group chats (several senders, some messages not addressed to the bot).
+    #[arg(long)]
+    pub(crate) group_mix: bool,
+    /// Stop sending after this many seconds.
+    #[arg(long, default_value_t = 120)]
+    pub(crate) max_seconds: u64,
+    /// Wait at most this many seconds for outstanding replies.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) drain_seconds: u64,
+    /// PID of a local server, to report its memory.
+    #[arg(long)]
+    pub(crate) server_pid: Option<u32>,
+    /// Environment variable holding the server's bearer token, if it needs one.
+    #[arg(long)]
+    pub(crate) api_key_env: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Run a scenario instead of throughput load. `group-memory`: five people chat in one
+    /// group, facts are planted, then probed; reports how many the context still carries and
+    /// the prompt tokens per turn (in process, against a recording test model).
+    #[arg(long, value_enum)]
+    pub(crate) scenario: Option<Scenario>,
+    /// --scenario group-memory: chat messages before the probes.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) chat_messages: usize,
+    /// --scenario group-memory: facts planted (one probe each).
+    #[arg(long, default_value_t = 30)]
+    pub(crate) facts: usize,
+    /// --scenario group-memory: the bot is mentioned on every n-th message.
+    #[arg(long, default_value_t = 20)]
+    pub(crate) mention_every: usize,
+    /// --scenario group-memory: the generator's seed.
+    #[arg(long, default_value_t = 42)]
+    pub(crate) seed: u64,
+    /// Also write an SVG plot: turn latency over time and a latency histogram.
+    #[arg(long, value_name = "FILE.svg")]
+    pub(crate) plot: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub(crate) enum Scenario {
+    /// A long group chat with planted facts probed at the end.
+    GroupMemory,
+}
+
+/// `loadtest --scenario group-memory`: in process, on a throwaway data dir.
+async fn group_memory(args: &LoadtestArgs) -> anyhow::Result<()> {
+    use turnstile::loadtest::group_memory::{run, GroupMemorySpec, MAX_MESSAGES};
+    if args.chat_messages == 0 || args.chat_messages > MAX_MESSAGES {
+        anyhow::bail!("--chat-messages must be between 1 and {MAX_MESSAGES}");
+    }
+    let spec = GroupMemorySpec {
+        messages: args.chat_messages,
+        facts: args.facts,
+        mention_every: args.mention_every,
+        seed: args.seed,
+    };
+    let temp = tempfile_dir()?;
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    config.storage.data_dir = temp.clone();
+    let report = run(&spec, config).await;
+    let _ = std::fs::remove_dir_all(&temp);
+    let r = report?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "group memory: {} messages, {} probes, seed {}",
+            r.messages, r.probes, args.seed
+        );
+        println!(
+            "  answerable         {}/{} ({:.1}%)",
+            r.answerable, r.probes, r.answerable_pct
+        );
+        println!(
+            "  prompt tokens      p50 {}  max {}  (budget {})",
+            r.prompt_tokens_p50, r.prompt_tokens_max, r.budget
+        );
+        println!(
+            "  found in           summary {}, recalled message {}, conversation {}",
+            r.via_summary, r.via_recall, r.via_history
+        );
+        println!("  send-everything    {} tokens", r.baseline_tokens);
+        println!("  turns {}, compactions {}", r.turns, r.compactions);
+        if !r.missed.is_empty() {
+            println!("  missed: {}", r.missed.join(", "));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn loadtest(args: LoadtestArgs) -> anyhow::Result<()> {
+    use turnstile::loadtest::{self, HttpTarget, InProcessTarget, LoadSpec};
+    if let Some(Scenario::GroupMemory) = args.scenario {
+        return group_memory(&args).await;
+    }
+    let spec = LoadSpec {
+        sessions: args.sessions,
+        messages: args.messages,
+        concurrency: args.concurrency,
+        group_mix: args.group_mix,
+        rate: args.rate.filter(|r| *r > 0.0),
+        max_duration: std::time::Duration::from_secs(args.max_seconds),
+        drain: std::time::Duration::from_secs(args.drain_seconds),
+        progress: !args.json,
+        run_id: format!(
+            "lt{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0)
+        ),
+    };
+    let report = if args.in_process {
+        let temp = match &args.data_dir {
+            Some(_) => None,
+            None => Some(tempfile_dir()?),
+        };
+        let dir = args
+            .data_dir
+            .clone()
+            .or_else(|| temp.clone())
+            .context("no data dir")?;
+        let mut config = match &args.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        };
+        config.storage.data_dir = dir.clone();
+        config.storage.durability = match args.durability.as_str() {
+            "strict" => turnstile::config::Durability::Strict,
+            "batched" => turnstile::config::Durability::Batched,
+            other => anyhow::bail!("--durability must be strict or batched, not {other:?}"),
+        };
+        // The report counts every reply; a small per-subscriber buffer would drop some.
+        config.server.events_buffer = 1 << 16;
+        let runtime = Runtime::builder().config(config).build().await?;
+        let report = loadtest::run_with_timeline(InProcessTarget::new(runtime.clone()), spec).await;
+        runtime.shutdown().await?;
+        drop(runtime);
+        if let Some(dir) = temp {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        report
+    } else {
+        let token = match &args.api_key_env {
+            Some(var) => Some(std::env::var(var).with_context(|| format!("${var} is not set"))?),
+            None => None,
+        };
+        let target = HttpTarget::new(&args.url, args.server_pid, token)?;
+        loadtest::run_with_timeline(std::sync::Arc::new(target), spec).await
+    };
+    let (report, timeline) = report;
+    if let Some(path) = &args.plot {
+        loadtest::plot::write_svg(path, &report, &timeline)?;
+        eprintln!("plot written to {}", path.display());
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
+/// A fresh directory under the system temp dir for a throwaway data dir.
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "turnstile-loadtest-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}

@@ -1,0 +1,56 @@
+//! `turnstile serve`: the HTTP server until SIGTERM or Ctrl-C.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use turnstile::{Config, Runtime};
+
+pub(crate) async fn serve(
+    config: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+) -> anyhow::Result<()> {
+    let mut config = match config {
+        Some(path) => Config::load(&path)?,
+        None => Config::default(),
+    };
+    if let Some(dir) = data_dir {
+        config.storage.data_dir = dir;
+    }
+    if let Some(addr) = listen {
+        config.server.listen = addr;
+    }
+    let auth = turnstile::server::Auth::from_config(&config.server);
+    turnstile::server::check_exposure(config.server.listen, &auth, &config.server.api_key_env)?;
+    let listener = tokio::net::TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("binding {}", config.server.listen))?;
+    let addr = listener.local_addr()?;
+    let runtime = Runtime::builder().config(config).build().await?;
+    tracing::info!(%addr, "turnstile listening");
+    turnstile::server::serve(listener, runtime, shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,200 @@
+//! `turnstile.toml`: every setting, its default, and why it exists.
+//!
+//! Unknown keys are an error (a typo must not silently fall back to a default). Secrets are
+//! never written here: the file names environment variables that hold them.
+//!
+//! One file per section, each with its own validation; [`Config::validate`] runs them all and
+//! then the checks that span sections. Every numeric key has a range (its bounds are the
+//! `MIN_*`/`MAX_*` constants beside its section): a value outside it is refused at load with
+//! the key, the value and the range, so no value can panic or allocate without bound later.
+
+mod agent;
+mod channels;
+mod compaction;
+mod context;
+mod lanes;
+mod limits;
+mod model;
+mod preflight;
+mod queue;
+mod server;
+mod session;
+mod storage;
+mod tools;
+
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ConfigError;
+
+pub use agent::AgentConfig;
+pub use channels::{
+    CallbackConfig, ChannelsConfig, TelegramConfig, MAX_ATTEMPTS, MAX_POLL_TIMEOUT_SECS,
+};
+pub use compaction::CompactionConfig;
+pub use context::{ContextConfig, MAX_CACHED_SESSIONS, MAX_PRESET_MESSAGES, MAX_SOURCE_WEIGHT};
+pub use lanes::{
+    LanesConfig, MAX_CONCURRENT_TURNS, MAX_LANE_QUEUE_CAP, MAX_LIVE_LANES, MAX_TURN_RETRIES,
+};
+pub use limits::{LimitsConfig, MAX_INBOUND_CHARS};
+pub use model::{ModelConfig, MAX_FALLBACK_MODELS, MAX_MODEL_RETRIES};
+pub use preflight::{
+    AccessPolicy, AllowBots, PreflightConfig, PreflightOverride, MAX_DEDUPE_KEYS,
+    MAX_HISTORY_CHATS, MAX_HISTORY_LIMIT, MAX_SYSTEM_EVENTS,
+};
+pub use queue::{DropSetting, QueueConfig, QueueModeSetting, QueueOverride, MAX_QUEUE_CAP};
+pub use server::{
+    RateLimitBy, RateLimitConfig, ServerConfig, MAX_BODY_BYTES, MAX_CONNECTIONS,
+    MAX_EDGE_TIMEOUT_MS, MAX_EVENTS_BUFFER, MAX_RATE, MAX_RATE_CLIENTS, URI_BYTES,
+};
+pub use session::{DmScope, SessionConfig, SessionScope};
+pub use storage::{
+    Durability, JanitorMode, StorageConfig, MAX_DISK_BYTES, MAX_PRUNE_DAYS, MAX_QUEUED_MESSAGES,
+    MAX_SESSIONS, MIN_CACHE_BYTES, MIN_DISK_BYTES,
+};
+pub use tools::{ToolsConfig, MAX_TOOL_CALLS_PER_ROUND, MAX_TOOL_RESULT_CHARS, MAX_TOOL_ROUNDS};
+
+/// The whole configuration. Every section and key is optional.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`: the HTTP listener.
+    pub server: ServerConfig,
+    /// `[storage]`: the sled database and durability.
+    pub storage: StorageConfig,
+    /// `[session]`: session-key derivation.
+    pub session: SessionConfig,
+    /// `[lanes]`: session-lane behaviour (passivation, queues, retries).
+    pub lanes: LanesConfig,
+    /// `[queue]`: what happens to messages that arrive while a turn runs.
+    pub queue: QueueConfig,
+    /// `[limits]`: admission limits on inbound messages.
+    pub limits: LimitsConfig,
+    /// `[model]`: which model answers turns.
+    pub model: ModelConfig,
+    /// `[context]`: how a turn's context is assembled.
+    pub context: ContextConfig,
+    /// `[preflight]`: which inbound messages become turns.
+    pub preflight: PreflightConfig,
+    /// `[compaction]`: summarising old transcript spans.
+    pub compaction: CompactionConfig,
+    /// `[agent]`: the agent's workspace (bootstrap files, skills, memory notes).
+    pub agent: AgentConfig,
+    /// `[tools]`: limits of the tool loop (for applications that register tools).
+    pub tools: ToolsConfig,
+    /// `[channels]`: transports beyond the HTTP API (Telegram, webhook callbacks).
+    pub channels: ChannelsConfig,
+}
+
+impl Config {
+    /// Reads and validates a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text)
+    }
+
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks values a type cannot: ranges (in each section) and combinations (here).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.server.validate()?;
+        self.storage.validate()?;
+        self.session.validate()?;
+        self.lanes.validate()?;
+        self.queue.validate()?;
+        self.limits.validate()?;
+        self.model.validate()?;
+        self.context.validate()?;
+        self.preflight.validate()?;
+        self.compaction.validate()?;
+        self.tools.validate()?;
+        self.channels.validate()?;
+        if self.model.context_window <= self.context.reserve_output_tokens {
+            return Err(invalid(
+                "model.context_window",
+                "must be larger than context.reserve_output_tokens",
+            ));
+        }
+        if self.compaction.uses_model() && self.model.provider != "openai" {
+            return Err(invalid(
+                "compaction.model",
+                "a summariser model needs model.provider = \"openai\" (its server); \
+                 leave it empty for the built-in extractive summariser",
+            ));
+        }
+        Ok(())
+    }
+
+    /// A config for tests and examples: data in `dir`, everything else default.
+    pub fn with_data_dir(dir: impl Into<PathBuf>) -> Self {
+        let mut c = Self::default();
+        c.storage.data_dir = dir.into();
+        c
+    }
+
+    /// The lane idle timeout.
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.lanes.idle_timeout_ms)
+    }
+}
+
+/// The one shape of a validation error: the key, then why.
+fn invalid(key: &str, why: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid(format!("{key}: {why}"))
+}
+
+/// Longest duration any `*_ms` key may ask for: 30 days. Nothing waits that long on purpose,
+/// and it keeps every `Instant + Duration` far from overflowing.
+pub const MAX_DURATION_MS: u64 = 30 * 24 * 60 * 60 * 1_000;
+
+/// Most tokens any token-count key may name (context windows, budgets, chunks).
+pub const MAX_TOKENS: u32 = 1_000_000_000;
+
+/// Checks that `key`'s `value` lies within `allowed`; the error names the key, the value and
+/// the range, so that a bad value is refused at load instead of panicking (or allocating
+/// without bound) later.
+fn in_range<T: PartialOrd + std::fmt::Display>(
+    key: &str,
+    value: T,
+    allowed: RangeInclusive<T>,
+) -> Result<(), ConfigError> {
+    if allowed.contains(&value) {
+        return Ok(());
+    }
+    Err(invalid(
+        key,
+        format!(
+            "{value} is out of range (allowed {}..={})",
+            allowed.start(),
+            allowed.end()
+        ),
+    ))
+}
+
+/// Checks that the fraction `value` lies in `(0, 1]` (or `(0, 1)` when `one_allowed` is
+/// false); NaN is out of range too.
+fn fraction(key: &str, value: f64, one_allowed: bool) -> Result<(), ConfigError> {
+    let ok = value > 0.0 && (value < 1.0 || (one_allowed && value == 1.0));
+    if ok {
+        return Ok(());
+    }
+    let allowed = if one_allowed { "(0, 1]" } else { "(0, 1)" };
+    Err(invalid(
+        key,
+        format!("{value:?} is out of range (allowed {allowed})"),
+    ))
+}
+
+#[cfg(test)]
+mod tests;
