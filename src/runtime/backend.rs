@@ -110,6 +110,11 @@ impl Backend for TurnBackend {
                 return Err(Refusal::Dropped(reason));
             }
         };
+        // The disk budget holds here, not only in the janitor: past it nothing new is written
+        // (the check wakes the janitor, so the refusal lasts until a pass frees space).
+        if let Some(reason) = store.disk_full() {
+            return Err(Refusal::InsufficientStorage(reason));
+        }
         let cap = self.engine.config.storage.max_queued_messages;
         if store.queued() >= cap {
             return Err(Refusal::Overloaded(format!(

@@ -91,6 +91,7 @@ impl Refusal {
             Refusal::Overloaded(_) => "overloaded",
             Refusal::ShuttingDown => "shutting_down",
             Refusal::Storage(_) => "storage",
+            Refusal::InsufficientStorage(_) => "insufficient_storage",
         }
     }
 }
@@ -124,6 +125,9 @@ pub enum Refusal {
     /// The inbox write failed.
     #[error("storage: {0}")]
     Storage(String),
+    /// The data dir is at its disk budget and nothing can be evicted yet; retry later.
+    #[error("insufficient storage: {0}")]
+    InsufficientStorage(String),
 }
 
 /// The acknowledgement of an accepted message: it is durable and will be answered.

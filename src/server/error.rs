@@ -64,6 +64,14 @@ impl From<Error> for ApiError {
                 retry_after_secs: Some(1),
                 ..Self::new(StatusCode::CONFLICT, "conflict", m)
             },
+            Error::InsufficientStorage { reason } => Self {
+                retry_after_secs: Some(5),
+                ..Self::new(
+                    StatusCode::INSUFFICIENT_STORAGE,
+                    "insufficient_storage",
+                    format!("insufficient storage: {reason}"),
+                )
+            },
             Error::Actors(e) => {
                 tracing::error!(error = %e, "actor system unavailable");
                 Self {
@@ -106,6 +114,9 @@ impl From<Refusal> for ApiError {
                 // Handlers answer drops with 200 before reaching here; an endpoint with no way
                 // to say "dropped" (the OpenAI one) reports it as a client error.
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "dropped", reason.as_str())
+            }
+            Refusal::InsufficientStorage(reason) => {
+                Self::from(Error::InsufficientStorage { reason })
             }
             Refusal::Storage(m) => {
                 tracing::error!(error = %m, "inbox write failed");

@@ -20,6 +20,15 @@
 //!   and the new one (the live bytes plus sled's overhead) fit together.
 //!
 //! Archives (when `keep_archives` is on) are deleted, oldest first, before anything else.
+//!
+//! # Holding the line without the janitor
+//! The janitor runs on a timer and on signals, so on its own it can fall behind a burst. The
+//! store keeps an estimate of the data dir's size (the janitor's newest measurement plus what
+//! was written since, see `disk::UsageMeter`); writes past high water wake the janitor, and
+//! [`Store::disk_full`] makes admission refuse new messages (`507`) while the estimate is at
+//! `ADMIT_BELOW` of the budget, until a pass brings the measurement back down. When a pass
+//! leaves the data dir over high water (the rewrite freed nothing, or could not run), it evicts
+//! harder — live bytes in proportion to the overshoot — and rewrites again if the copy fits.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -29,7 +38,7 @@ use turnstile_actors::{DiskBudget, DiskUsage, ReclaimReport};
 
 use super::evict::{Candidate, TRANSCRIPT_KEY_BYTES};
 use super::{archive, decode, disk, SessionRecord, Store};
-use crate::config::StorageConfig;
+use crate::config::{JanitorMode, StorageConfig};
 use crate::error::StoreError;
 
 /// Tells whether a session has a live lane (a turn may be running); such sessions are never
@@ -66,6 +75,23 @@ const SCAN_PAGE: usize = 256;
 /// Most empty sessions removed per recount.
 const MAX_EMPTY_PER_PASS: usize = 10_000;
 const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
+/// Admission refuses new messages once the disk estimate reaches this fraction of the budget:
+/// messages already queued still get their turns (each writes its transcript entries and
+/// reply), so the line is drawn a little before the budget itself.
+const ADMIT_BELOW: f64 = 0.95;
+/// A rewrite's old and new generation together may reach this multiple of the budget; more,
+/// and sessions are evicted first so the copy is smaller.
+const REWRITE_PEAK: f64 = 1.0;
+/// Database bytes per live byte assumed for a rewrite's fresh copy before one has been
+/// measured.
+const FRESH_AMPLIFICATION_GUESS: f64 = 2.0;
+/// A fresh copy is assumed this much larger than the newest one measured (per live byte), as
+/// the room a rewrite is given.
+const FRESH_COPY_MARGIN: f64 = 1.2;
+/// After a pass, the disk-estimate signal waits for this fraction of the budget more than the
+/// pass left (so a data dir over high water with nothing to free does not wake the janitor on
+/// every write).
+const DISK_TRIGGER_SLACK: f64 = 0.05;
 
 /// The disk budget of one store.
 pub struct StoreBudget {
@@ -76,6 +102,8 @@ pub struct StoreBudget {
     prune_after_ms: Option<u64>,
     max_sessions: Option<u64>,
     is_live: Liveness,
+    /// `janitor_mode = "enforce"`: only then does admission refuse on a full data dir.
+    enforcing: bool,
     measured: Mutex<Measured>,
 }
 
@@ -104,6 +132,13 @@ impl StoreBudget {
     /// A budget for `store` with the `[storage]` settings; `is_live` protects live sessions.
     pub fn new(store: Store, config: &StorageConfig, is_live: Liveness) -> Self {
         let limit = config.max_disk_bytes;
+        let enforcing = config.janitor_mode == JanitorMode::Enforce;
+        if enforcing {
+            store
+                .shared
+                .meter
+                .set_disk_trigger((limit as f64 * config.high_water) as u64);
+        }
         Self {
             store,
             limit_bytes: limit,
@@ -113,6 +148,7 @@ impl StoreBudget {
                 .then(|| u64::from(config.prune_after_days) * DAY_MS),
             max_sessions: config.max_sessions,
             is_live,
+            enforcing,
             measured: Mutex::new(Measured::default()),
         }
     }
@@ -365,16 +401,12 @@ impl StoreBudget {
         let rewrite_at = (usage.high_water_bytes as f64 * REWRITE_AT) as u64;
         let mostly_garbage = db_bytes as f64 >= MIN_GARBAGE_RATIO * live.max(1) as f64
             && db_bytes as f64 >= REWRITE_GROWTH * after_rewrite as f64;
+        let mut rewrote = false;
         if disk_bytes > rewrite_at && mostly_garbage && live <= target {
             if enforce {
-                let done = self.store.rewrite()?;
-                report.bytes_freed += done.bytes_before.saturating_sub(done.bytes_after);
-                if let Ok(mut m) = self.measured.lock() {
-                    m.db_bytes = done.bytes_after;
-                    m.after_rewrite = done.bytes_after;
-                    if live > 0 {
-                        m.fresh_amplification = Some(done.bytes_after as f64 / live as f64);
-                    }
+                if self.make_room_for_rewrite(disk_bytes, &mut progress, &mut report)? {
+                    self.rewrite_now(&mut report)?;
+                    rewrote = true;
                 }
             } else {
                 tracing::warn!(
@@ -384,18 +416,141 @@ impl StoreBudget {
                 );
             }
         }
+        if enforce {
+            self.relieve_pressure(usage, rewrote, &mut progress, &mut report)?;
+        }
         Ok(report)
+    }
+
+    /// Step 7 of a pass: when the data dir is still over high water (the rewrite freed
+    /// nothing or did not run, or busy sessions hold the live bytes up), evicts live bytes in
+    /// proportion to the overshoot and rewrites if the fresh copy would be markedly smaller.
+    /// Ends with a fresh measurement for admission and the next disk signal.
+    fn relieve_pressure(
+        &self,
+        usage: &DiskUsage,
+        rewrote: bool,
+        progress: &mut Progress,
+        report: &mut ReclaimReport,
+    ) -> Result<(), StoreError> {
+        let changed = rewrote || report.sessions_evicted > 0 || report.archives_deleted > 0;
+        let mut disk_now = if changed {
+            self.measure()?
+        } else {
+            usage.disk_bytes
+        };
+        if disk_now > usage.high_water_bytes {
+            let live = self.store.live_bytes();
+            let goal = (live as f64 * usage.high_water_bytes as f64 / disk_now as f64
+                * EVICT_TO_FRACTION) as u64;
+            progress.live = live;
+            self.evict_oldest(true, progress, report, "disk pressure", |_, p| {
+                p.live > goal
+            })?;
+            let live = self.store.live_bytes();
+            let db_bytes = self.db_bytes()?;
+            let fresh = live as f64 * self.fresh_amplification();
+            if db_bytes as f64 >= REWRITE_GROWTH * fresh {
+                if self.make_room_for_rewrite(disk_now, progress, report)? {
+                    self.rewrite_now(report)?;
+                }
+            }
+            disk_now = self.measure()?;
+            if disk_now > usage.high_water_bytes {
+                tracing::warn!(
+                    disk_bytes = disk_now,
+                    high_water_bytes = usage.high_water_bytes,
+                    live_bytes = self.store.live_bytes(),
+                    skipped_busy = report.sessions_skipped_busy,
+                    "data dir still over high water after evicting everything idle"
+                );
+            }
+        }
+        let slack = (self.limit_bytes as f64 * DISK_TRIGGER_SLACK) as u64;
+        self.store
+            .shared
+            .meter
+            .set_disk_trigger(usage.high_water_bytes.max(disk_now.saturating_add(slack)));
+        Ok(())
+    }
+
+    /// Database bytes per live byte expected for a rewrite's fresh copy.
+    fn fresh_amplification(&self) -> f64 {
+        self.measured
+            .lock()
+            .ok()
+            .and_then(|m| m.fresh_amplification)
+            .unwrap_or(FRESH_AMPLIFICATION_GUESS)
+    }
+
+    /// Evicts sessions until the old generation (`disk_bytes`) and the copy a rewrite makes
+    /// fit together within `REWRITE_PEAK` of the budget. False when they still do not (busy
+    /// sessions hold the live bytes up): the rewrite waits for a later pass, and admission
+    /// refuses meanwhile, rather than the copy pushing the data dir past the budget.
+    fn make_room_for_rewrite(
+        &self,
+        disk_bytes: u64,
+        progress: &mut Progress,
+        report: &mut ReclaimReport,
+    ) -> Result<bool, StoreError> {
+        let room = (self.limit_bytes as f64 * REWRITE_PEAK - disk_bytes as f64).max(0.0);
+        let per_live_byte = self.fresh_amplification() * FRESH_COPY_MARGIN;
+        let goal = (room / per_live_byte) as u64;
+        progress.live = self.store.live_bytes();
+        if progress.live > goal {
+            self.evict_oldest(true, progress, report, "room for a rewrite", |_, p| {
+                p.live > goal
+            })?;
+        }
+        let fits = self.store.live_bytes() <= goal;
+        if !fits {
+            tracing::warn!(
+                disk_bytes,
+                live_bytes = self.store.live_bytes(),
+                room,
+                "no room for a rewrite beside the database yet (sessions busy); waiting"
+            );
+        }
+        Ok(fits)
+    }
+
+    /// Rewrites the database and records what the fresh generation measured.
+    fn rewrite_now(&self, report: &mut ReclaimReport) -> Result<(), StoreError> {
+        let live = self.store.live_bytes();
+        let done = self.store.rewrite()?;
+        report.bytes_freed += done.bytes_before.saturating_sub(done.bytes_after);
+        if let Ok(mut m) = self.measured.lock() {
+            m.db_bytes = done.bytes_after;
+            m.after_rewrite = done.bytes_after;
+            if live > 0 {
+                m.fresh_amplification = Some(done.bytes_after as f64 / live as f64);
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of the current database generation.
+    fn db_bytes(&self) -> Result<u64, StoreError> {
+        let db_dir = self.store.inner().dir.clone();
+        disk::dir_disk_bytes(&db_dir).map_err(StoreError::file("measure", &db_dir))
+    }
+
+    /// Measures the data dir and hands the measurement to admission's estimate.
+    fn measure(&self) -> Result<u64, StoreError> {
+        let dir = self.store.data_dir();
+        let counted = self.store.shared.meter.measure_begins();
+        let disk_bytes = disk::dir_disk_bytes(dir).map_err(StoreError::file("measure", dir))?;
+        if self.enforcing {
+            self.store.shared.meter.set_measured(disk_bytes, counted);
+        }
+        Ok(disk_bytes)
     }
 }
 
 impl DiskBudget for StoreBudget {
     fn usage(&self) -> Result<DiskUsage, String> {
-        let dir = self.store.data_dir();
-        let disk_bytes =
-            disk::dir_disk_bytes(dir).map_err(|e| format!("measuring {}: {e}", dir.display()))?;
-        let db_dir = self.store.inner().dir.clone();
-        let db_bytes = disk::dir_disk_bytes(&db_dir)
-            .map_err(|e| format!("measuring {}: {e}", db_dir.display()))?;
+        let disk_bytes = self.measure().map_err(|e| e.to_string())?;
+        let db_bytes = self.db_bytes().map_err(|e| e.to_string())?;
         if let Ok(mut m) = self.measured.lock() {
             m.db_bytes = db_bytes;
         }
@@ -413,6 +568,23 @@ impl DiskBudget for StoreBudget {
 }
 
 impl Store {
+    /// Why a new message must be refused for lack of disk space, if it must: the data dir's
+    /// estimated size (see `disk::UsageMeter`) has reached `ADMIT_BELOW` of `max_disk_bytes`.
+    /// Wakes the janitor then, so the refusal lasts only until a pass frees space. Cheap: two
+    /// atomic loads. `None` while no janitor has measured the data dir.
+    pub fn disk_full(&self) -> Option<String> {
+        let limit = self.shared.config.max_disk_bytes;
+        let estimate = self.shared.meter.disk_estimate();
+        if (estimate as f64) < limit as f64 * ADMIT_BELOW {
+            return None;
+        }
+        self.shared.meter.wake();
+        Some(format!(
+            "the data dir is at about {} of its {} byte budget and nothing more can be evicted yet",
+            estimate, limit
+        ))
+    }
+
     /// Recounts live bytes exactly (sessions and inbox) and collects up to `max_empty` empty
     /// sessions (key, updated_at). Reads every session record: O(sessions).
     pub(super) fn recount(
