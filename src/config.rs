@@ -175,6 +175,12 @@ pub struct StorageConfig {
     pub prune_after_days: u32,
     /// Most sessions kept; the oldest beyond it are evicted. Default: no limit.
     pub max_sessions: Option<u64>,
+    /// Share of `max_disk_bytes` for the cold tier: sessions evicted for the budget are moved
+    /// into compressed segment files under `<data_dir>/cold` (loaded back on their next
+    /// message or read) instead of deleted, and the oldest segments are deleted past this
+    /// share. 0 turns the cold tier off. In `[0, 0.6]`, used up to half of `high_water`.
+    /// Default 0.4.
+    pub cold_max_fraction: f64,
 }
 
 /// What the janitor does above high water.
@@ -202,6 +208,7 @@ impl Default for StorageConfig {
             keep_archives: false,
             prune_after_days: 30,
             max_sessions: None,
+            cold_max_fraction: 0.4,
         }
     }
 }
@@ -886,6 +893,9 @@ impl Config {
         }
         if self.storage.max_disk_bytes < MIN_DISK_BYTES {
             return bad("storage.max_disk_bytes", "must be at least 4 MiB");
+        }
+        if !(0.0..=0.6).contains(&self.storage.cold_max_fraction) {
+            return bad("storage.cold_max_fraction", "must be in [0, 0.6]");
         }
         if self.storage.janitor_interval_ms == 0 {
             return bad("storage.janitor_interval_ms", "must be at least 1");

@@ -98,6 +98,8 @@ impl Backend for TurnBackend {
         .into();
         let now = now_ms();
         let storage = |e: crate::error::StoreError| Refusal::Storage(e.to_string());
+        // A cold session comes back before anything reads it (preflight, history, the turn).
+        store.thaw_session(&key).map_err(storage)?;
         let mut admission = match self
             .preflight
             .decide(&event.message, explicit, now, store)

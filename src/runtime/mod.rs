@@ -551,6 +551,7 @@ impl Runtime {
     /// One session, if it exists.
     pub fn session(&self, key: &str) -> Result<Option<SessionInfo>, Error> {
         let key = &normalize_session_key(key);
+        self.inner.engine.store.thaw_session(key)?;
         Ok(self
             .inner
             .engine
@@ -581,6 +582,7 @@ impl Runtime {
     ) -> Result<Option<Vec<TranscriptItem>>, Error> {
         let key = &normalize_session_key(key);
         let store = &self.inner.engine.store;
+        store.thaw_session(key)?;
         let Some(record) = store.session(key)? else {
             return Ok(None);
         };
@@ -605,6 +607,7 @@ impl Runtime {
     /// session does not exist.
     pub fn context_dump(&self, key: &str) -> Result<Option<Arc<Assembly>>, Error> {
         let key = &normalize_session_key(key);
+        self.inner.engine.store.thaw_session(key)?;
         if self.inner.engine.store.session(key)?.is_none() {
             return Ok(None);
         }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use turnstile_actors::{DiskBudget, DiskUsage, ReclaimReport};
 
 use super::evict::{Candidate, TRANSCRIPT_KEY_BYTES};
-use super::{archive, decode, disk, SessionRecord, Store};
+use super::{archive, cold, decode, disk, SessionRecord, Store};
 use crate::config::{JanitorMode, StorageConfig};
 use crate::error::StoreError;
 
@@ -75,6 +75,9 @@ const SCAN_PAGE: usize = 256;
 /// Most empty sessions removed per recount.
 const MAX_EMPTY_PER_PASS: usize = 10_000;
 const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
+/// Eviction reasons that move a session into the cold tier (when it is on) instead of
+/// deleting it: the disk budget's. Age, count and emptiness delete.
+const FREEZES: [&str; 3] = ["disk budget", "disk pressure", "room for a rewrite"];
 /// Admission refuses new messages once the disk estimate reaches this fraction of the budget:
 /// messages already queued still get their turns (each writes its transcript entries and
 /// reply), so the line is drawn a little before the budget itself.
@@ -104,6 +107,8 @@ pub struct StoreBudget {
     is_live: Liveness,
     /// `janitor_mode = "enforce"`: only then does admission refuse on a full data dir.
     enforcing: bool,
+    /// The cold tier's share of the budget in bytes; 0: no cold tier (evictions delete).
+    cold_max_bytes: u64,
     measured: Mutex<Measured>,
 }
 
@@ -111,6 +116,8 @@ pub struct StoreBudget {
 struct Measured {
     /// Bytes of the current database generation at the newest measurement.
     db_bytes: u64,
+    /// Bytes of the data dir at the newest measurement.
+    disk_bytes: u64,
     last_recount: Option<Instant>,
     /// Bytes of the database right after the newest rewrite.
     after_rewrite: u64,
@@ -126,6 +133,9 @@ struct Progress {
     /// Warn mode: sessions this pass already reported as evictable (at most
     /// `MAX_EVICTIONS_PER_PASS`), so later rules do not count them again.
     simulated: HashSet<String>,
+    /// Busy sessions already counted in the report, so a later rule of the same pass passing
+    /// over them again does not count them twice.
+    busy_seen: HashSet<String>,
 }
 
 impl StoreBudget {
@@ -149,6 +159,9 @@ impl StoreBudget {
             max_sessions: config.max_sessions,
             is_live,
             enforcing,
+            // At most half of high water, whatever `high_water` is set to.
+            cold_max_bytes: (limit as f64 * config.cold_max_fraction.min(config.high_water / 2.0))
+                as u64,
             measured: Mutex::new(Measured::default()),
         }
     }
@@ -156,17 +169,49 @@ impl StoreBudget {
     /// The live bytes the janitor keeps the store under, for a measurement `usage`: a
     /// quarter of high water, lower if a rewrite showed sled needs more room per live byte.
     pub fn live_target(&self, usage: &DiskUsage) -> u64 {
-        let budgeted = usage.high_water_bytes as f64 / BUDGETED_AMPLIFICATION;
+        let sled_share = self.sled_share(usage) as f64;
+        let budgeted = sled_share / BUDGETED_AMPLIFICATION;
         let fresh = self
             .measured
             .lock()
             .ok()
             .and_then(|m| m.fresh_amplification)
-            .map(|amp| {
-                usage.high_water_bytes as f64 * REWRITE_AT * FRESH_FRACTION_OF_REWRITE_AT / amp
-            })
+            .map(|amp| sled_share * REWRITE_AT * FRESH_FRACTION_OF_REWRITE_AT / amp)
             .unwrap_or(budgeted);
         budgeted.min(fresh) as u64
+    }
+
+    /// The part of high water the database may use: what the cold tier's share leaves (in
+    /// proportion, so a measurement with another high-water mark scales alike).
+    fn sled_share(&self, usage: &DiskUsage) -> u64 {
+        let cold = self.cold_max_bytes as f64 / self.high_water_bytes.max(1) as f64;
+        (usage.high_water_bytes as f64 * (1.0 - cold).max(0.0)) as u64
+    }
+
+    /// Deletes cold segments oldest first while the cold tier holds more than `keep` bytes or
+    /// `over` bytes are still to be freed. Returns the bytes deleted.
+    fn delete_cold(
+        &self,
+        keep: u64,
+        mut over: u64,
+        report: &mut ReclaimReport,
+    ) -> Result<u64, StoreError> {
+        let files = cold::list(self.store.data_dir())?;
+        let mut held: u64 = files.iter().map(|f| f.disk_bytes).sum();
+        let mut freed = 0u64;
+        for file in files {
+            if held <= keep && over == 0 {
+                break;
+            }
+            cold::delete(&file)?;
+            tracing::info!(path = %file.path.display(), bytes = file.disk_bytes, "deleted a cold session");
+            held = held.saturating_sub(file.disk_bytes);
+            over = over.saturating_sub(file.disk_bytes);
+            freed += file.disk_bytes;
+            report.cold_deleted += 1;
+            report.bytes_freed += file.disk_bytes;
+        }
+        Ok(freed)
     }
 
     fn busy(&self, key: &str) -> Result<bool, StoreError> {
@@ -195,13 +240,18 @@ impl StoreBudget {
                 if progress.simulated.contains(&candidate.session_key) {
                     // Warn mode: already reported by an earlier rule of this pass.
                 } else if self.busy(&candidate.session_key)? {
-                    report.sessions_skipped_busy += 1;
+                    if progress.busy_seen.insert(candidate.session_key.clone()) {
+                        report.sessions_skipped_busy += 1;
+                    }
                 } else if let Some(bytes) = self.evict_one(&candidate, enforce, why)? {
                     progress.live = progress.live.saturating_sub(bytes);
                     progress.sessions = progress.sessions.saturating_sub(1);
                     progress.evicted += 1;
                     report.sessions_evicted += 1;
                     report.bytes_freed += bytes;
+                    if enforce && self.cold_max_bytes > 0 && FREEZES.contains(&why) {
+                        report.sessions_frozen += 1;
+                    }
                     if !enforce {
                         progress.simulated.insert(candidate.session_key.clone());
                     }
@@ -231,6 +281,20 @@ impl StoreBudget {
             tracing::debug!(session_key = %c.session_key, bytes, why, "would evict session (janitor_mode = warn)");
             return Ok(Some(bytes));
         }
+        if self.cold_max_bytes > 0 && FREEZES.contains(&why) {
+            let Some(frozen) = self.store.freeze_session(&c.session_key, c.updated_at_ms)? else {
+                return Ok(None);
+            };
+            tracing::info!(
+                session_key = %c.session_key,
+                updated_at_ms = c.updated_at_ms,
+                entries = frozen.entries_deleted,
+                bytes = frozen.bytes,
+                why,
+                "moved session to the cold tier"
+            );
+            return Ok(Some(frozen.bytes));
+        }
         let archived = if self.keep_archives {
             Some(archive::write(
                 &self.store,
@@ -246,6 +310,7 @@ impl StoreBudget {
             .evict_session(&c.session_key, Some(c.updated_at_ms))?
         {
             Some(evicted) => {
+                self.store.forget_cold(&c.session_key)?;
                 tracing::info!(
                     session_key = %c.session_key,
                     session_id = evicted.record.id,
@@ -295,13 +360,14 @@ impl StoreBudget {
 
     fn reclaim_inner(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, StoreError> {
         let mut report = ReclaimReport::default();
-        let (db_bytes, recount_due, after_rewrite) = {
+        let (db_bytes, measured_disk, recount_due, after_rewrite) = {
             let m = self
                 .measured
                 .lock()
                 .map_err(|_| StoreError::Flush("janitor measurement poisoned".into()))?;
             (
                 m.db_bytes,
+                m.disk_bytes,
                 m.last_recount.is_none_or(|t| t.elapsed() >= RECOUNT_EVERY),
                 m.after_rewrite,
             )
@@ -332,6 +398,7 @@ impl StoreBudget {
             sessions: 0,
             evicted: 0,
             simulated: HashSet::new(),
+            busy_seen: HashSet::new(),
         };
         if progress.live > target {
             let goal = (target as f64 * EVICT_TO_FRACTION) as u64;
@@ -342,6 +409,12 @@ impl StoreBudget {
                 "disk budget",
                 |_, p| p.live > goal,
             )?;
+        }
+        // 2b. The cold tier within its share, oldest segments first.
+        if enforce && self.cold_max_bytes > 0 {
+            disk_bytes -= self
+                .delete_cold(self.cold_max_bytes, 0, &mut report)?
+                .min(disk_bytes);
         }
         // The next signal: at the target, or — when busy sessions alone exceed it — only after
         // a tenth of the target more, so the janitor is not woken by every write. Warn mode
@@ -398,11 +471,18 @@ impl StoreBudget {
 
         // 6. Garbage: rewrite the database when it is mostly dead space.
         let live = self.store.live_bytes();
-        let rewrite_at = (usage.high_water_bytes as f64 * REWRITE_AT) as u64;
+        // Without a cold tier the database is nearly all of the data dir; with one, it is held
+        // to its share.
+        let rewrite_at = (self.sled_share(usage) as f64 * REWRITE_AT) as u64;
+        let grown = if self.cold_max_bytes > 0 {
+            db_bytes
+        } else {
+            disk_bytes
+        };
         let mostly_garbage = db_bytes as f64 >= MIN_GARBAGE_RATIO * live.max(1) as f64
             && db_bytes as f64 >= REWRITE_GROWTH * after_rewrite as f64;
         let mut rewrote = false;
-        if disk_bytes > rewrite_at && mostly_garbage && live <= target {
+        if grown > rewrite_at && mostly_garbage && live <= target {
             if enforce {
                 if self.make_room_for_rewrite(disk_bytes, &mut progress, &mut report)? {
                     self.rewrite_now(&mut report)?;
@@ -417,7 +497,7 @@ impl StoreBudget {
             }
         }
         if enforce {
-            self.relieve_pressure(usage, rewrote, &mut progress, &mut report)?;
+            self.relieve_pressure(usage, measured_disk, rewrote, &mut progress, &mut report)?;
         }
         Ok(report)
     }
@@ -426,16 +506,29 @@ impl StoreBudget {
     /// nothing or did not run, or busy sessions hold the live bytes up), evicts live bytes in
     /// proportion to the overshoot and rewrites if the fresh copy would be markedly smaller.
     /// Ends with a fresh measurement for admission and the next disk signal.
+    ///
+    /// `measured_disk` is the newest real measurement before this pass: what the pass changed
+    /// is applied to `usage` (which a caller may have adjusted) as a difference.
     fn relieve_pressure(
         &self,
         usage: &DiskUsage,
+        measured_disk: u64,
         rewrote: bool,
         progress: &mut Progress,
         report: &mut ReclaimReport,
     ) -> Result<(), StoreError> {
-        let changed = rewrote || report.sessions_evicted > 0 || report.archives_deleted > 0;
+        let remeasure =
+            || -> Result<u64, StoreError> {
+                let real = self.measure()?;
+                Ok((usage.disk_bytes + real)
+                    .saturating_sub(measured_disk.min(usage.disk_bytes + real)))
+            };
+        let changed = rewrote
+            || report.sessions_evicted > 0
+            || report.archives_deleted > 0
+            || report.cold_deleted > 0;
         let mut disk_now = if changed {
-            self.measure()?
+            remeasure()?
         } else {
             usage.disk_bytes
         };
@@ -455,7 +548,13 @@ impl StoreBudget {
                     self.rewrite_now(report)?;
                 }
             }
-            disk_now = self.measure()?;
+            disk_now = remeasure()?;
+            if disk_now > usage.high_water_bytes && self.cold_max_bytes > 0 {
+                let over = disk_now - usage.high_water_bytes;
+                if self.delete_cold(u64::MAX, over, report)? > 0 {
+                    disk_now = remeasure()?;
+                }
+            }
             if disk_now > usage.high_water_bytes {
                 tracing::warn!(
                     disk_bytes = disk_now,
@@ -542,6 +641,9 @@ impl StoreBudget {
         let disk_bytes = disk::dir_disk_bytes(dir).map_err(StoreError::file("measure", dir))?;
         if self.enforcing {
             self.store.shared.meter.set_measured(disk_bytes, counted);
+        }
+        if let Ok(mut m) = self.measured.lock() {
+            m.disk_bytes = disk_bytes;
         }
         Ok(disk_bytes)
     }
