@@ -179,7 +179,7 @@ pub struct StorageConfig {
     /// into compressed segment files under `<data_dir>/cold` (loaded back on their next
     /// message or read) instead of deleted, and the oldest segments are deleted past this
     /// share. 0 turns the cold tier off. In `[0, 0.6]`, used up to half of `high_water`.
-    /// Default 0.4.
+    /// Default 0 (off); 0.4 keeps about 1.5× the budget in raw text (see ARCHITECTURE.md).
     pub cold_max_fraction: f64,
 }
 
@@ -208,7 +208,7 @@ impl Default for StorageConfig {
             keep_archives: false,
             prune_after_days: 30,
             max_sessions: None,
-            cold_max_fraction: 0.4,
+            cold_max_fraction: 0.0,
         }
     }
 }

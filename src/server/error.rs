@@ -157,3 +157,27 @@ pub(super) fn parse_json<T: serde::de::DeserializeOwned>(
     })?;
     serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insufficient_storage_is_507_with_retry_after() {
+        let response =
+            ApiError::from(Refusal::InsufficientStorage("budget".into())).into_response();
+        assert_eq!(response.status(), StatusCode::INSUFFICIENT_STORAGE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+        let e = ApiError::from(Error::InsufficientStorage {
+            reason: "disk full".into(),
+        });
+        assert_eq!(
+            (e.status, e.code, e.message.as_str()),
+            (
+                StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                "insufficient storage: disk full"
+            )
+        );
+    }
+}

@@ -543,10 +543,10 @@ impl StoreBudget {
             let live = self.store.live_bytes();
             let db_bytes = self.db_bytes()?;
             let fresh = live as f64 * self.fresh_amplification();
-            if db_bytes as f64 >= REWRITE_GROWTH * fresh {
-                if self.make_room_for_rewrite(disk_now, progress, report)? {
-                    self.rewrite_now(report)?;
-                }
+            if db_bytes as f64 >= REWRITE_GROWTH * fresh
+                && self.make_room_for_rewrite(disk_now, progress, report)?
+            {
+                self.rewrite_now(report)?;
             }
             disk_now = remeasure()?;
             if disk_now > usage.high_water_bytes && self.cold_max_bytes > 0 {

@@ -12,7 +12,8 @@
 //!
 //! Disk budget, repair and interchange live in their own files: `disk` (measuring, the live
 //! byte meter), `evict` (removing whole sessions), `archive` (compressed JSONL of evicted
-//! sessions), `budget` (the janitor's [`StoreBudget`]), `doctor` (checks, repair,
+//! sessions), `cold` (the cold tier: evicted sessions as compressed segments, thawed on
+//! use), `budget` (the janitor's [`StoreBudget`] and admission's `disk_full`), `doctor` (checks, repair,
 //! quarantine), `migrate` (schema migrations on open), `compact` (a prefix replaced by a summary),
 //! `export` and `import_openclaw`, `delete` (one session, on request).
 

@@ -558,3 +558,48 @@ async fn a_rewrite_gives_space_back_and_keeps_everything_live() {
     assert_eq!(store.session_count(), 11);
     store.close().await.unwrap();
 }
+
+/// When nothing can be evicted (every session busy), admission refuses before the data dir
+/// passes the budget, and accepts again once a pass has freed space.
+#[tokio::test]
+async fn admission_refuses_when_nothing_can_be_evicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_disk_bytes = 24 << 20;
+    let store = Store::open(&cfg).unwrap();
+    assert!(
+        store.disk_full().is_none(),
+        "no janitor measured yet: not gated"
+    );
+    let everyone_busy: Liveness = Arc::new(|_: &str| true);
+    let budget = StoreBudget::new(store.clone(), &cfg, everyone_busy);
+    let text = "q".repeat(16_000);
+    let mut refused = false;
+    for i in 0..4_000u64 {
+        if i % 50 == 0 {
+            let u = usage(&budget);
+            budget.reclaim(&u, true).unwrap();
+        }
+        if store.disk_full().is_some() {
+            refused = true;
+            break;
+        }
+        turn(&store, &format!("s{i:04}"), 1_000 + i, &text);
+    }
+    assert!(refused, "admission never refused");
+    let disk = dir_disk_bytes(dir.path()).unwrap();
+    assert!(
+        disk <= cfg.max_disk_bytes + cfg.max_disk_bytes / 10,
+        "data dir {disk} past the budget {}",
+        cfg.max_disk_bytes
+    );
+    // Sessions become idle: the next pass evicts and rewrites, and admission opens again.
+    let budget = StoreBudget::new(store.clone(), &cfg, no_one_live());
+    let u = usage(&budget);
+    budget.reclaim(&u, true).unwrap();
+    assert!(
+        store.disk_full().is_none(),
+        "still refused after a pass freed space"
+    );
+    store.close().await.unwrap();
+}
