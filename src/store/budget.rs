@@ -76,7 +76,8 @@ const SCAN_PAGE: usize = 256;
 const MAX_EMPTY_PER_PASS: usize = 10_000;
 const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
 /// Eviction reasons that move a session into the cold tier (when it is on) instead of
-/// deleting it: the disk budget's. Age, count and emptiness delete.
+/// deleting it: the disk budget's. Age, count and emptiness delete. The last two are
+/// pressure (the data dir over high water), when no archive is written either.
 const FREEZES: [&str; 3] = ["disk budget", "disk pressure", "room for a rewrite"];
 /// Admission refuses new messages once the disk estimate reaches this fraction of the budget:
 /// messages already queued still get their turns (each writes its transcript entries and
@@ -295,7 +296,8 @@ impl StoreBudget {
             );
             return Ok(Some(frozen.bytes));
         }
-        let archived = if self.keep_archives {
+        // Under pressure an archive would only add to what must go (archives are deleted first).
+        let archived = if self.keep_archives && !FREEZES[1..].contains(&why) {
             Some(archive::write(
                 &self.store,
                 &c.session_key,
