@@ -620,6 +620,11 @@ impl StoreBudget {
         let live = self.store.live_bytes();
         let done = self.store.rewrite()?;
         report.bytes_freed += done.bytes_before.saturating_sub(done.bytes_after);
+        // The next rewrite needs about as much room again: admission keeps it free.
+        self.store
+            .shared
+            .meter
+            .set_rewrite_reserve((done.bytes_after as f64 * FRESH_COPY_MARGIN) as u64);
         if let Ok(mut m) = self.measured.lock() {
             m.db_bytes = done.bytes_after;
             m.after_rewrite = done.bytes_after;
@@ -673,13 +678,18 @@ impl DiskBudget for StoreBudget {
 
 impl Store {
     /// Why a new message must be refused for lack of disk space, if it must: the data dir's
-    /// estimated size (see `disk::UsageMeter`) has reached `ADMIT_BELOW` of `max_disk_bytes`.
-    /// Wakes the janitor then, so the refusal lasts only until a pass frees space. Cheap: two
-    /// atomic loads. `None` while no janitor has measured the data dir.
+    /// estimated size (see `disk::UsageMeter`) plus the room the next rewrite needs (the newest
+    /// fresh generation's size) has reached `ADMIT_BELOW` of `max_disk_bytes`. Without that
+    /// reserve the janitor could only rewrite by passing the budget. Wakes the janitor then,
+    /// so the refusal lasts only until a pass frees space. Cheap: a few atomic loads. `None`
+    /// while no janitor has measured the data dir.
     pub fn disk_full(&self) -> Option<String> {
         let limit = self.shared.config.max_disk_bytes;
         let estimate = self.shared.meter.disk_estimate();
-        if (estimate as f64) < limit as f64 * ADMIT_BELOW {
+        if estimate == 0
+            || ((estimate + self.shared.meter.rewrite_reserve()) as f64)
+                < limit as f64 * ADMIT_BELOW
+        {
             return None;
         }
         self.shared.meter.wake();

@@ -78,6 +78,8 @@ pub(super) struct UsageMeter {
     written_since: AtomicU64,
     /// The janitor is told when the disk estimate reaches this (high water); 0: not set.
     disk_trigger_at: AtomicU64,
+    /// Room admission keeps free for the janitor's next rewrite (the fresh copy it expects).
+    rewrite_reserve: AtomicU64,
     hook: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
@@ -139,6 +141,16 @@ impl UsageMeter {
             });
         self.measured_disk
             .store(disk_bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// Room kept free for a rewrite's fresh copy.
+    pub(super) fn rewrite_reserve(&self) -> u64 {
+        self.rewrite_reserve.load(Ordering::Relaxed)
+    }
+
+    /// Sets the room kept free for a rewrite's fresh copy.
+    pub(super) fn set_rewrite_reserve(&self, bytes: u64) {
+        self.rewrite_reserve.store(bytes, Ordering::Relaxed);
     }
 
     /// Sets the disk estimate at which the janitor hook fires.
