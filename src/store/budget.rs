@@ -25,8 +25,9 @@
 //! The janitor runs on a timer and on signals, so on its own it can fall behind a burst. The
 //! store keeps an estimate of the data dir's size (the janitor's newest measurement plus what
 //! was written since, see `disk::UsageMeter`); writes past high water wake the janitor, and
-//! [`Store::disk_full`] makes admission refuse new messages (`507`) while the estimate is at
-//! `ADMIT_BELOW` of the budget, until a pass brings the measurement back down. When a pass
+//! [`Store::disk_full`] makes admission refuse new messages (`507`) while the estimate, plus
+//! room for the next rewrite's copy, is at `ADMIT_BELOW` of the budget, until a pass brings
+//! the measurement back down. When a pass
 //! leaves the data dir over high water (the rewrite freed nothing, or could not run), it evicts
 //! harder — live bytes in proportion to the overshoot — and rewrites again if the copy fits.
 
