@@ -26,8 +26,8 @@
 //! store keeps an estimate of the data dir's size (the janitor's newest measurement plus what
 //! was written since, see `disk::UsageMeter`); writes past high water wake the janitor, and
 //! [`Store::disk_full`] makes admission refuse new messages (`507`) while the estimate, plus
-//! room for the next rewrite's copy, is at `ADMIT_BELOW` of the budget, until a pass brings
-//! the measurement back down. When a pass
+//! room for the next rewrite's copy, is at `ADMIT_BELOW` of the budget (never below high
+//! water), until a pass brings the measurement back down. When a pass
 //! leaves the data dir over high water (the rewrite freed nothing, or could not run), it evicts
 //! harder — live bytes in proportion to the overshoot — and rewrites again if the copy fits.
 
@@ -537,12 +537,18 @@ impl StoreBudget {
         };
         if disk_now > usage.high_water_bytes {
             let live = self.store.live_bytes();
-            let goal = (live as f64 * usage.high_water_bytes as f64 / disk_now as f64
-                * EVICT_TO_FRACTION) as u64;
-            progress.live = live;
-            self.evict_oldest(true, progress, report, "disk pressure", |_, p| {
-                p.live > goal
-            })?;
+            let fresh = live as f64 * self.fresh_amplification();
+            // Only when a rewrite would give little back (the database is mostly live) does
+            // the overshoot call for eviction; otherwise the rewrite below is the remedy, and
+            // evicting as well would empty the store pass after pass.
+            if (self.db_bytes()? as f64) < REWRITE_GROWTH * fresh {
+                let goal = (live as f64 * usage.high_water_bytes as f64 / disk_now as f64
+                    * EVICT_TO_FRACTION) as u64;
+                progress.live = live;
+                self.evict_oldest(true, progress, report, "disk pressure", |_, p| {
+                    p.live > goal
+                })?;
+            }
             let live = self.store.live_bytes();
             let db_bytes = self.db_bytes()?;
             let fresh = live as f64 * self.fresh_amplification();
@@ -685,14 +691,16 @@ impl Store {
     /// so the refusal lasts only until a pass frees space. Cheap: a few atomic loads. `None`
     /// while no janitor has measured the data dir.
     pub fn disk_full(&self) -> Option<String> {
-        let limit = self.shared.config.max_disk_bytes;
+        let limit = self.shared.config.max_disk_bytes as f64;
         let estimate = self.shared.meter.disk_estimate();
-        if estimate == 0
-            || ((estimate + self.shared.meter.rewrite_reserve()) as f64)
-                < limit as f64 * ADMIT_BELOW
-        {
+        // Never below high water: sled's fixed overhead makes a fresh generation a large part
+        // of a small budget, and a line the janitor cannot get under would refuse for good.
+        let line = (limit * ADMIT_BELOW - self.shared.meter.rewrite_reserve() as f64)
+            .max(limit * self.shared.config.high_water);
+        if estimate == 0 || (estimate as f64) < line {
             return None;
         }
+        let limit = self.shared.config.max_disk_bytes;
         self.shared.meter.wake();
         Some(format!(
             "the data dir is at about {} of its {} byte budget and nothing more can be evicted yet",
