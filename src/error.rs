@@ -266,6 +266,12 @@ pub enum Error {
     /// The operation conflicts with work in progress (e.g. deleting a session mid-turn).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// The store cannot take more data now (disk budget reached, or the disk is full).
+    #[error("insufficient storage: {reason}")]
+    InsufficientStorage {
+        /// Why, for the client.
+        reason: String,
+    },
 }
 
 impl Error {
@@ -283,6 +289,7 @@ impl Error {
             Error::Context(_) => "context",
             Error::NotAvailable(_) => "not_available",
             Error::Conflict(_) => "conflict",
+            Error::InsufficientStorage { .. } => "insufficient_storage",
         }
     }
 }

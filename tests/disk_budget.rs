@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,12 +16,119 @@ use common::{disk_bytes, message, post, session_key, transcript, Server};
 /// Messages per session before the load moves on to the next one.
 const PER_SESSION: u64 = 20;
 
+/// How often the data dir is measured during a run: often enough to see a short peak (a
+/// rewrite's two generations side by side last tens of milliseconds).
+const SAMPLE_EVERY: Duration = Duration::from_millis(20);
+
 struct Outcome {
     max_disk: u64,
     acked: u64,
+    /// `507 insufficient_storage` answers (each retried until it was accepted).
+    refused: u64,
     last_chat: String,
     samples: Vec<(f64, u64)>,
     elapsed: Duration,
+    /// Acknowledged message ids no reply on `/v1/events` named (empty unless asked to check).
+    unanswered: Vec<String>,
+}
+
+/// What one POST got.
+enum Posted {
+    Accepted,
+    /// 429 (inbox full) or 507 (disk budget reached): back-pressure, retry the same message.
+    Retry {
+        insufficient_storage: bool,
+    },
+}
+
+async fn post_once(
+    client: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+) -> Result<Posted, String> {
+    let r = client
+        .post(format!("{url}/v1/messages"))
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    match r.status().as_u16() {
+        202 => Ok(Posted::Accepted),
+        429 => Ok(Posted::Retry {
+            insufficient_storage: false,
+        }),
+        507 => {
+            let retry_after = r.headers().get("retry-after").cloned();
+            let body: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
+            if body["error"]["code"] != "insufficient_storage" || retry_after.is_none() {
+                return Err(format!("a 507 without its code or Retry-After: {body}"));
+            }
+            Ok(Posted::Retry {
+                insufficient_storage: true,
+            })
+        }
+        other => Err(format!(
+            "unexpected {other}: {}",
+            r.text().await.unwrap_or_default()
+        )),
+    }
+}
+
+/// Collects the `in_reply_to` ids of every `event: reply` on `/v1/events` until told to stop;
+/// a `lagged` event (a missed reply) is reported as the id `"<lagged>"`.
+async fn collect_replies(
+    url: String,
+    answered: Arc<std::sync::Mutex<HashSet<String>>>,
+) -> tokio::task::JoinHandle<()> {
+    let mut response = reqwest::Client::new()
+        .get(format!("{url}/v1/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "opening /v1/events");
+    tokio::spawn(async move {
+        let mut buffer = String::new();
+        while let Ok(Some(chunk)) = response.chunk().await {
+            buffer.push_str(&String::from_utf8_lossy(&chunk));
+            while let Some(end) = buffer.find("\n\n") {
+                let event: String = buffer.drain(..end + 2).collect();
+                let mut kind = "";
+                let mut data = String::new();
+                for line in event.lines() {
+                    if let Some(k) = line.strip_prefix("event:") {
+                        kind = k.trim();
+                    } else if let Some(d) = line.strip_prefix("data:") {
+                        data.push_str(d.trim_start());
+                    }
+                }
+                let mut set = answered.lock().unwrap();
+                match kind {
+                    "reply" => {
+                        let v: serde_json::Value = serde_json::from_str(&data).unwrap();
+                        for id in v["in_reply_to"].as_array().into_iter().flatten() {
+                            set.insert(id.as_str().unwrap_or_default().to_string());
+                        }
+                    }
+                    "lagged" => {
+                        set.insert("<lagged>".into());
+                    }
+                    _ => {}
+                }
+            }
+        }
+    })
+}
+
+/// The load: `overload` × `budget` bytes of message text from `senders` concurrent senders,
+/// `per_session` messages per session, the data dir measured every `SAMPLE_EVERY`.
+struct Load {
+    budget: u64,
+    overload: u64,
+    text_bytes: usize,
+    senders: usize,
+    per_session: u64,
+    /// Check on `/v1/events` that every acknowledged message was answered.
+    check_answers: bool,
 }
 
 /// Writes `overload` × `budget` bytes of message text with `senders` concurrent senders,
@@ -32,13 +140,37 @@ async fn overload(
     text_bytes: usize,
     senders: usize,
 ) -> Outcome {
+    run_load(
+        server,
+        &Load {
+            budget,
+            overload,
+            text_bytes,
+            senders,
+            per_session: PER_SESSION,
+            check_answers: false,
+        },
+    )
+    .await
+}
+
+async fn run_load(server: &Server, load: &Load) -> Outcome {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap();
-    let total_messages = budget * overload / text_bytes as u64;
+    let total_messages = load.budget * load.overload / load.text_bytes as u64;
+    let per_session = load.per_session;
     let next = Arc::new(AtomicU64::new(0));
     let acked = Arc::new(AtomicU64::new(0));
+    let refused = Arc::new(AtomicU64::new(0));
+    let acked_ids = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let answered = Arc::new(std::sync::Mutex::new(HashSet::new()));
+    let replies = if load.check_answers {
+        Some(collect_replies(server.url.clone(), Arc::clone(&answered)).await)
+    } else {
+        None
+    };
     let done = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
     let dir = server.data_dir.clone();
@@ -48,20 +180,22 @@ async fn overload(
             let mut samples = Vec::new();
             while !done.load(Ordering::Relaxed) {
                 samples.push((start.elapsed().as_secs_f64(), disk_bytes(&dir)));
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(SAMPLE_EVERY).await;
             }
             samples.push((start.elapsed().as_secs_f64(), disk_bytes(&dir)));
             samples
         })
     };
-    let text = "x".repeat(text_bytes);
+    let text = "x".repeat(load.text_bytes);
     let mut tasks = Vec::new();
-    for _ in 0..senders {
-        let (client, url, next, acked, text) = (
+    for _ in 0..load.senders {
+        let (client, url, next, acked, refused, acked_ids, text) = (
             client.clone(),
             server.url.clone(),
             Arc::clone(&next),
             Arc::clone(&acked),
+            Arc::clone(&refused),
+            Arc::clone(&acked_ids),
             text.clone(),
         );
         tasks.push(tokio::spawn(async move {
@@ -70,16 +204,24 @@ async fn overload(
                 if n >= total_messages {
                     return;
                 }
-                let chat = format!("c{:06}", n / PER_SESSION);
-                let body = message(&chat, &format!("m{n}"), &text);
-                // A 429 (inbox full) is back-pressure: wait and retry the same message.
+                let chat = format!("c{:06}", n / per_session);
+                let id = format!("m{n}");
+                let body = message(&chat, &id, &text);
                 loop {
-                    match post(&client, &url, &body).await {
-                        Ok(true) => {
+                    match post_once(&client, &url, &body).await {
+                        Ok(Posted::Accepted) => {
                             acked.fetch_add(1, Ordering::Relaxed);
+                            acked_ids.lock().unwrap().push(id);
                             break;
                         }
-                        Ok(false) => tokio::time::sleep(Duration::from_millis(20)).await,
+                        Ok(Posted::Retry {
+                            insufficient_storage,
+                        }) => {
+                            if insufficient_storage {
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            tokio::time::sleep(Duration::from_millis(20)).await
+                        }
                         Err(e) => panic!("server stopped answering: {e}"),
                     }
                 }
@@ -89,6 +231,32 @@ async fn overload(
     for t in tasks {
         t.await.unwrap();
     }
+    let mut unanswered = Vec::new();
+    if let Some(replies) = replies {
+        // Every acknowledged message is answered; wait for the last turns (polling, bounded).
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            unanswered = {
+                let answered = answered.lock().unwrap();
+                acked_ids
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|id| !answered.contains(*id))
+                    .cloned()
+                    .collect()
+            };
+            if unanswered.is_empty() || Instant::now() > deadline {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            !answered.lock().unwrap().contains("<lagged>"),
+            "the reply stream lagged: raise server.events_buffer"
+        );
+        replies.abort();
+    }
     // Let the last turns and a janitor pass finish before the final samples.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     done.store(true, Ordering::Relaxed);
@@ -96,9 +264,11 @@ async fn overload(
     Outcome {
         max_disk: samples.iter().map(|s| s.1).max().unwrap_or(0),
         acked: acked.load(Ordering::Relaxed),
-        last_chat: format!("c{:06}", (total_messages - 1) / PER_SESSION),
+        refused: refused.load(Ordering::Relaxed),
+        last_chat: format!("c{:06}", (total_messages - 1) / per_session),
         samples,
         elapsed: start.elapsed(),
+        unanswered,
     }
 }
 
@@ -188,6 +358,89 @@ async fn four_times_the_budget_stays_within_it() {
         std::env::var_os("TURNSTILE_PRINT").is_some(),
     )
     .await;
+}
+
+/// One overload regime through the real binary: `config` is the whole config file. Asserts the
+/// data dir's peak stays within the budget + 10%, every acknowledged message is answered, and
+/// the newest session survives.
+async fn check_regime(name: &str, budget: u64, config: &str, per_session: u64) {
+    let data = tempfile::tempdir().unwrap();
+    let conf = tempfile::tempdir().unwrap();
+    // `TURNSTILE_KEEP_LOGS=DIR`: the config and the server log go there (kept after a failure).
+    let conf_dir = match std::env::var("TURNSTILE_KEEP_LOGS") {
+        Ok(dir) => {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::path::PathBuf::from(dir)
+        }
+        Err(_) => conf.path().to_path_buf(),
+    };
+    let server = Server::start(data.path(), &conf_dir, config).await;
+    let out = run_load(
+        &server,
+        &Load {
+            budget,
+            overload: 4,
+            text_bytes: 16 << 10,
+            senders: 8,
+            per_session,
+            check_answers: true,
+        },
+    )
+    .await;
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    println!(
+        "{name}: acked {} ({} answers 507) in {:.1} s; peak data dir {:.2} MiB of {:.2} MiB ({:.0}%)",
+        out.acked,
+        out.refused,
+        out.elapsed.as_secs_f64(),
+        mib(out.max_disk),
+        mib(budget),
+        out.max_disk as f64 * 100.0 / budget as f64
+    );
+    if std::env::var_os("TURNSTILE_PRINT").is_some() {
+        let step = (out.samples.len() / 60).max(1);
+        for (t, bytes) in out.samples.iter().step_by(step) {
+            println!("t={t:6.1}s data_dir={:7.2} MiB", mib(*bytes));
+        }
+    }
+    let client = reqwest::Client::new();
+    let newest = transcript(&client, &server.url, &session_key(&out.last_chat)).await;
+    assert!(!newest.is_empty(), "{name}: the newest session survives");
+    assert!(
+        out.unanswered.is_empty(),
+        "{name}: {} acknowledged messages were never answered, e.g. {:?}",
+        out.unanswered.len(),
+        &out.unanswered[..out.unanswered.len().min(5)]
+    );
+    assert!(
+        out.max_disk <= budget + budget / 10,
+        "{name}: data dir reached {} bytes, budget {budget} (+10%)",
+        out.max_disk
+    );
+}
+
+/// The default 500 ms `collect` debounce: bursts wait in the inbox (acknowledged, so not
+/// evictable) while the data dir fills; admission must refuse rather than pass the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_times_the_budget_with_the_default_debounce() {
+    let budget = 32 << 20;
+    let config = format!(
+        "[server]\nevents_buffer = 65536\n[storage]\nmax_disk_bytes = {budget}\n\
+         janitor_interval_ms = 500\ncache_capacity_bytes = 8388608\n[lanes]\nidle_timeout_ms = 300\n"
+    );
+    check_regime("default debounce", budget, &config, PER_SESSION).await;
+}
+
+/// The tester's case from issue 14: conversation compaction off, 4 messages per session, the
+/// default janitor interval (60 s), so only admission and the high-water signal hold the line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_times_the_budget_with_compaction_off() {
+    let budget = 32 << 20;
+    let config = format!(
+        "[server]\nevents_buffer = 65536\n[storage]\nmax_disk_bytes = {budget}\n\
+         [compaction]\nsoft_threshold = 1.0\n"
+    );
+    check_regime("compaction off", budget, &config, 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -49,6 +49,11 @@ pub struct ReclaimReport {
     pub sessions_skipped_busy: u64,
     /// Logical bytes (stored keys and values, archive files) released.
     pub bytes_freed: u64,
+    /// Of the sessions evicted, those moved into the cold tier (kept, compressed) rather than
+    /// deleted.
+    pub sessions_frozen: u64,
+    /// Cold-tier segment files deleted (each a whole cold session, oldest first).
+    pub cold_deleted: u64,
 }
 
 impl ReclaimReport {
@@ -57,6 +62,8 @@ impl ReclaimReport {
         self.sessions_evicted += other.sessions_evicted;
         self.sessions_skipped_busy += other.sessions_skipped_busy;
         self.bytes_freed += other.bytes_freed;
+        self.sessions_frozen += other.sessions_frozen;
+        self.cold_deleted += other.cold_deleted;
     }
 }
 
@@ -155,6 +162,8 @@ impl<D: DiskBudget> Janitor<D> {
                         archives_deleted = report.archives_deleted,
                         sessions_evicted = report.sessions_evicted,
                         skipped_busy = report.sessions_skipped_busy,
+                        frozen = report.sessions_frozen,
+                        cold_deleted = report.cold_deleted,
                         bytes_freed = report.bytes_freed,
                         enforce,
                         "janitor pass"

@@ -52,8 +52,8 @@ pub use server::{
 };
 pub use session::{DmScope, SessionConfig, SessionScope};
 pub use storage::{
-    Durability, JanitorMode, StorageConfig, MAX_DISK_BYTES, MAX_PRUNE_DAYS, MAX_QUEUED_MESSAGES,
-    MAX_SESSIONS, MIN_CACHE_BYTES, MIN_DISK_BYTES,
+    Durability, JanitorMode, StorageConfig, MAX_COLD_FRACTION, MAX_DISK_BYTES, MAX_PRUNE_DAYS,
+    MAX_QUEUED_MESSAGES, MAX_SESSIONS, MIN_CACHE_BYTES, MIN_DISK_BYTES,
 };
 pub use tools::{ToolsConfig, MAX_TOOL_CALLS_PER_ROUND, MAX_TOOL_RESULT_CHARS, MAX_TOOL_ROUNDS};
 

@@ -28,6 +28,9 @@ pub const MAX_PRUNE_DAYS: u32 = 36_500;
 /// Largest `storage.max_sessions`.
 pub const MAX_SESSIONS: u64 = 1 << 40;
 
+/// Largest `storage.cold_max_fraction`: the cold tier may use at most this share of the budget.
+pub const MAX_COLD_FRACTION: f64 = 0.6;
+
 /// When a write counts as durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -78,6 +81,12 @@ pub struct StorageConfig {
     pub prune_after_days: u32,
     /// Most sessions kept; the oldest beyond it are evicted. Default: no limit.
     pub max_sessions: Option<u64>,
+    /// Share of `max_disk_bytes` for the cold tier: sessions evicted for the budget are moved
+    /// into compressed segment files under `<data_dir>/cold` (loaded back on their next
+    /// message or read) instead of deleted, and the oldest segments are deleted past this
+    /// share. 0 turns the cold tier off. In `[0, 0.6]`, used up to half of `high_water`.
+    /// Default 0 (off); 0.4 keeps about 1.5× the budget in raw text (see ARCHITECTURE.md).
+    pub cold_max_fraction: f64,
 }
 
 /// What the janitor does above high water.
@@ -105,6 +114,7 @@ impl Default for StorageConfig {
             keep_archives: false,
             prune_after_days: 30,
             max_sessions: None,
+            cold_max_fraction: 0.0,
         }
     }
 }
@@ -145,6 +155,10 @@ impl StorageConfig {
         if let Some(max) = self.max_sessions {
             in_range("storage.max_sessions", max, 1..=MAX_SESSIONS)?;
         }
-        Ok(())
+        in_range(
+            "storage.cold_max_fraction",
+            self.cold_max_fraction,
+            0.0..=MAX_COLD_FRACTION,
+        )
     }
 }

@@ -170,6 +170,9 @@ impl Target for InProcessTarget {
             Ok(Err(Refusal::Overloaded(_))) => Outcome::Error("overloaded".into()),
             Ok(Err(Refusal::ShuttingDown)) => Outcome::Error("shutting_down".into()),
             Ok(Err(Refusal::Storage(_))) => Outcome::Error("storage".into()),
+            Ok(Err(Refusal::InsufficientStorage(_))) => {
+                Outcome::Error("insufficient_storage".into())
+            }
             Err(e) => Outcome::Error(e.kind().into()),
         }
     }

@@ -98,6 +98,8 @@ impl Backend for TurnBackend {
         .into();
         let now = now_ms();
         let storage = |e: crate::error::StoreError| Refusal::Storage(e.to_string());
+        // A cold session comes back before anything reads it (preflight, history, the turn).
+        store.thaw_session(&key).map_err(storage)?;
         let mut admission = match self
             .preflight
             .decide(&event.message, explicit, now, store)
@@ -110,6 +112,11 @@ impl Backend for TurnBackend {
                 return Err(Refusal::Dropped(reason));
             }
         };
+        // The disk budget holds here, not only in the janitor: past it nothing new is written
+        // (the check wakes the janitor, so the refusal lasts until a pass frees space).
+        if let Some(reason) = store.disk_full() {
+            return Err(Refusal::InsufficientStorage(reason));
+        }
         let cap = self.engine.config.storage.max_queued_messages;
         if store.queued() >= cap {
             return Err(Refusal::Overloaded(format!(

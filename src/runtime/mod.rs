@@ -91,6 +91,7 @@ impl Refusal {
             Refusal::Overloaded(_) => "overloaded",
             Refusal::ShuttingDown => "shutting_down",
             Refusal::Storage(_) => "storage",
+            Refusal::InsufficientStorage(_) => "insufficient_storage",
         }
     }
 }
@@ -124,6 +125,9 @@ pub enum Refusal {
     /// The inbox write failed.
     #[error("storage: {0}")]
     Storage(String),
+    /// The data dir is at its disk budget and nothing can be evicted yet; retry later.
+    #[error("insufficient storage: {0}")]
+    InsufficientStorage(String),
 }
 
 /// The acknowledgement of an accepted message: it is durable and will be answered.
@@ -547,6 +551,7 @@ impl Runtime {
     /// One session, if it exists.
     pub fn session(&self, key: &str) -> Result<Option<SessionInfo>, Error> {
         let key = &normalize_session_key(key);
+        self.inner.engine.store.thaw_session(key)?;
         Ok(self
             .inner
             .engine
@@ -577,6 +582,7 @@ impl Runtime {
     ) -> Result<Option<Vec<TranscriptItem>>, Error> {
         let key = &normalize_session_key(key);
         let store = &self.inner.engine.store;
+        store.thaw_session(key)?;
         let Some(record) = store.session(key)? else {
             return Ok(None);
         };
@@ -601,6 +607,7 @@ impl Runtime {
     /// session does not exist.
     pub fn context_dump(&self, key: &str) -> Result<Option<Arc<Assembly>>, Error> {
         let key = &normalize_session_key(key);
+        self.inner.engine.store.thaw_session(key)?;
         if self.inner.engine.store.session(key)?.is_none() {
             return Ok(None);
         }

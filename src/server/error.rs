@@ -65,6 +65,14 @@ impl From<Error> for ApiError {
                 retry_after_secs: Some(1),
                 ..Self::new(StatusCode::CONFLICT, "conflict", m)
             },
+            Error::InsufficientStorage { reason } => Self {
+                retry_after_secs: Some(5),
+                ..Self::new(
+                    StatusCode::INSUFFICIENT_STORAGE,
+                    "insufficient_storage",
+                    format!("insufficient storage: {reason}"),
+                )
+            },
             Error::Actors(e) => {
                 tracing::error!(error = %e, "actor system unavailable");
                 Self {
@@ -107,6 +115,9 @@ impl From<Refusal> for ApiError {
                 // Handlers answer drops with 200 before reaching here; an endpoint with no way
                 // to say "dropped" (the OpenAI one) reports it as a client error.
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "dropped", reason.as_str())
+            }
+            Refusal::InsufficientStorage(reason) => {
+                Self::from(Error::InsufficientStorage { reason })
             }
             Refusal::Storage(m) => {
                 tracing::error!(error = %m, "inbox write failed");
@@ -188,4 +199,28 @@ pub(super) fn parse_json<T: serde::de::DeserializeOwned>(
         }
     })?;
     serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn insufficient_storage_is_507_with_retry_after() {
+        let response =
+            ApiError::from(Refusal::InsufficientStorage("budget".into())).into_response();
+        assert_eq!(response.status(), StatusCode::INSUFFICIENT_STORAGE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+        let e = ApiError::from(Error::InsufficientStorage {
+            reason: "disk full".into(),
+        });
+        assert_eq!(
+            (e.status, e.code, e.message.as_str()),
+            (
+                StatusCode::INSUFFICIENT_STORAGE,
+                "insufficient_storage",
+                "insufficient storage: disk full"
+            )
+        );
+    }
 }

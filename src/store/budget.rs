@@ -20,6 +20,16 @@
 //!   and the new one (the live bytes plus sled's overhead) fit together.
 //!
 //! Archives (when `keep_archives` is on) are deleted, oldest first, before anything else.
+//!
+//! # Holding the line without the janitor
+//! The janitor runs on a timer and on signals, so on its own it can fall behind a burst. The
+//! store keeps an estimate of the data dir's size (the janitor's newest measurement plus what
+//! was written since, see `disk::UsageMeter`); writes past high water wake the janitor, and
+//! [`Store::disk_full`] makes admission refuse new messages (`507`) while the estimate, plus
+//! room for the next rewrite's copy, is at `ADMIT_BELOW` of the budget (never below high
+//! water), until a pass brings the measurement back down. When a pass
+//! leaves the data dir over high water (the rewrite freed nothing, or could not run), it evicts
+//! harder — live bytes in proportion to the overshoot — and rewrites again if the copy fits.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -28,8 +38,8 @@ use std::time::{Duration, Instant};
 use turnstile_actors::{DiskBudget, DiskUsage, ReclaimReport};
 
 use super::evict::{Candidate, TRANSCRIPT_KEY_BYTES};
-use super::{archive, decode, disk, SessionRecord, Store};
-use crate::config::StorageConfig;
+use super::{archive, cold, decode, disk, SessionRecord, Store};
+use crate::config::{JanitorMode, StorageConfig};
 use crate::error::StoreError;
 
 /// Tells whether a session has a live lane (a turn may be running); such sessions are never
@@ -66,6 +76,27 @@ const SCAN_PAGE: usize = 256;
 /// Most empty sessions removed per recount.
 const MAX_EMPTY_PER_PASS: usize = 10_000;
 const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
+/// Eviction reasons that move a session into the cold tier (when it is on) instead of
+/// deleting it: the disk budget's. Age, count and emptiness delete. The last two are
+/// pressure (the data dir over high water), when no archive is written either.
+const FREEZES: [&str; 3] = ["disk budget", "disk pressure", "room for a rewrite"];
+/// Admission refuses new messages once the disk estimate reaches this fraction of the budget:
+/// messages already queued still get their turns (each writes its transcript entries and
+/// reply), so the line is drawn a little before the budget itself.
+const ADMIT_BELOW: f64 = 0.95;
+/// A rewrite's old and new generation together may reach this multiple of the budget; more,
+/// and sessions are evicted first so the copy is smaller.
+const REWRITE_PEAK: f64 = 1.0;
+/// Database bytes per live byte assumed for a rewrite's fresh copy before one has been
+/// measured.
+const FRESH_AMPLIFICATION_GUESS: f64 = 2.0;
+/// A fresh copy is assumed this much larger than the newest one measured (per live byte), as
+/// the room a rewrite is given.
+const FRESH_COPY_MARGIN: f64 = 1.2;
+/// After a pass, the disk-estimate signal waits for this fraction of the budget more than the
+/// pass left (so a data dir over high water with nothing to free does not wake the janitor on
+/// every write).
+const DISK_TRIGGER_SLACK: f64 = 0.05;
 
 /// The disk budget of one store.
 pub struct StoreBudget {
@@ -76,6 +107,10 @@ pub struct StoreBudget {
     prune_after_ms: Option<u64>,
     max_sessions: Option<u64>,
     is_live: Liveness,
+    /// `janitor_mode = "enforce"`: only then does admission refuse on a full data dir.
+    enforcing: bool,
+    /// The cold tier's share of the budget in bytes; 0: no cold tier (evictions delete).
+    cold_max_bytes: u64,
     measured: Mutex<Measured>,
 }
 
@@ -83,6 +118,8 @@ pub struct StoreBudget {
 struct Measured {
     /// Bytes of the current database generation at the newest measurement.
     db_bytes: u64,
+    /// Bytes of the data dir at the newest measurement.
+    disk_bytes: u64,
     last_recount: Option<Instant>,
     /// Bytes of the database right after the newest rewrite.
     after_rewrite: u64,
@@ -98,12 +135,22 @@ struct Progress {
     /// Warn mode: sessions this pass already reported as evictable (at most
     /// `MAX_EVICTIONS_PER_PASS`), so later rules do not count them again.
     simulated: HashSet<String>,
+    /// Busy sessions already counted in the report, so a later rule of the same pass passing
+    /// over them again does not count them twice.
+    busy_seen: HashSet<String>,
 }
 
 impl StoreBudget {
     /// A budget for `store` with the `[storage]` settings; `is_live` protects live sessions.
     pub fn new(store: Store, config: &StorageConfig, is_live: Liveness) -> Self {
         let limit = config.max_disk_bytes;
+        let enforcing = config.janitor_mode == JanitorMode::Enforce;
+        if enforcing {
+            store
+                .shared
+                .meter
+                .set_disk_trigger((limit as f64 * config.high_water) as u64);
+        }
         Self {
             store,
             limit_bytes: limit,
@@ -113,6 +160,10 @@ impl StoreBudget {
                 .then(|| u64::from(config.prune_after_days) * DAY_MS),
             max_sessions: config.max_sessions,
             is_live,
+            enforcing,
+            // At most half of high water, whatever `high_water` is set to.
+            cold_max_bytes: (limit as f64 * config.cold_max_fraction.min(config.high_water / 2.0))
+                as u64,
             measured: Mutex::new(Measured::default()),
         }
     }
@@ -120,17 +171,49 @@ impl StoreBudget {
     /// The live bytes the janitor keeps the store under, for a measurement `usage`: a
     /// quarter of high water, lower if a rewrite showed sled needs more room per live byte.
     pub fn live_target(&self, usage: &DiskUsage) -> u64 {
-        let budgeted = usage.high_water_bytes as f64 / BUDGETED_AMPLIFICATION;
+        let sled_share = self.sled_share(usage) as f64;
+        let budgeted = sled_share / BUDGETED_AMPLIFICATION;
         let fresh = self
             .measured
             .lock()
             .ok()
             .and_then(|m| m.fresh_amplification)
-            .map(|amp| {
-                usage.high_water_bytes as f64 * REWRITE_AT * FRESH_FRACTION_OF_REWRITE_AT / amp
-            })
+            .map(|amp| sled_share * REWRITE_AT * FRESH_FRACTION_OF_REWRITE_AT / amp)
             .unwrap_or(budgeted);
         budgeted.min(fresh) as u64
+    }
+
+    /// The part of high water the database may use: what the cold tier's share leaves (in
+    /// proportion, so a measurement with another high-water mark scales alike).
+    fn sled_share(&self, usage: &DiskUsage) -> u64 {
+        let cold = self.cold_max_bytes as f64 / self.high_water_bytes.max(1) as f64;
+        (usage.high_water_bytes as f64 * (1.0 - cold).max(0.0)) as u64
+    }
+
+    /// Deletes cold segments oldest first while the cold tier holds more than `keep` bytes or
+    /// `over` bytes are still to be freed. Returns the bytes deleted.
+    fn delete_cold(
+        &self,
+        keep: u64,
+        mut over: u64,
+        report: &mut ReclaimReport,
+    ) -> Result<u64, StoreError> {
+        let files = cold::list(self.store.data_dir())?;
+        let mut held: u64 = files.iter().map(|f| f.disk_bytes).sum();
+        let mut freed = 0u64;
+        for file in files {
+            if held <= keep && over == 0 {
+                break;
+            }
+            cold::delete(&file)?;
+            tracing::info!(path = %file.path.display(), bytes = file.disk_bytes, "deleted a cold session");
+            held = held.saturating_sub(file.disk_bytes);
+            over = over.saturating_sub(file.disk_bytes);
+            freed += file.disk_bytes;
+            report.cold_deleted += 1;
+            report.bytes_freed += file.disk_bytes;
+        }
+        Ok(freed)
     }
 
     fn busy(&self, key: &str) -> Result<bool, StoreError> {
@@ -159,13 +242,18 @@ impl StoreBudget {
                 if progress.simulated.contains(&candidate.session_key) {
                     // Warn mode: already reported by an earlier rule of this pass.
                 } else if self.busy(&candidate.session_key)? {
-                    report.sessions_skipped_busy += 1;
+                    if progress.busy_seen.insert(candidate.session_key.clone()) {
+                        report.sessions_skipped_busy += 1;
+                    }
                 } else if let Some(bytes) = self.evict_one(&candidate, enforce, why)? {
                     progress.live = progress.live.saturating_sub(bytes);
                     progress.sessions = progress.sessions.saturating_sub(1);
                     progress.evicted += 1;
                     report.sessions_evicted += 1;
                     report.bytes_freed += bytes;
+                    if enforce && self.cold_max_bytes > 0 && FREEZES.contains(&why) {
+                        report.sessions_frozen += 1;
+                    }
                     if !enforce {
                         progress.simulated.insert(candidate.session_key.clone());
                     }
@@ -195,7 +283,22 @@ impl StoreBudget {
             tracing::debug!(session_key = %c.session_key, bytes, why, "would evict session (janitor_mode = warn)");
             return Ok(Some(bytes));
         }
-        let archived = if self.keep_archives {
+        if self.cold_max_bytes > 0 && FREEZES.contains(&why) {
+            let Some(frozen) = self.store.freeze_session(&c.session_key, c.updated_at_ms)? else {
+                return Ok(None);
+            };
+            tracing::info!(
+                session_key = %c.session_key,
+                updated_at_ms = c.updated_at_ms,
+                entries = frozen.entries_deleted,
+                bytes = frozen.bytes,
+                why,
+                "moved session to the cold tier"
+            );
+            return Ok(Some(frozen.bytes));
+        }
+        // Under pressure an archive would only add to what must go (archives are deleted first).
+        let archived = if self.keep_archives && !FREEZES[1..].contains(&why) {
             Some(archive::write(
                 &self.store,
                 &c.session_key,
@@ -210,6 +313,7 @@ impl StoreBudget {
             .evict_session(&c.session_key, Some(c.updated_at_ms))?
         {
             Some(evicted) => {
+                self.store.forget_cold(&c.session_key)?;
                 tracing::info!(
                     session_key = %c.session_key,
                     session_id = evicted.record.id,
@@ -260,13 +364,14 @@ impl StoreBudget {
 
     fn reclaim_inner(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, StoreError> {
         let mut report = ReclaimReport::default();
-        let (db_bytes, recount_due, after_rewrite) = {
+        let (db_bytes, measured_disk, recount_due, after_rewrite) = {
             let m = self
                 .measured
                 .lock()
                 .map_err(|_| StoreError::Flush("janitor measurement poisoned".into()))?;
             (
                 m.db_bytes,
+                m.disk_bytes,
                 m.last_recount.is_none_or(|t| t.elapsed() >= RECOUNT_EVERY),
                 m.after_rewrite,
             )
@@ -297,6 +402,7 @@ impl StoreBudget {
             sessions: 0,
             evicted: 0,
             simulated: HashSet::new(),
+            busy_seen: HashSet::new(),
         };
         if progress.live > target {
             let goal = (target as f64 * EVICT_TO_FRACTION) as u64;
@@ -307,6 +413,12 @@ impl StoreBudget {
                 "disk_budget",
                 |_, p| p.live > goal,
             )?;
+        }
+        // 2b. The cold tier within its share, oldest segments first.
+        if enforce && self.cold_max_bytes > 0 {
+            disk_bytes -= self
+                .delete_cold(self.cold_max_bytes, 0, &mut report)?
+                .min(disk_bytes);
         }
         // The next signal: at the target, or — when busy sessions alone exceed it — only after
         // a tenth of the target more, so the janitor is not woken by every write. Warn mode
@@ -363,19 +475,22 @@ impl StoreBudget {
 
         // 6. Garbage: rewrite the database when it is mostly dead space.
         let live = self.store.live_bytes();
-        let rewrite_at = (usage.high_water_bytes as f64 * REWRITE_AT) as u64;
+        // Without a cold tier the database is nearly all of the data dir; with one, it is held
+        // to its share.
+        let rewrite_at = (self.sled_share(usage) as f64 * REWRITE_AT) as u64;
+        let grown = if self.cold_max_bytes > 0 {
+            db_bytes
+        } else {
+            disk_bytes
+        };
         let mostly_garbage = db_bytes as f64 >= MIN_GARBAGE_RATIO * live.max(1) as f64
             && db_bytes as f64 >= REWRITE_GROWTH * after_rewrite as f64;
-        if disk_bytes > rewrite_at && mostly_garbage && live <= target {
+        let mut rewrote = false;
+        if grown > rewrite_at && mostly_garbage && live <= target {
             if enforce {
-                let done = self.store.rewrite()?;
-                report.bytes_freed += done.bytes_before.saturating_sub(done.bytes_after);
-                if let Ok(mut m) = self.measured.lock() {
-                    m.db_bytes = done.bytes_after;
-                    m.after_rewrite = done.bytes_after;
-                    if live > 0 {
-                        m.fresh_amplification = Some(done.bytes_after as f64 / live as f64);
-                    }
+                if self.make_room_for_rewrite(disk_bytes, &mut progress, &mut report)? {
+                    self.rewrite_now(&mut report)?;
+                    rewrote = true;
                 }
             } else {
                 tracing::warn!(
@@ -385,18 +500,174 @@ impl StoreBudget {
                 );
             }
         }
+        if enforce {
+            self.relieve_pressure(usage, measured_disk, rewrote, &mut progress, &mut report)?;
+        }
         Ok(report)
+    }
+
+    /// Step 7 of a pass: when the data dir is still over high water (the rewrite freed
+    /// nothing or did not run, or busy sessions hold the live bytes up), evicts live bytes in
+    /// proportion to the overshoot and rewrites if the fresh copy would be markedly smaller.
+    /// Ends with a fresh measurement for admission and the next disk signal.
+    ///
+    /// `measured_disk` is the newest real measurement before this pass: what the pass changed
+    /// is applied to `usage` (which a caller may have adjusted) as a difference.
+    fn relieve_pressure(
+        &self,
+        usage: &DiskUsage,
+        measured_disk: u64,
+        rewrote: bool,
+        progress: &mut Progress,
+        report: &mut ReclaimReport,
+    ) -> Result<(), StoreError> {
+        let remeasure =
+            || -> Result<u64, StoreError> {
+                let real = self.measure()?;
+                Ok((usage.disk_bytes + real)
+                    .saturating_sub(measured_disk.min(usage.disk_bytes + real)))
+            };
+        let changed = rewrote
+            || report.sessions_evicted > 0
+            || report.archives_deleted > 0
+            || report.cold_deleted > 0;
+        let mut disk_now = if changed {
+            remeasure()?
+        } else {
+            usage.disk_bytes
+        };
+        if disk_now > usage.high_water_bytes {
+            let live = self.store.live_bytes();
+            let fresh = live as f64 * self.fresh_amplification();
+            // Only when a rewrite would give little back (the database is mostly live) does
+            // the overshoot call for eviction; otherwise the rewrite below is the remedy, and
+            // evicting as well would empty the store pass after pass.
+            if (self.db_bytes()? as f64) < REWRITE_GROWTH * fresh {
+                let goal = (live as f64 * usage.high_water_bytes as f64 / disk_now as f64
+                    * EVICT_TO_FRACTION) as u64;
+                progress.live = live;
+                self.evict_oldest(true, progress, report, "disk pressure", |_, p| {
+                    p.live > goal
+                })?;
+            }
+            let live = self.store.live_bytes();
+            let db_bytes = self.db_bytes()?;
+            let fresh = live as f64 * self.fresh_amplification();
+            if db_bytes as f64 >= REWRITE_GROWTH * fresh
+                && self.make_room_for_rewrite(disk_now, progress, report)?
+            {
+                self.rewrite_now(report)?;
+            }
+            disk_now = remeasure()?;
+            if disk_now > usage.high_water_bytes && self.cold_max_bytes > 0 {
+                let over = disk_now - usage.high_water_bytes;
+                if self.delete_cold(u64::MAX, over, report)? > 0 {
+                    disk_now = remeasure()?;
+                }
+            }
+            if disk_now > usage.high_water_bytes {
+                tracing::warn!(
+                    disk_bytes = disk_now,
+                    high_water_bytes = usage.high_water_bytes,
+                    live_bytes = self.store.live_bytes(),
+                    skipped_busy = report.sessions_skipped_busy,
+                    "data dir still over high water after evicting everything idle"
+                );
+            }
+        }
+        let slack = (self.limit_bytes as f64 * DISK_TRIGGER_SLACK) as u64;
+        self.store
+            .shared
+            .meter
+            .set_disk_trigger(usage.high_water_bytes.max(disk_now.saturating_add(slack)));
+        Ok(())
+    }
+
+    /// Database bytes per live byte expected for a rewrite's fresh copy.
+    fn fresh_amplification(&self) -> f64 {
+        self.measured
+            .lock()
+            .ok()
+            .and_then(|m| m.fresh_amplification)
+            .unwrap_or(FRESH_AMPLIFICATION_GUESS)
+    }
+
+    /// Evicts sessions until the old generation (`disk_bytes`) and the copy a rewrite makes
+    /// fit together within `REWRITE_PEAK` of the budget. False when they still do not (busy
+    /// sessions hold the live bytes up): the rewrite waits for a later pass, and admission
+    /// refuses meanwhile, rather than the copy pushing the data dir past the budget.
+    fn make_room_for_rewrite(
+        &self,
+        disk_bytes: u64,
+        progress: &mut Progress,
+        report: &mut ReclaimReport,
+    ) -> Result<bool, StoreError> {
+        let room = (self.limit_bytes as f64 * REWRITE_PEAK - disk_bytes as f64).max(0.0);
+        let per_live_byte = self.fresh_amplification() * FRESH_COPY_MARGIN;
+        let goal = (room / per_live_byte) as u64;
+        progress.live = self.store.live_bytes();
+        if progress.live > goal {
+            self.evict_oldest(true, progress, report, "room for a rewrite", |_, p| {
+                p.live > goal
+            })?;
+        }
+        let fits = self.store.live_bytes() <= goal;
+        if !fits {
+            tracing::warn!(
+                disk_bytes,
+                live_bytes = self.store.live_bytes(),
+                room,
+                "no room for a rewrite beside the database yet (sessions busy); waiting"
+            );
+        }
+        Ok(fits)
+    }
+
+    /// Rewrites the database and records what the fresh generation measured.
+    fn rewrite_now(&self, report: &mut ReclaimReport) -> Result<(), StoreError> {
+        let live = self.store.live_bytes();
+        let done = self.store.rewrite()?;
+        report.bytes_freed += done.bytes_before.saturating_sub(done.bytes_after);
+        // The next rewrite needs about as much room again: admission keeps it free.
+        self.store
+            .shared
+            .meter
+            .set_rewrite_reserve((done.bytes_after as f64 * FRESH_COPY_MARGIN) as u64);
+        if let Ok(mut m) = self.measured.lock() {
+            m.db_bytes = done.bytes_after;
+            m.after_rewrite = done.bytes_after;
+            if live > 0 {
+                m.fresh_amplification = Some(done.bytes_after as f64 / live as f64);
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes of the current database generation.
+    fn db_bytes(&self) -> Result<u64, StoreError> {
+        let db_dir = self.store.inner().dir.clone();
+        disk::dir_disk_bytes(&db_dir).map_err(StoreError::file("measure", &db_dir))
+    }
+
+    /// Measures the data dir and hands the measurement to admission's estimate.
+    fn measure(&self) -> Result<u64, StoreError> {
+        let dir = self.store.data_dir();
+        let counted = self.store.shared.meter.measure_begins();
+        let disk_bytes = disk::dir_disk_bytes(dir).map_err(StoreError::file("measure", dir))?;
+        if self.enforcing {
+            self.store.shared.meter.set_measured(disk_bytes, counted);
+        }
+        if let Ok(mut m) = self.measured.lock() {
+            m.disk_bytes = disk_bytes;
+        }
+        Ok(disk_bytes)
     }
 }
 
 impl DiskBudget for StoreBudget {
     fn usage(&self) -> Result<DiskUsage, String> {
-        let dir = self.store.data_dir();
-        let disk_bytes =
-            disk::dir_disk_bytes(dir).map_err(|e| format!("measuring {}: {e}", dir.display()))?;
-        let db_dir = self.store.inner().dir.clone();
-        let db_bytes = disk::dir_disk_bytes(&db_dir)
-            .map_err(|e| format!("measuring {}: {e}", db_dir.display()))?;
+        let disk_bytes = self.measure().map_err(|e| e.to_string())?;
+        let db_bytes = self.db_bytes().map_err(|e| e.to_string())?;
         if let Ok(mut m) = self.measured.lock() {
             m.db_bytes = db_bytes;
         }
@@ -414,6 +685,30 @@ impl DiskBudget for StoreBudget {
 }
 
 impl Store {
+    /// Why a new message must be refused for lack of disk space, if it must: the data dir's
+    /// estimated size (see `disk::UsageMeter`) plus the room the next rewrite needs (the newest
+    /// fresh generation's size) has reached `ADMIT_BELOW` of `max_disk_bytes`. Without that
+    /// reserve the janitor could only rewrite by passing the budget. Wakes the janitor then,
+    /// so the refusal lasts only until a pass frees space. Cheap: a few atomic loads. `None`
+    /// while no janitor has measured the data dir.
+    pub fn disk_full(&self) -> Option<String> {
+        let limit = self.shared.config.max_disk_bytes as f64;
+        let estimate = self.shared.meter.disk_estimate();
+        // Never below high water: sled's fixed overhead makes a fresh generation a large part
+        // of a small budget, and a line the janitor cannot get under would refuse for good.
+        let line = (limit * ADMIT_BELOW - self.shared.meter.rewrite_reserve() as f64)
+            .max(limit * self.shared.config.high_water);
+        if estimate == 0 || (estimate as f64) < line {
+            return None;
+        }
+        let limit = self.shared.config.max_disk_bytes;
+        self.shared.meter.wake();
+        Some(format!(
+            "the data dir is at about {} of its {} byte budget and nothing more can be evicted yet",
+            estimate, limit
+        ))
+    }
+
     /// Recounts live bytes exactly (sessions and inbox) and collects up to `max_empty` empty
     /// sessions (key, updated_at). Reads every session record: O(sessions).
     pub(super) fn recount(

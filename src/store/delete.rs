@@ -30,6 +30,9 @@ impl Store {
     /// caller makes sure no turn runs for the session (a turn that commits anyway recreates
     /// it with its own entries, which is consistent).
     pub fn delete_session(&self, session_key: &str) -> Result<Option<SessionDeletion>, StoreError> {
+        // A cold session is deleted like a hot one; a stale cold copy must not come back.
+        self.thaw_session(session_key)?;
+        self.forget_cold(session_key)?;
         let deleted = self.delete_session_records(session_key)?;
         if deleted.is_some() {
             // After the write gate is released: this takes it per batch.

@@ -57,13 +57,29 @@ fn allocated(meta: &std::fs::Metadata) -> u64 {
     meta.len()
 }
 
+/// Disk bytes a logical byte written is assumed to take until the janitor measures again:
+/// sled appends every write to its log (1×) and relocates half-empty segments later; 2× is the
+/// upper end of what the overload tests showed between two measurements.
+pub(super) const DISK_BYTES_PER_WRITTEN_BYTE: u64 = 2;
+
 /// Live logical bytes in the database (transcript values and keys, inbox entries) and the
-/// level at which the janitor wants to hear about it. Updated with one atomic add per write.
+/// level at which the janitor wants to hear about it; and an estimate of the data dir's
+/// allocated size (the janitor's newest measurement plus what was written since), which
+/// admission checks against the budget. Updated with atomic adds per write, no directory walk.
 #[derive(Default)]
 pub(super) struct UsageMeter {
     live: AtomicU64,
     /// The janitor is told when `live` reaches this; 0 means "not set yet".
     trigger_at: AtomicU64,
+    /// The data dir's allocated bytes at the janitor's newest measurement; 0 means "never
+    /// measured" (no janitor: admission is not gated).
+    measured_disk: AtomicU64,
+    /// Logical bytes written since that measurement (deletes do not give disk space back).
+    written_since: AtomicU64,
+    /// The janitor is told when the disk estimate reaches this (high water); 0: not set.
+    disk_trigger_at: AtomicU64,
+    /// Room admission keeps free for the janitor's next rewrite (the fresh copy it expects).
+    rewrite_reserve: AtomicU64,
     hook: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
@@ -78,12 +94,68 @@ impl UsageMeter {
 
     pub(super) fn add(&self, bytes: u64) {
         let now = self.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.written_since.fetch_add(bytes, Ordering::Relaxed);
         let trigger = self.trigger_at.load(Ordering::Relaxed);
-        if trigger != 0 && now >= trigger {
-            if let Some(hook) = self.hook.get() {
-                hook();
-            }
+        let disk_trigger = self.disk_trigger_at.load(Ordering::Relaxed);
+        if (trigger != 0 && now >= trigger)
+            || (disk_trigger != 0 && self.disk_estimate() >= disk_trigger)
+        {
+            self.wake();
         }
+    }
+
+    /// Calls the janitor hook, if installed (cheap: the hook is coalesced).
+    pub(super) fn wake(&self) {
+        if let Some(hook) = self.hook.get() {
+            hook();
+        }
+    }
+
+    /// The data dir's allocated bytes as far as known without measuring: the newest
+    /// measurement plus [`DISK_BYTES_PER_WRITTEN_BYTE`] per byte written since. 0 before the
+    /// first measurement.
+    pub(super) fn disk_estimate(&self) -> u64 {
+        let measured = self.measured_disk.load(Ordering::Relaxed);
+        if measured == 0 {
+            return 0;
+        }
+        measured.saturating_add(
+            self.written_since
+                .load(Ordering::Relaxed)
+                .saturating_mul(DISK_BYTES_PER_WRITTEN_BYTE),
+        )
+    }
+
+    /// Call before walking the data dir: the bytes written so far will be in the measurement.
+    pub(super) fn measure_begins(&self) -> u64 {
+        self.written_since.load(Ordering::Relaxed)
+    }
+
+    /// Records a measurement of the data dir that began when [`Self::measure_begins`]
+    /// returned `counted` (writes during the walk stay counted: an overestimate, never under).
+    pub(super) fn set_measured(&self, disk_bytes: u64, counted: u64) {
+        let _ = self
+            .written_since
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(counted))
+            });
+        self.measured_disk
+            .store(disk_bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// Room kept free for a rewrite's fresh copy.
+    pub(super) fn rewrite_reserve(&self) -> u64 {
+        self.rewrite_reserve.load(Ordering::Relaxed)
+    }
+
+    /// Sets the room kept free for a rewrite's fresh copy.
+    pub(super) fn set_rewrite_reserve(&self, bytes: u64) {
+        self.rewrite_reserve.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Sets the disk estimate at which the janitor hook fires.
+    pub(super) fn set_disk_trigger(&self, bytes: u64) {
+        self.disk_trigger_at.store(bytes.max(1), Ordering::Relaxed);
     }
 
     pub(super) fn sub(&self, bytes: u64) {
@@ -138,5 +210,38 @@ mod tests {
         assert_eq!(fired.load(Ordering::Relaxed), 1);
         meter.sub(5_000);
         assert_eq!(meter.live(), 0);
+    }
+
+    #[test]
+    fn disk_estimate_counts_writes_since_the_measurement_and_fires_at_its_trigger() {
+        let meter = UsageMeter::default();
+        let fired = Arc::new(AtomicUsize::new(0));
+        let f = Arc::clone(&fired);
+        assert!(meter.set_hook(Box::new(move || {
+            f.fetch_add(1, Ordering::Relaxed);
+        })));
+        meter.add(1_000);
+        assert_eq!(meter.disk_estimate(), 0, "never measured: no estimate");
+        let counted = meter.measure_begins();
+        meter.set_measured(10_000, counted);
+        meter.set_disk_trigger(12_000);
+        meter.add(500);
+        meter.sub(500);
+        assert_eq!(
+            meter.disk_estimate(),
+            10_000 + 500 * DISK_BYTES_PER_WRITTEN_BYTE,
+            "a delete gives no disk space back"
+        );
+        assert_eq!(fired.load(Ordering::Relaxed), 0);
+        meter.add(500);
+        assert_eq!(fired.load(Ordering::Relaxed), 1);
+        let counted = meter.measure_begins();
+        meter.add(100);
+        meter.set_measured(9_000, counted);
+        assert_eq!(
+            meter.disk_estimate(),
+            9_000 + 100 * DISK_BYTES_PER_WRITTEN_BYTE,
+            "a write during the walk stays counted"
+        );
     }
 }

@@ -607,5 +607,58 @@ async fn import_refuses_keys_the_api_refuses() {
         .map(|c| c.session_key)
         .collect();
     assert_eq!(keys, ["agent:main:fine"]);
+}
+
+/// When nothing can be evicted (every session busy), admission refuses before the data dir
+/// passes the budget, and accepts again once a pass has freed space.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_refuses_when_nothing_can_be_evicted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_disk_bytes = 24 << 20;
+    let store = Store::open(&cfg).unwrap();
+    assert!(
+        store.disk_full().is_none(),
+        "no janitor measured yet: not gated"
+    );
+    let everyone_busy: Liveness = Arc::new(|_: &str| true);
+    let budget = StoreBudget::new(store.clone(), &cfg, everyone_busy);
+    let text = "q".repeat(16_000);
+    let mut refused = false;
+    for i in 0..4_000u64 {
+        if i % 50 == 0 {
+            let u = usage(&budget);
+            budget.reclaim(&u, true).unwrap();
+        }
+        if store.disk_full().is_some() {
+            refused = true;
+            break;
+        }
+        turn(&store, &format!("s{i:04}"), 1_000 + i, &text);
+    }
+    assert!(refused, "admission never refused");
+    let disk = dir_disk_bytes(dir.path()).unwrap();
+    assert!(
+        disk <= cfg.max_disk_bytes + cfg.max_disk_bytes / 10,
+        "data dir {disk} past the budget {}",
+        cfg.max_disk_bytes
+    );
+    // Sessions become idle: the next pass evicts and rewrites, and admission opens again.
+    let budget = StoreBudget::new(store.clone(), &cfg, no_one_live());
+    let u = usage(&budget);
+    let report = budget.reclaim(&u, true).unwrap();
+    assert!(report.sessions_evicted > 0, "{report:?}");
+    // The old generation's directory goes once its flusher lets go (a task on this runtime);
+    // the janitor's next measurement then opens admission again.
+    let mut open = false;
+    for _ in 0..500 {
+        usage(&budget);
+        if store.disk_full().is_none() {
+            open = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(open, "still refused after a pass freed space");
     store.close().await.unwrap();
 }
