@@ -4,6 +4,12 @@
 //! flusher loop wakes on demand, reads the newest ticket *before* flushing (every write with a
 //! ticket up to it has completed, so the flush covers it), flushes on a blocking thread, and
 //! publishes the ticket. Many concurrent acks thus share one fsync.
+//!
+//! The store's group commit also stamps the ledger's mark before each flush and writes the
+//! ledger file after it (`ledger.rs`), and reports a failed or hung flush to the store's
+//! health (`health.rs`): a flush runs on the blocking pool under [`FLUSH_TIMEOUT`], and while
+//! the store cannot write, waiters get [`StoreError::CannotWrite`] at once instead of a flush
+//! that may never end.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,6 +17,8 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
+use super::health::{Health, FLUSH_TIMEOUT};
+use super::ledger::Ledger;
 use crate::config::Durability;
 use crate::error::StoreError;
 
@@ -38,6 +46,9 @@ struct Inner {
     flushed: watch::Sender<Flushed>,
     wake: Notify,
     stop: Notify,
+    /// The store's ledger and health (absent for a bare group commit).
+    ledger: Option<Arc<Ledger>>,
+    health: Option<Arc<Health>>,
 }
 
 impl GroupCommit {
@@ -51,6 +62,19 @@ impl GroupCommit {
     /// as flushed: a database generation that replaces a fully flushed one continues its
     /// ticket numbers, so a ticket taken before the swap is satisfied by either.
     pub fn start_at(db: sled::Db, mode: Durability, period: Duration, first_ticket: u64) -> Self {
+        Self::start_for_store(db, mode, period, first_ticket, None, None)
+    }
+
+    /// Like [`GroupCommit::start_at`], stamping `ledger` around flushes and reporting
+    /// failures to `health`.
+    pub(super) fn start_for_store(
+        db: sled::Db,
+        mode: Durability,
+        period: Duration,
+        first_ticket: u64,
+        ledger: Option<Arc<Ledger>>,
+        health: Option<Arc<Health>>,
+    ) -> Self {
         let (flushed, _) = watch::channel(Flushed {
             upto: first_ticket,
             failed: None,
@@ -63,6 +87,8 @@ impl GroupCommit {
             flushed,
             wake: Notify::new(),
             stop: Notify::new(),
+            ledger,
+            health,
         });
         let me = Self { inner };
         let flusher = me.clone();
@@ -97,29 +123,14 @@ impl GroupCommit {
             .as_ref()
             .map(|(_, e)| e.to_string())
             .unwrap_or_default();
-        Err(StoreError::Flush(reason))
+        Err(StoreError::CannotWrite {
+            reason: super::health::describe_failure(&reason),
+        })
     }
 
     /// The newest ticket handed out.
     pub fn written(&self) -> u64 {
         self.inner.written.load(Ordering::Acquire)
-    }
-
-    /// Flushes on the calling thread (for callers that are not async and hold every writer
-    /// off, like a database rewrite) and publishes the result to waiters.
-    pub(super) fn flush_blocking(&self) -> Result<(), StoreError> {
-        let target = self.inner.written.load(Ordering::Acquire);
-        let result = self
-            .inner
-            .db
-            .flush()
-            .map(|_| ())
-            .map_err(|e| StoreError::Flush(e.to_string()));
-        self.inner.flushed.send_modify(|f| match &result {
-            Ok(()) => f.upto = f.upto.max(target),
-            Err(e) => f.failed = Some((target, e.to_string().into())),
-        });
-        result
     }
 
     /// Asks the flusher to stop without waiting (see [`GroupCommit::is_stopped`]).
@@ -148,16 +159,49 @@ impl GroupCommit {
 
     async fn flush_now(&self) -> Result<(), StoreError> {
         let target = self.inner.written.load(Ordering::Acquire);
-        let db = self.inner.db.clone();
-        let result = tokio::task::spawn_blocking(move || db.flush())
-            .await
-            .map_err(|e| StoreError::Flush(e.to_string()))
-            .and_then(|r| r.map(|_| ()).map_err(|e| StoreError::Flush(e.to_string())));
+        let result = match self.inner.health.as_ref().map(|h| h.check_writable()) {
+            // While the store cannot write, nothing is flushed (sled would fail or hang) and
+            // nothing waiting is acknowledged.
+            Some(Err(e)) => Err(e),
+            _ => self.flush_on_blocking_pool().await,
+        };
+        if let (Err(e), Some(health)) = (&result, &self.inner.health) {
+            health.write_failed(&e.to_string());
+        }
         self.inner.flushed.send_modify(|f| match &result {
-            Ok(()) => f.upto = f.upto.max(target),
+            Ok(_) => f.upto = f.upto.max(target),
             Err(e) => f.failed = Some((target, e.to_string().into())),
         });
-        result
+        let mark = result?;
+        if let (Some(mark), Some(ledger)) = (mark, &self.inner.ledger) {
+            if ledger.due() {
+                let ledger = Arc::clone(ledger);
+                tokio::task::spawn_blocking(move || ledger.write(mark));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stamps the ledger (if any) and flushes, on the blocking pool, giving up after
+    /// [`FLUSH_TIMEOUT`] (the blocking thread may stay stuck in sled; no worker waits on it).
+    async fn flush_on_blocking_pool(
+        &self,
+    ) -> Result<Option<super::ledger::Mark>, StoreError> {
+        let db = self.inner.db.clone();
+        let ledger = self.inner.ledger.clone();
+        let flush = tokio::task::spawn_blocking(move || {
+            let mark = ledger.map(|l| l.stamp(&db)).transpose()?;
+            db.flush().map_err(|e| StoreError::Flush(e.to_string()))?;
+            Ok(mark)
+        });
+        match tokio::time::timeout(FLUSH_TIMEOUT, flush).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(StoreError::Flush(join.to_string())),
+            Err(_) => Err(StoreError::Flush(format!(
+                "the flush did not finish within {} s",
+                FLUSH_TIMEOUT.as_secs()
+            ))),
+        }
     }
 
     async fn run(self, period: Duration) {
