@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use turnstile::model::{Encoding, TokenCounter};
-use turnstile::store::{Depth, Store};
+use turnstile::store::Store;
 use turnstile::{Config, Runtime};
 
 #[derive(Parser)]
@@ -53,6 +53,10 @@ enum Command {
         /// Listen address (overrides the file). Default 127.0.0.1:7878.
         #[arg(long)]
         listen: Option<SocketAddr>,
+        /// Serve a store whose ledger shows lost data (what is left), re-baselining the
+        /// ledger; without it such a store is refused.
+        #[arg(long)]
+        accept_data_loss: bool,
     },
     /// Bounded load against a server (or an in-process runtime), with a latency report.
     Loadtest(LoadtestArgs),
@@ -203,12 +207,15 @@ fn main() -> anyhow::Result<()> {
             config,
             data_dir,
             listen,
-        } => runtime.block_on(serve(config, data_dir, listen)),
+            accept_data_loss,
+        } => runtime.block_on(serve(config, data_dir, listen, accept_data_loss)),
         Command::Chat { url, session } => runtime.block_on(chat(url, session)),
         Command::Loadtest(args) => runtime.block_on(loadtest(args)),
         Command::Stats(target) => runtime.block_on(cli::ops::stats(target)),
         Command::Sessions { command } => runtime.block_on(cli::ops::sessions(command)),
-        Command::Doctor { data_dir, repair } => runtime.block_on(doctor(data_dir, repair)),
+        Command::Doctor { data_dir, repair } => {
+            runtime.block_on(cli::doctor::doctor(data_dir, repair))
+        }
         Command::Import {
             source: ImportSource::Openclaw { dir, data_dir },
         } => runtime.block_on(import_openclaw(dir, data_dir)),
@@ -221,21 +228,6 @@ fn storage_config(data_dir: PathBuf) -> turnstile::config::StorageConfig {
         data_dir,
         ..Default::default()
     }
-}
-
-async fn doctor(data_dir: PathBuf, repair: bool) -> anyhow::Result<()> {
-    if !Store::exists(&data_dir) {
-        anyhow::bail!("no store under {}", data_dir.display());
-    }
-    let store = Store::open_unrepaired(&storage_config(data_dir))?;
-    let report = store.doctor(Depth::Full, repair)?;
-    print!("{report}");
-    store.close().await?;
-    if !report.is_clean() && !repair {
-        eprintln!("run `turnstile doctor --repair` to fix these");
-        std::process::exit(1);
-    }
-    Ok(())
 }
 
 async fn import_openclaw(dir: PathBuf, data_dir: PathBuf) -> anyhow::Result<()> {
@@ -281,6 +273,7 @@ async fn serve(
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,
     listen: Option<SocketAddr>,
+    accept_data_loss: bool,
 ) -> anyhow::Result<()> {
     let mut config = match config {
         Some(path) => Config::load(&path)?,
@@ -298,6 +291,11 @@ async fn serve(
         .await
         .with_context(|| format!("binding {}", config.server.listen))?;
     let addr = listener.local_addr()?;
+    if accept_data_loss && Store::exists(&config.storage.data_dir) {
+        if let Some(loss) = Store::accept_data_loss(&config.storage).await? {
+            tracing::warn!(loss = %loss.describe(), "serving what is left (--accept-data-loss)");
+        }
+    }
     let runtime = Runtime::builder().config(config).build().await?;
     tracing::info!(%addr, "turnstile listening");
     turnstile::server::serve(listener, runtime, shutdown_signal()).await?;

@@ -4,6 +4,7 @@
 //! Every operator command works against a running server (`--url`, the default) or directly on
 //! a data dir (`--data-dir`, only when no server runs on it: sled locks the database).
 
+pub(crate) mod doctor;
 pub(crate) mod logging;
 pub(crate) mod ops;
 mod output;

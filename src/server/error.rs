@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::error::Error;
+use crate::error::{Error, StoreError};
 use crate::runtime::Refusal;
 
 /// An error answered to an HTTP client.
@@ -46,9 +46,31 @@ impl ApiError {
     }
 }
 
+/// How `StoreError::CannotWrite` (and `Error::InsufficientStorage`) display.
+const INSUFFICIENT_PREFIX: &str = "insufficient storage: ";
+
+/// `Retry-After` of a 507: the store probes for space every second.
+const INSUFFICIENT_STORAGE_RETRY_SECS: u64 = 5;
+
+impl ApiError {
+    /// 507 `insufficient_storage`, with `Retry-After`.
+    fn insufficient_storage(reason: String) -> Self {
+        Self::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "insufficient_storage",
+            format!("insufficient storage: {reason}"),
+        )
+        .with_retry_after(INSUFFICIENT_STORAGE_RETRY_SECS)
+    }
+}
+
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         match e {
+            Error::InsufficientStorage { reason }
+            | Error::Store(StoreError::CannotWrite { reason }) => {
+                Self::insufficient_storage(reason)
+            }
             Error::Inbound(e) => Self::bad_request("invalid_message", e.to_string()),
             Error::Overloaded(m) => Self::from(Refusal::Overloaded(m)),
             Error::ShuttingDown => Self::from(Refusal::ShuttingDown),
@@ -106,6 +128,11 @@ impl From<Refusal> for ApiError {
                 // Handlers answer drops with 200 before reaching here; an endpoint with no way
                 // to say "dropped" (the OpenAI one) reports it as a client error.
                 Self::new(StatusCode::UNPROCESSABLE_ENTITY, "dropped", reason.as_str())
+            }
+            // The admission path carries store errors as text; a store that cannot write says
+            // so with the same prefix as `StoreError::CannotWrite`.
+            Refusal::Storage(m) if m.starts_with(INSUFFICIENT_PREFIX) => {
+                Self::insufficient_storage(m[INSUFFICIENT_PREFIX.len()..].to_string())
             }
             Refusal::Storage(m) => {
                 tracing::error!(error = %m, "inbox write failed");

@@ -69,6 +69,9 @@ mod tests {
         assert!(e.contains("tried to serialize Uninitialized"), "{e}");
         assert!(e.contains("reading"), "{e}");
         assert_eq!(contain("ok", || Ok(5)).unwrap(), 5);
-        assert!(!CONTAINED.with(Cell::get), "the flag is reset after a contained call");
+        assert!(
+            !CONTAINED.with(Cell::get),
+            "the flag is reset after a contained call"
+        );
     }
 }

@@ -147,14 +147,26 @@ impl GroupCommit {
             .unwrap_or(true)
     }
 
-    /// Flushes everything now and stops the flusher.
+    /// Flushes everything now and stops the flusher; the ledger records the final flush.
     pub async fn close(&self) -> Result<(), StoreError> {
         self.inner.stop.notify_one();
         let task = self.inner.task.lock().ok().and_then(|mut t| t.take());
         if let Some(task) = task {
             let _ = task.await;
         }
-        self.flush_now().await
+        self.flush_now().await?;
+        if let Some(ledger) = &self.inner.ledger {
+            // The last mark stamped is durable now; write it whether or not it is due.
+            let (ledger, db) = (Arc::clone(ledger), self.inner.db.clone());
+            let _ = tokio::task::spawn_blocking(move || {
+                let mark = ledger.stamp(&db)?;
+                db.flush().map_err(|e| StoreError::Flush(e.to_string()))?;
+                ledger.write_now(mark);
+                Ok::<(), StoreError>(())
+            })
+            .await;
+        }
+        Ok(())
     }
 
     async fn flush_now(&self) -> Result<(), StoreError> {
@@ -184,9 +196,7 @@ impl GroupCommit {
 
     /// Stamps the ledger (if any) and flushes, on the blocking pool, giving up after
     /// [`FLUSH_TIMEOUT`] (the blocking thread may stay stuck in sled; no worker waits on it).
-    async fn flush_on_blocking_pool(
-        &self,
-    ) -> Result<Option<super::ledger::Mark>, StoreError> {
+    async fn flush_on_blocking_pool(&self) -> Result<Option<super::ledger::Mark>, StoreError> {
         let db = self.inner.db.clone();
         let ledger = self.inner.ledger.clone();
         let flush = tokio::task::spawn_blocking(move || {

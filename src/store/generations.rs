@@ -128,10 +128,7 @@ pub(super) fn current_dir(data_dir: &Path) -> Result<PathBuf, StoreError> {
             if !first.exists() && later {
                 return Err(refuse(
                     data_dir,
-                    format!(
-                        "{} is missing and {DB_DIR} does not exist",
-                        path.display()
-                    ),
+                    format!("{} is missing and {DB_DIR} does not exist", path.display()),
                 ));
             }
             (0, first)
@@ -293,7 +290,10 @@ mod tests {
         assert_eq!(current_dir(dir.path()).unwrap(), dir.path().join("db"));
         gen(dir.path(), "db.3", true);
         let e = current_dir(dir.path()).unwrap_err().to_string();
-        assert!(e.contains("db.3 (complete)") && e.contains("doctor --repair"), "{e}");
+        assert!(
+            e.contains("db.3 (complete)") && e.contains("doctor --repair"),
+            "{e}"
+        );
         std::fs::write(dir.path().join(CURRENT_FILE), "db.3").unwrap();
         assert_eq!(current_dir(dir.path()).unwrap(), dir.path().join("db.3"));
         std::fs::write(dir.path().join(CURRENT_FILE), "../etc").unwrap();
@@ -337,7 +337,15 @@ mod tests {
         assert_eq!(generation_number("db.12"), Some(12));
         assert_eq!(generation_name(0), "db");
         assert_eq!(generation_name(7), "db.7");
-        for bad in ["db.", "db.x", "db.-1", "archives", "../db.1", "db.1/..", "damaged.db.1"] {
+        for bad in [
+            "db.",
+            "db.x",
+            "db.-1",
+            "archives",
+            "../db.1",
+            "db.1/..",
+            "damaged.db.1",
+        ] {
             assert_eq!(generation_number(bad), None, "{bad}");
         }
     }

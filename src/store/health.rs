@@ -86,7 +86,10 @@ impl Health {
 
     /// sled panicked on damaged data: refuse writes and report not ready until repaired.
     pub(super) fn damaged(&self, reason: &str) {
-        tracing::error!(reason, "the database is damaged; stop the server and run `turnstile doctor --repair`");
+        tracing::error!(
+            reason,
+            "the database is damaged; stop the server and run `turnstile doctor --repair`"
+        );
         self.set(DAMAGED, format!("the database is damaged: {reason}"));
     }
 
@@ -161,7 +164,10 @@ mod tests {
         assert!(health.check_writable().is_ok());
         health.damaged("cannot find pid 194 in view_for_key");
         health.writable_again();
-        assert!(health.check_writable().is_err(), "damage is not undone by a probe");
+        assert!(
+            health.check_writable().is_err(),
+            "damage is not undone by a probe"
+        );
         assert!(!health.cannot_write());
     }
 

@@ -121,7 +121,9 @@ impl Loss {
     /// A one-line description for logs, errors and `doctor`.
     pub fn describe(&self) -> String {
         if self.ledger_damaged {
-            return format!("the {LEDGER_FILE} file is damaged, so the store cannot be checked for a lost tail");
+            return format!(
+                "the {LEDGER_FILE} file is damaged, so the store cannot be checked for a lost tail"
+            );
         }
         let db = self.database.unwrap_or_default();
         format!(
@@ -261,6 +263,14 @@ impl Ledger {
         self.writing.store(false, Ordering::Release);
     }
 
+    /// Writes `mark` now, however recently the file was written (on close).
+    pub(super) fn write_now(&self, mark: Mark) {
+        if let Ok(mut last) = self.last_written.lock() {
+            *last = None;
+        }
+        self.write(mark);
+    }
+
     /// Accepts a detected loss: the next write re-baselines the file on what the database
     /// holds.
     pub(super) fn unfreeze(&self) {
@@ -310,7 +320,11 @@ mod tests {
         ledger.write(later);
         let (reopened, loss) = Ledger::open(dir.path(), &db).unwrap();
         let loss = loss.expect("the database's mark is behind the ledger");
-        assert!(loss.describe().contains("1 accepted message(s)"), "{}", loss.describe());
+        assert!(
+            loss.describe().contains("1 accepted message(s)"),
+            "{}",
+            loss.describe()
+        );
         assert!(!reopened.due(), "a frozen ledger is never rewritten");
         reopened.write(first);
         assert_eq!(read_file(dir.path()), Ok(Some(later)));

@@ -66,11 +66,11 @@ pub use disk::dir_disk_bytes;
 pub use doctor::{Depth, DoctorReport, Finding, Quarantined};
 pub use durability::GroupCommit;
 pub use evict::Evicted;
+pub use export::{write_session_jsonl, ExportEntry, ExportHeader, EXPORT_VERSION};
 pub use generations::GenerationRepair;
 pub use health::{FLUSH_TIMEOUT, PROBE_BYTES, PROBE_INTERVAL};
-pub use ledger::{Loss, Mark, LEDGER_FILE, LEDGER_INTERVAL};
-pub use export::{write_session_jsonl, ExportEntry, ExportHeader, EXPORT_VERSION};
 pub use import_openclaw::{import_openclaw, ImportReport, MAX_LINE_BYTES};
+pub use ledger::{Loss, Mark, LEDGER_FILE, LEDGER_INTERVAL};
 pub use queued_events::QueuedEvents;
 pub use records::{
     ChannelMessage, EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent,
@@ -270,7 +270,9 @@ impl Store {
             migrated_from,
             ..DoctorReport::default()
         };
-        store.contained("checking the inbox", || store.check_inbox(&mut report, true))?;
+        store.contained("checking the inbox", || {
+            store.check_inbox(&mut report, true)
+        })?;
         if !report.is_clean() {
             tracing::warn!(report = %report, "inbox repaired on open");
         }
@@ -311,8 +313,9 @@ impl Store {
         })?;
         let dir = generations::current_dir(&data_dir)?;
         let (db, migrated_from) = StoreInner::open_db(&dir, config)?;
-        let (ledger, loss) =
-            contain::contain("reading the ledger mark", || ledger::Ledger::open(&data_dir, &db))?;
+        let (ledger, loss) = contain::contain("reading the ledger mark", || {
+            ledger::Ledger::open(&data_dir, &db)
+        })?;
         if let Some(loss) = &loss {
             tracing::error!(loss = %loss.describe(), "the store lost data it had made durable");
         }
@@ -353,13 +356,8 @@ impl Store {
         if let Some(loss) = &loss {
             tracing::warn!(loss = %loss.describe(), "accepting the data loss: serving what is left");
             store.shared.ledger.unfreeze();
-            let inner = store.inner();
-            let mark = store.shared.ledger.stamp(&inner.db)?;
-            inner.commit.close().await?;
-            store.shared.ledger.write(mark);
-        } else {
-            store.close().await?;
         }
+        store.close().await?;
         Ok(loss)
     }
 

@@ -249,9 +249,9 @@ impl Store {
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             stop.store(true, Ordering::Release);
-            let drained = drainer
-                .join()
-                .unwrap_or(Err(StoreError::Invariant("the rewrite's event drainer panicked")));
+            let drained = drainer.join().unwrap_or(Err(StoreError::Invariant(
+                "the rewrite's event drainer panicked",
+            )));
             (gate, drained)
         });
         let paused = Instant::now();
@@ -292,4 +292,3 @@ impl Store {
         Ok((keys, pause_ms))
     }
 }
-
