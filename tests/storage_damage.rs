@@ -320,5 +320,32 @@ async fn a_lost_tail_is_refused_until_accepted() {
         "{}",
         doctor.out
     );
+    assert!(doctor.out.contains("DATA LOSS"), "{}", doctor.out);
     serve_never_silent(root.path(), &data, expected, "lost tail").await;
+    // Accepted: served, the ledger re-baselined, and the next doctor is clean of the loss.
+    let mut accepted = Command::new(env!("CARGO_BIN_EXE_turnstile"))
+        .args([
+            "serve",
+            "--accept-data-loss",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--listen",
+        ])
+        .arg(format!("127.0.0.1:{}", common::free_port()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        accepted.try_wait().unwrap().is_none(),
+        "--accept-data-loss serves"
+    );
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(accepted.id().to_string())
+        .status();
+    let _ = accepted.wait();
+    let after = cli(&["doctor", "--data-dir", data.to_str().unwrap()]);
+    assert!(!after.out.contains("DATA LOSS"), "{}", after.out);
 }

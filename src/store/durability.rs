@@ -17,10 +17,13 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
-use super::health::{Health, FLUSH_TIMEOUT};
+use super::health::{Health, FLUSH_TIMEOUT, RECOVERY_WAIT};
 use super::ledger::Ledger;
 use crate::config::Durability;
 use crate::error::StoreError;
+
+/// How long the flusher pauses after a failed flush before trying again.
+const FAILED_FLUSH_PAUSE: Duration = Duration::from_millis(50);
 
 /// Progress of the flusher, published to waiters.
 #[derive(Debug, Clone, Default)]
@@ -46,6 +49,13 @@ struct Inner {
     flushed: watch::Sender<Flushed>,
     wake: Notify,
     stop: Notify,
+    /// Tickets up to this one were handed out by an earlier generation; of those, only the
+    /// ones up to `inherited_durable` are durable (a recovery from disk lost the rest).
+    first_ticket: u64,
+    inherited_durable: u64,
+    /// Set by [`GroupCommit::stop`]: a retired generation's flusher ends, and its failures no
+    /// longer speak for the store.
+    retired: std::sync::atomic::AtomicBool,
     /// The store's ledger and health (absent for a bare group commit).
     ledger: Option<Arc<Ledger>>,
     health: Option<Arc<Health>>,
@@ -62,19 +72,21 @@ impl GroupCommit {
     /// as flushed: a database generation that replaces a fully flushed one continues its
     /// ticket numbers, so a ticket taken before the swap is satisfied by either.
     pub fn start_at(db: sled::Db, mode: Durability, period: Duration, first_ticket: u64) -> Self {
-        Self::start_for_store(db, mode, period, first_ticket, None, None)
+        Self::start_for_store(db, mode, period, (first_ticket, first_ticket), None, None)
     }
 
     /// Like [`GroupCommit::start_at`], stamping `ledger` around flushes and reporting
-    /// failures to `health`.
+    /// failures to `health`. `tickets` is (first ticket, the newest inherited ticket that is
+    /// durable).
     pub(super) fn start_for_store(
         db: sled::Db,
         mode: Durability,
         period: Duration,
-        first_ticket: u64,
+        tickets: (u64, u64),
         ledger: Option<Arc<Ledger>>,
         health: Option<Arc<Health>>,
     ) -> Self {
+        let (first_ticket, inherited_durable) = tickets;
         let (flushed, _) = watch::channel(Flushed {
             upto: first_ticket,
             failed: None,
@@ -87,6 +99,9 @@ impl GroupCommit {
             flushed,
             wake: Notify::new(),
             stop: Notify::new(),
+            first_ticket,
+            inherited_durable,
+            retired: std::sync::atomic::AtomicBool::new(false),
             ledger,
             health,
         });
@@ -109,23 +124,46 @@ impl GroupCommit {
         if self.inner.mode == Durability::Batched {
             return Ok(());
         }
+        if ticket <= self.inner.first_ticket && ticket > self.inner.inherited_durable {
+            return Err(StoreError::CannotWrite {
+                reason: "the write was not flushed before the disk filled".into(),
+            });
+        }
         let mut rx = self.inner.flushed.subscribe();
         self.inner.wake.notify_one();
-        let state = rx
-            .wait_for(|f| f.upto >= ticket || f.failed.as_ref().is_some_and(|(t, _)| *t >= ticket))
-            .await
-            .map_err(|_| StoreError::Flush("flusher stopped".into()))?;
-        if state.upto >= ticket {
+        let (durable, reason) = {
+            let state = rx
+                .wait_for(|f| {
+                    f.upto >= ticket || f.failed.as_ref().is_some_and(|(t, _)| *t >= ticket)
+                })
+                .await
+                .map_err(|_| StoreError::Flush("flusher stopped".into()))?;
+            let reason = state.failed.as_ref().map(|(_, e)| e.to_string());
+            (state.upto >= ticket, reason.unwrap_or_default())
+        };
+        if durable {
             return Ok(());
         }
-        let reason = state
-            .failed
-            .as_ref()
-            .map(|(_, e)| e.to_string())
-            .unwrap_or_default();
+        // A rewrite running into the failure may still make it durable (`all_durable`): wait
+        // a bounded time before refusing.
+        if self.inner.health.is_some() && self.durable_within(&mut rx, ticket).await {
+            return Ok(());
+        }
         Err(StoreError::CannotWrite {
             reason: super::health::describe_failure(&reason),
         })
+    }
+
+    async fn durable_within(&self, rx: &mut watch::Receiver<Flushed>, ticket: u64) -> bool {
+        let recovered = async { rx.wait_for(|f| f.upto >= ticket).await.is_ok() };
+        tokio::time::timeout(RECOVERY_WAIT, recovered)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Every ticket up to this one is durable.
+    pub(super) fn flushed_upto(&self) -> u64 {
+        self.inner.flushed.borrow().upto
     }
 
     /// The newest ticket handed out.
@@ -133,8 +171,18 @@ impl GroupCommit {
         self.inner.written.load(Ordering::Acquire)
     }
 
+    /// Every ticket handed out is durable: a rewrite copied and flushed their writes into the
+    /// generation that replaces this one.
+    pub(super) fn all_durable(&self) {
+        let written = self.inner.written.load(Ordering::Acquire);
+        self.inner
+            .flushed
+            .send_modify(|f| f.upto = f.upto.max(written));
+    }
+
     /// Asks the flusher to stop without waiting (see [`GroupCommit::is_stopped`]).
     pub(super) fn stop(&self) {
+        self.inner.retired.store(true, Ordering::Release);
         self.inner.stop.notify_one();
     }
 
@@ -149,6 +197,9 @@ impl GroupCommit {
 
     /// Flushes everything now and stops the flusher; the ledger records the final flush.
     pub async fn close(&self) -> Result<(), StoreError> {
+        // The flag, not only the notification: a flusher retrying a failed flush never waits
+        // on the notification.
+        self.inner.retired.store(true, Ordering::Release);
         self.inner.stop.notify_one();
         let task = self.inner.task.lock().ok().and_then(|mut t| t.take());
         if let Some(task) = task {
@@ -178,7 +229,9 @@ impl GroupCommit {
             _ => self.flush_on_blocking_pool().await,
         };
         if let (Err(e), Some(health)) = (&result, &self.inner.health) {
-            health.write_failed(&e.to_string());
+            if !self.inner.retired.load(Ordering::Acquire) {
+                health.write_failed(&e.to_string());
+            }
         }
         self.inner.flushed.send_modify(|f| match &result {
             Ok(_) => f.upto = f.upto.max(target),
@@ -216,6 +269,9 @@ impl GroupCommit {
 
     async fn run(self, period: Duration) {
         loop {
+            if self.inner.retired.load(Ordering::Acquire) {
+                return;
+            }
             let flushed_upto = self.inner.flushed.borrow().upto;
             let pending = self.inner.written.load(Ordering::Acquire) > flushed_upto;
             match self.inner.mode {
@@ -238,8 +294,11 @@ impl GroupCommit {
                 }
             }
             if let Err(e) = self.flush_now().await {
-                tracing::error!(error = %e, "sled flush failed; writes waiting on it are not acknowledged");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // A store that cannot write said so once (`health.rs`); no line per attempt.
+                if !e.is_cannot_write() {
+                    tracing::error!(error = %e, "sled flush failed; writes waiting on it are not acknowledged");
+                }
+                tokio::time::sleep(FAILED_FLUSH_PAUSE).await;
             }
         }
     }

@@ -6,8 +6,8 @@
 //! once with [`StoreError::CannotWrite`] (the HTTP layer answers 507 with `Retry-After`),
 //! `/readyz` reports not ready with the reason, reads keep answering from the database as it
 //! is, and the flusher stops flushing. A probe task writes and fsyncs a
-//! [`PROBE_BYTES`]-byte file every [`PROBE_INTERVAL`]; once that succeeds, the store copies
-//! what it holds into a fresh database generation (`rewrite.rs`), switches to it and is
+//! [`PROBE_BYTES`]-byte file every [`PROBE_INTERVAL`]; once that succeeds, the store opens
+//! what sled made durable as a fresh database generation (`recover.rs`), switches to it and is
 //! writable again, with no restart. Nothing acknowledged is lost: an acknowledgement waits for
 //! a flush, and a flush that fails acknowledges nothing.
 //!
@@ -29,6 +29,10 @@ pub const PROBE_BYTES: usize = 256 * 1024;
 /// A flush that has not finished after this long counts as failed (sled can hang on a full
 /// disk); the tokio workers never wait on it, only the blocking pool.
 pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a turn commit (or a flush waiter) caught by a full disk waits for the recovery
+/// before it is refused, so a turn is not failed, retried and abandoned for a disk that is
+/// about to have room again.
+pub const RECOVERY_WAIT: Duration = Duration::from_secs(10);
 /// The probe's file under the data dir.
 const PROBE_FILE: &str = ".write-probe";
 
@@ -41,6 +45,8 @@ const DAMAGED: u8 = 2;
 pub(super) struct Health {
     state: AtomicU8,
     reason: Mutex<String>,
+    /// Woken when the store can write again.
+    recovered: tokio::sync::Notify,
 }
 
 impl Health {
@@ -101,6 +107,25 @@ impl Health {
             .is_ok()
         {
             tracing::info!("the store can write again");
+            self.recovered.notify_waiters();
+        }
+    }
+
+    /// Waits until the store can write, at most `max`; whether it can.
+    pub(super) async fn wait_writable(&self, max: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + max;
+        loop {
+            let notified = self.recovered.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.state.load(Ordering::Acquire) == WRITABLE {
+                return true;
+            }
+            if self.state.load(Ordering::Acquire) == DAMAGED
+                || tokio::time::timeout_at(deadline, notified).await.is_err()
+            {
+                return false;
+            }
         }
     }
 

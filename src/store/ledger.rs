@@ -223,10 +223,19 @@ impl Ledger {
     }
 
     /// Before a flush of `db`: stamps a new mark into it (the flush makes it durable). The
-    /// counters are read first, so every write they count finished before the stamp.
+    /// counters are read first, so every write they count finished before the stamp. A frozen
+    /// ledger stamps nothing: a database that lost its tail must not catch up with the ledger
+    /// by being opened.
     pub(super) fn stamp(&self, db: &sled::Db) -> Result<Mark, StoreError> {
         let enqueued = self.enqueued.load(Ordering::Acquire);
         let commits = self.commits.load(Ordering::Acquire);
+        if self.frozen.load(Ordering::Acquire) {
+            return Ok(Mark {
+                epoch: self.epoch.load(Ordering::Acquire),
+                enqueued,
+                commits,
+            });
+        }
         let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         let mark = Mark {
             epoch,
@@ -326,6 +335,11 @@ mod tests {
             loss.describe()
         );
         assert!(!reopened.due(), "a frozen ledger is never rewritten");
+        reopened.stamp(&db).unwrap();
+        assert!(
+            Ledger::open(dir.path(), &db).unwrap().1.is_some(),
+            "opening a store with a loss does not stamp it away"
+        );
         reopened.write(first);
         assert_eq!(read_file(dir.path()), Ok(Some(later)));
         reopened.unfreeze();

@@ -18,7 +18,8 @@
 //!
 //! Surviving damage and a full disk: `generations` (the `db`, `db.<n>` directories and
 //! `CURRENT`, never deleted on doubt), `ledger` (how far the database was durable, to detect a
-//! lost tail), `health` (cannot write / damaged, the probe that recovers), `contain` (sled's
+//! lost tail), `health` (cannot write / damaged, the probe), `recover` (a fresh generation from what
+//! was durable, after a full disk), `contain` (sled's
 //! panics on damaged data become errors).
 
 mod archive;
@@ -45,6 +46,7 @@ mod ledger;
 mod migrate;
 mod queued_events;
 mod records;
+mod recover;
 mod rewrite;
 mod turn_commit;
 
@@ -68,7 +70,7 @@ pub use durability::GroupCommit;
 pub use evict::Evicted;
 pub use export::{write_session_jsonl, ExportEntry, ExportHeader, EXPORT_VERSION};
 pub use generations::GenerationRepair;
-pub use health::{FLUSH_TIMEOUT, PROBE_BYTES, PROBE_INTERVAL};
+pub use health::{FLUSH_TIMEOUT, PROBE_BYTES, PROBE_INTERVAL, RECOVERY_WAIT};
 pub use import_openclaw::{import_openclaw, ImportReport, MAX_LINE_BYTES};
 pub use ledger::{Loss, Mark, LEDGER_FILE, LEDGER_INTERVAL};
 pub use queued_events::QueuedEvents;
@@ -187,7 +189,7 @@ impl StoreInner {
         db: sled::Db,
         dir: PathBuf,
         config: &StorageConfig,
-        first_ticket: u64,
+        tickets: (u64, u64),
         ledger: &Arc<ledger::Ledger>,
         health: &Arc<health::Health>,
     ) -> Result<Self, StoreError> {
@@ -209,7 +211,7 @@ impl StoreInner {
                 db.clone(),
                 config.durability,
                 Duration::from_millis(config.flush_every_ms.max(1)),
-                first_ticket,
+                tickets,
                 Some(Arc::clone(ledger)),
                 Some(Arc::clone(health)),
             ),
@@ -321,7 +323,7 @@ impl Store {
         }
         let ledger = Arc::new(ledger);
         let health = Arc::new(health::Health::default());
-        let inner = StoreInner::from_db(db, dir, config, 0, &ledger, &health)?;
+        let inner = StoreInner::from_db(db, dir, config, (0, 0), &ledger, &health)?;
         if loss.is_none() {
             // Leftovers of an interrupted rewrite or of a retired generation.
             generations::remove_stale(&data_dir, &inner.dir);
@@ -403,7 +405,8 @@ impl Store {
 
     /// Starts the task that brings a store that cannot write back (see `health.rs`): every
     /// [`PROBE_INTERVAL`], if writes are refused for lack of space, write a probe file; when
-    /// that works, copy the store into a fresh generation. Ends when the store is dropped.
+    /// that works, open what was durable as a fresh generation (`recover.rs`). Ends when the
+    /// store is dropped.
     fn start_recovery_probe(&self) {
         let Ok(tokio) = tokio::runtime::Handle::try_current() else {
             return;
@@ -420,16 +423,20 @@ impl Store {
                 }
                 let store = Store { shared };
                 let attempt = tokio::task::spawn_blocking(move || {
-                    health::probe(&store.shared.data_dir)?;
-                    store
-                        .rewrite()
-                        .map_err(|e| std::io::Error::other(e.to_string()))?;
-                    store.shared.health.writable_again();
-                    Ok::<(), std::io::Error>(())
+                    if let Err(e) = health::probe(&store.shared.data_dir) {
+                        tracing::debug!(error = %e, "the store still cannot write");
+                        return;
+                    }
+                    match store.recover_from_disk() {
+                        Ok(_) => store.shared.health.writable_again(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "there is room again, but the recovery copy failed; retrying")
+                        }
+                    }
                 })
                 .await;
-                if let Ok(Err(e)) = attempt {
-                    tracing::debug!(error = %e, "the store still cannot write");
+                if let Err(e) = attempt {
+                    tracing::error!(error = %e, "the recovery probe failed");
                 }
             }
         });

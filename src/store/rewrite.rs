@@ -278,7 +278,7 @@ impl Store {
             db,
             dir,
             &self.shared.config,
-            old.commit.written(),
+            (old.commit.written(), old.commit.written()),
             &self.shared.ledger,
             &self.shared.health,
         )?;
@@ -288,6 +288,8 @@ impl Store {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(next);
         drop(gate);
+        // Whatever waits on the old generation's flushes is in the flushed copy.
+        old.commit.all_durable();
         let pause_ms = u64::try_from(paused.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok((keys, pause_ms))
     }
