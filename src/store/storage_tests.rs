@@ -616,8 +616,9 @@ async fn writes_go_on_during_a_rewrite_and_none_is_lost() {
     store.close().await.unwrap();
 }
 
-/// On virtual time: the probe's interval passes as soon as the runtime is idle.
-#[tokio::test(start_paused = true)]
+/// The probe runs on real time (tokio's `test-util` is not enabled in this crate); the wait is
+/// a bounded poll, not a timed assertion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_cannot_write_refuses_writes_and_recovers_by_itself() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&config(dir.path())).unwrap();
