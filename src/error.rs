@@ -73,6 +73,32 @@ pub enum StoreError {
         /// Why.
         source: std::io::Error,
     },
+    /// The store cannot take writes now (the disk is full, or a write or flush failed with an
+    /// I/O error); reads still answer, and the store recovers by itself when space returns.
+    #[error("insufficient storage: {reason}")]
+    CannotWrite {
+        /// What failed.
+        reason: String,
+    },
+    /// sled panicked on damaged data (contained, see `store/contain.rs`).
+    #[error("the database looks damaged ({what}: {reason}); stop the server and run `turnstile doctor --repair`")]
+    Corrupt {
+        /// What was being done.
+        what: &'static str,
+        /// sled's panic message.
+        reason: String,
+    },
+    /// `CURRENT` does not name a usable database generation; nothing was deleted.
+    #[error("{reason}; generations found: {found}; run `turnstile doctor --repair` to point CURRENT at the newest one that opens and verifies")]
+    Generations {
+        /// What is wrong.
+        reason: String,
+        /// The generation directories present.
+        found: String,
+    },
+    /// The store holds less than its ledger says was made durable (see `store/ledger.rs`).
+    #[error("data loss detected: {0}; run `turnstile doctor` for details, or start with `turnstile serve --accept-data-loss` to serve what is left")]
+    DataLoss(String),
     /// The store was written by a newer Turnstile.
     #[error("store schema version {found} is newer than this build supports ({supported})")]
     SchemaTooNew {
@@ -111,6 +137,11 @@ impl StoreError {
             path: path.to_path_buf(),
             source,
         }
+    }
+
+    /// True when the error means "no room / cannot write now" rather than bad data.
+    pub fn is_cannot_write(&self) -> bool {
+        matches!(self, StoreError::CannotWrite { .. })
     }
 
     pub(crate) fn sled(context: &'static str) -> impl FnOnce(sled::Error) -> StoreError {
@@ -263,15 +294,15 @@ pub enum Error {
     /// compactor is wired in).
     #[error("not available in this build: {0}")]
     NotAvailable(&'static str),
+    /// The disk (or the disk budget) has no room for the write; retry later.
+    #[error("insufficient storage: {reason}")]
+    InsufficientStorage {
+        /// Why.
+        reason: String,
+    },
     /// The operation conflicts with work in progress (e.g. deleting a session mid-turn).
     #[error("conflict: {0}")]
     Conflict(String),
-    /// The store cannot take more data now (disk budget reached, or the disk is full).
-    #[error("insufficient storage: {reason}")]
-    InsufficientStorage {
-        /// Why, for the client.
-        reason: String,
-    },
 }
 
 impl Error {

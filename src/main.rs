@@ -49,6 +49,10 @@ enum Command {
         /// Listen address (overrides the file). Default 127.0.0.1:7878.
         #[arg(long)]
         listen: Option<SocketAddr>,
+        /// Serve a store whose ledger shows lost data (what is left), re-baselining the
+        /// ledger; without it such a store is refused.
+        #[arg(long)]
+        accept_data_loss: bool,
     },
     /// Bounded load against a server (or an in-process runtime), with a latency report.
     Loadtest(cli::loadtest::LoadtestArgs),
@@ -123,13 +127,19 @@ fn main() -> anyhow::Result<()> {
             config,
             data_dir,
             listen,
-        } => runtime.block_on(cli::serve::serve(config, data_dir, listen)),
+            accept_data_loss,
+        } => runtime.block_on(cli::serve::serve(
+            config,
+            data_dir,
+            listen,
+            accept_data_loss,
+        )),
         Command::Chat { url, session } => runtime.block_on(cli::chat::chat(url, session)),
         Command::Loadtest(args) => runtime.block_on(cli::loadtest::loadtest(args)),
         Command::Stats(target) => runtime.block_on(cli::ops::stats(target)),
         Command::Sessions { command } => runtime.block_on(cli::ops::sessions(command)),
         Command::Doctor { data_dir, repair } => {
-            runtime.block_on(cli::data::doctor(data_dir, repair))
+            runtime.block_on(cli::doctor::doctor(data_dir, repair))
         }
         Command::Import {
             source: ImportSource::Openclaw { dir, data_dir },

@@ -1,11 +1,11 @@
-//! The data-dir subcommands (the server must not be running on the dir): `doctor`,
-//! `import openclaw`, `export`.
+//! The data-dir subcommands (the server must not be running on the dir): `import openclaw`,
+//! `export` (`doctor` has its own module).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use turnstile::model::{Encoding, TokenCounter};
-use turnstile::store::{Depth, Store};
+use turnstile::store::Store;
 use turnstile::Config;
 
 fn storage_config(data_dir: PathBuf) -> turnstile::config::StorageConfig {
@@ -13,21 +13,6 @@ fn storage_config(data_dir: PathBuf) -> turnstile::config::StorageConfig {
         data_dir,
         ..Default::default()
     }
-}
-
-pub(crate) async fn doctor(data_dir: PathBuf, repair: bool) -> anyhow::Result<()> {
-    if !Store::exists(&data_dir) {
-        anyhow::bail!("no store under {}", data_dir.display());
-    }
-    let store = Store::open_unrepaired(&storage_config(data_dir))?;
-    let report = store.doctor(Depth::Full, repair)?;
-    print!("{report}");
-    store.close().await?;
-    if !report.is_clean() && !repair {
-        eprintln!("run `turnstile doctor --repair` to fix these");
-        std::process::exit(1);
-    }
-    Ok(())
 }
 
 pub(crate) async fn import_openclaw(dir: PathBuf, data_dir: PathBuf) -> anyhow::Result<()> {

@@ -7,6 +7,7 @@
 
 pub(crate) mod chat;
 pub(crate) mod data;
+pub(crate) mod doctor;
 pub(crate) mod loadtest;
 pub(crate) mod logging;
 pub(crate) mod ops;

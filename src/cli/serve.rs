@@ -4,12 +4,14 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use turnstile::store::Store;
 use turnstile::{Config, Runtime};
 
 pub(crate) async fn serve(
     config: Option<PathBuf>,
     data_dir: Option<PathBuf>,
     listen: Option<SocketAddr>,
+    accept_data_loss: bool,
 ) -> anyhow::Result<()> {
     let mut config = match config {
         Some(path) => Config::load(&path)?,
@@ -27,6 +29,11 @@ pub(crate) async fn serve(
         .await
         .with_context(|| format!("binding {}", config.server.listen))?;
     let addr = listener.local_addr()?;
+    if accept_data_loss && Store::exists(&config.storage.data_dir) {
+        if let Some(loss) = Store::accept_data_loss(&config.storage).await? {
+            tracing::warn!(loss = %loss.describe(), "serving what is left (--accept-data-loss)");
+        }
+    }
     let runtime = Runtime::builder().config(config).build().await?;
     tracing::info!(%addr, "turnstile listening");
     turnstile::server::serve(listener, runtime, shutdown_signal()).await?;

@@ -97,7 +97,12 @@ impl Backend for TurnBackend {
         }
         .into();
         let now = now_ms();
-        let storage = |e: crate::error::StoreError| Refusal::Storage(e.to_string());
+        let storage = |e: crate::error::StoreError| match e {
+            crate::error::StoreError::CannotWrite { reason } => {
+                Refusal::InsufficientStorage(reason)
+            }
+            other => Refusal::Storage(other.to_string()),
+        };
         // A cold session comes back before anything reads it (preflight, history, the turn).
         store.thaw_session(&key).map_err(storage)?;
         let mut admission = match self

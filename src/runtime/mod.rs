@@ -668,6 +668,11 @@ impl Runtime {
         !self.inner.closing.load(Ordering::Acquire)
     }
 
+    /// Why the store cannot serve writes now (disk full, damaged), or `None`.
+    pub fn store_not_ready(&self) -> Option<String> {
+        self.inner.engine.store.not_ready_reason()
+    }
+
     /// Stops accepting, lets running turns finish (at most `server.shutdown_grace_ms`; queued
     /// messages stay in the durable inbox for the next start), and flushes the store.
     pub async fn shutdown(&self) -> Result<(), Error> {

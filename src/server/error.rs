@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::error::Error;
+use crate::error::{Error, StoreError};
 use crate::runtime::Refusal;
 
 /// An error answered to an HTTP client.
@@ -47,9 +47,28 @@ impl ApiError {
     }
 }
 
+/// `Retry-After` of a 507: the store probes for space every second.
+const INSUFFICIENT_STORAGE_RETRY_SECS: u64 = 5;
+
+impl ApiError {
+    /// 507 `insufficient_storage`, with `Retry-After`.
+    fn insufficient_storage(reason: String) -> Self {
+        Self::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "insufficient_storage",
+            format!("insufficient storage: {reason}"),
+        )
+        .with_retry_after(INSUFFICIENT_STORAGE_RETRY_SECS)
+    }
+}
+
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         match e {
+            Error::InsufficientStorage { reason }
+            | Error::Store(StoreError::CannotWrite { reason }) => {
+                Self::insufficient_storage(reason)
+            }
             Error::Inbound(e) => Self::bad_request("invalid_message", e.to_string()),
             Error::Overloaded(m) => Self::from(Refusal::Overloaded(m)),
             Error::ShuttingDown => Self::from(Refusal::ShuttingDown),
@@ -64,14 +83,6 @@ impl From<Error> for ApiError {
             Error::Conflict(m) => Self {
                 retry_after_secs: Some(1),
                 ..Self::new(StatusCode::CONFLICT, "conflict", m)
-            },
-            Error::InsufficientStorage { reason } => Self {
-                retry_after_secs: Some(5),
-                ..Self::new(
-                    StatusCode::INSUFFICIENT_STORAGE,
-                    "insufficient_storage",
-                    format!("insufficient storage: {reason}"),
-                )
             },
             Error::Actors(e) => {
                 tracing::error!(error = %e, "actor system unavailable");

@@ -113,11 +113,16 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         })
 }
 
-async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
-    if state.runtime.is_ready() {
-        (StatusCode::OK, "ready")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
+    if !state.runtime.is_ready() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down".into());
+    }
+    match state.runtime.store_not_ready() {
+        None => (StatusCode::OK, "ready".into()),
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}"),
+        ),
     }
 }
 

@@ -133,9 +133,13 @@ impl Store {
         session_key: &str,
         mut message: ChannelMessage,
     ) -> Result<ChannelMessage, StoreError> {
+        self.check_writable()?;
         let _write = self.write_gate();
         let inner = self.inner();
-        message.seq = inner.next_id()?.saturating_add(1);
+        message.seq = inner
+            .next_id()
+            .map_err(|e| self.write_failed(e))?
+            .saturating_add(1);
         let mut writes = writes(session_key, std::slice::from_ref(&message))?;
         // `writes` puts the index entry last and the record just before it.
         writes.rotate_right(1);
@@ -145,7 +149,7 @@ impl Store {
             inner
                 .channel_messages
                 .insert(k, v)
-                .map_err(StoreError::sled("recording a chat message"))?;
+                .map_err(|e| self.write_failed(StoreError::sled("recording a chat message")(e)))?;
         }
         self.shared.meter.add(written);
         Ok(message)

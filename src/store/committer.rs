@@ -7,6 +7,7 @@ use std::panic::AssertUnwindSafe;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::health::RECOVERY_WAIT;
 use super::{Committed, Store, TurnCommit, MAX_TURNS_PER_COMMIT};
 use crate::error::StoreError;
 
@@ -39,8 +40,28 @@ impl TurnCommitter {
         Self { tx }
     }
 
-    /// Commits `turn` into `store`, atomically, possibly together with other turns.
+    /// Commits `turn` into `store`, atomically, possibly together with other turns. While the
+    /// store cannot write (a full disk), the turn waits for the recovery (at most
+    /// [`RECOVERY_WAIT`]) instead of failing: a failed turn would be retried and abandoned, and
+    /// its messages left unanswered until the lane restarts.
     pub async fn commit(&self, store: &Store, turn: TurnCommit) -> Result<Committed, StoreError> {
+        if store.check_writable().is_err() {
+            store.shared.health.wait_writable(RECOVERY_WAIT).await;
+        }
+        let retry = turn.clone();
+        match self.commit_once(store, turn).await {
+            Err(e) if e.is_cannot_write() => {
+                if store.shared.health.wait_writable(RECOVERY_WAIT).await {
+                    self.commit_once(store, retry).await
+                } else {
+                    Err(e)
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn commit_once(&self, store: &Store, turn: TurnCommit) -> Result<Committed, StoreError> {
         let (done, result) = oneshot::channel();
         let job = Job {
             store: store.clone(),

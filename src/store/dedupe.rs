@@ -45,10 +45,14 @@ impl Store {
         record: InboxRecord,
         dedupe: Option<DedupeMark<'_>>,
     ) -> Result<(InboxItem, u64), StoreError> {
+        self.check_writable()?;
         let _write = self.write_gate();
         let inner = self.inner();
         // Sequences start at 1: lanes treat 0 as "nothing seen yet".
-        let seq = inner.next_id()?.saturating_add(1);
+        let seq = inner
+            .next_id()
+            .map_err(|e| self.write_failed(e))?
+            .saturating_add(1);
         let bytes = encode(&record)?;
         let inbox_key = keys::inbox_key(session_key, seq);
         let written = (inbox_key.len() + bytes.len()) as u64;
@@ -57,7 +61,7 @@ impl Store {
                 inner
                     .inbox
                     .insert(inbox_key, bytes)
-                    .map_err(StoreError::sled("writing the inbox"))?;
+                    .map_err(|e| self.write_failed(StoreError::sled("writing the inbox")(e)))?;
             }
             Some(mark) => {
                 // Two plain inserts, inbox first, instead of one transaction: sled 0.34 writes
@@ -70,17 +74,20 @@ impl Store {
                 inner
                     .inbox
                     .insert(inbox_key, bytes)
-                    .map_err(StoreError::sled("writing the inbox"))?;
+                    .map_err(|e| self.write_failed(StoreError::sled("writing the inbox")(e)))?;
                 inner
                     .dedupe
                     .insert(mark.key.as_bytes(), expiry)
-                    .map_err(StoreError::sled("remembering a dedupe key"))?;
+                    .map_err(|e| {
+                        self.write_failed(StoreError::sled("remembering a dedupe key")(e))
+                    })?;
             }
         }
         self.shared
             .queued
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.shared.meter.add(written);
+        self.shared.ledger.enqueued();
         let ticket = inner.commit.ticket();
         if let Some(mark) = dedupe {
             if let Err(e) = self.prune_dedupe(mark.now_ms, DEDUPE_PRUNE_PER_WRITE) {

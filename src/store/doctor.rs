@@ -93,6 +93,9 @@ pub struct DoctorReport {
     pub findings_omitted: u64,
     /// Whether repairs were applied.
     pub repaired: bool,
+    /// What the ledger says is missing (a lost tail), if anything. Repair cannot bring it
+    /// back; `turnstile serve --accept-data-loss` accepts it.
+    pub data_loss: Option<String>,
 }
 
 impl DoctorReport {
@@ -109,6 +112,7 @@ impl DoctorReport {
             + self.counters_wrong
             + self.index_missing
             + self.index_stale
+            + u64::from(self.data_loss.is_some())
     }
 
     fn note(&mut self, tree: &'static str, key: &[u8], problem: impl Into<String>) {
@@ -149,6 +153,9 @@ impl fmt::Display for DoctorReport {
             self.index_stale
         )?;
         writeln!(f, "quarantined values: {}", self.quarantined_total)?;
+        if let Some(loss) = &self.data_loss {
+            writeln!(f, "DATA LOSS: {loss}")?;
+        }
         for finding in &self.findings {
             writeln!(f, "  {} {}: {}", finding.tree, finding.key, finding.problem)?;
         }
@@ -177,7 +184,13 @@ struct Tally {
 
 impl Store {
     /// Runs the checks; with `repair`, fixes what it finds (see the module doc).
+    /// sled's panics on damaged data are contained (an error, the store marked damaged); a
+    /// loss the ledger found on open is reported as a problem.
     pub fn doctor(&self, depth: Depth, repair: bool) -> Result<DoctorReport, StoreError> {
+        self.contained("checking the store", || self.run_checks(depth, repair))
+    }
+
+    fn run_checks(&self, depth: Depth, repair: bool) -> Result<DoctorReport, StoreError> {
         let mut report = DoctorReport {
             schema_version: self.schema_version()?,
             repaired: repair,
@@ -190,6 +203,7 @@ impl Store {
             self.check_transcript(&mut report, repair, sessions)?;
         }
         report.quarantined_total = self.inner().quarantine.len() as u64;
+        report.data_loss = self.data_loss().map(|l| l.describe());
         Ok(report)
     }
 

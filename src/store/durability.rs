@@ -4,6 +4,12 @@
 //! flusher loop wakes on demand, reads the newest ticket *before* flushing (every write with a
 //! ticket up to it has completed, so the flush covers it), flushes on a blocking thread, and
 //! publishes the ticket. Many concurrent acks thus share one fsync.
+//!
+//! The store's group commit also stamps the ledger's mark before each flush and writes the
+//! ledger file after it (`ledger.rs`), and reports a failed or hung flush to the store's
+//! health (`health.rs`): a flush runs on the blocking pool under [`FLUSH_TIMEOUT`], and while
+//! the store cannot write, waiters get [`StoreError::CannotWrite`] at once instead of a flush
+//! that may never end.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -11,8 +17,13 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Notify};
 
+use super::health::{Health, FLUSH_TIMEOUT, RECOVERY_WAIT};
+use super::ledger::Ledger;
 use crate::config::Durability;
 use crate::error::StoreError;
+
+/// How long the flusher pauses after a failed flush before trying again.
+const FAILED_FLUSH_PAUSE: Duration = Duration::from_millis(50);
 
 /// Progress of the flusher, published to waiters.
 #[derive(Debug, Clone, Default)]
@@ -38,6 +49,16 @@ struct Inner {
     flushed: watch::Sender<Flushed>,
     wake: Notify,
     stop: Notify,
+    /// Tickets up to this one were handed out by an earlier generation; of those, only the
+    /// ones up to `inherited_durable` are durable (a recovery from disk lost the rest).
+    first_ticket: u64,
+    inherited_durable: u64,
+    /// Set by [`GroupCommit::stop`]: a retired generation's flusher ends, and its failures no
+    /// longer speak for the store.
+    retired: std::sync::atomic::AtomicBool,
+    /// The store's ledger and health (absent for a bare group commit).
+    ledger: Option<Arc<Ledger>>,
+    health: Option<Arc<Health>>,
 }
 
 impl GroupCommit {
@@ -51,6 +72,21 @@ impl GroupCommit {
     /// as flushed: a database generation that replaces a fully flushed one continues its
     /// ticket numbers, so a ticket taken before the swap is satisfied by either.
     pub fn start_at(db: sled::Db, mode: Durability, period: Duration, first_ticket: u64) -> Self {
+        Self::start_for_store(db, mode, period, (first_ticket, first_ticket), None, None)
+    }
+
+    /// Like [`GroupCommit::start_at`], stamping `ledger` around flushes and reporting
+    /// failures to `health`. `tickets` is (first ticket, the newest inherited ticket that is
+    /// durable).
+    pub(super) fn start_for_store(
+        db: sled::Db,
+        mode: Durability,
+        period: Duration,
+        tickets: (u64, u64),
+        ledger: Option<Arc<Ledger>>,
+        health: Option<Arc<Health>>,
+    ) -> Self {
+        let (first_ticket, inherited_durable) = tickets;
         let (flushed, _) = watch::channel(Flushed {
             upto: first_ticket,
             failed: None,
@@ -63,6 +99,11 @@ impl GroupCommit {
             flushed,
             wake: Notify::new(),
             stop: Notify::new(),
+            first_ticket,
+            inherited_durable,
+            retired: std::sync::atomic::AtomicBool::new(false),
+            ledger,
+            health,
         });
         let me = Self { inner };
         let flusher = me.clone();
@@ -83,21 +124,46 @@ impl GroupCommit {
         if self.inner.mode == Durability::Batched {
             return Ok(());
         }
+        if ticket <= self.inner.first_ticket && ticket > self.inner.inherited_durable {
+            return Err(StoreError::CannotWrite {
+                reason: "the write was not flushed before the disk filled".into(),
+            });
+        }
         let mut rx = self.inner.flushed.subscribe();
         self.inner.wake.notify_one();
-        let state = rx
-            .wait_for(|f| f.upto >= ticket || f.failed.as_ref().is_some_and(|(t, _)| *t >= ticket))
-            .await
-            .map_err(|_| StoreError::Flush("flusher stopped".into()))?;
-        if state.upto >= ticket {
+        let (durable, reason) = {
+            let state = rx
+                .wait_for(|f| {
+                    f.upto >= ticket || f.failed.as_ref().is_some_and(|(t, _)| *t >= ticket)
+                })
+                .await
+                .map_err(|_| StoreError::Flush("flusher stopped".into()))?;
+            let reason = state.failed.as_ref().map(|(_, e)| e.to_string());
+            (state.upto >= ticket, reason.unwrap_or_default())
+        };
+        if durable {
             return Ok(());
         }
-        let reason = state
-            .failed
-            .as_ref()
-            .map(|(_, e)| e.to_string())
-            .unwrap_or_default();
-        Err(StoreError::Flush(reason))
+        // A rewrite running into the failure may still make it durable (`all_durable`): wait
+        // a bounded time before refusing.
+        if self.inner.health.is_some() && self.durable_within(&mut rx, ticket).await {
+            return Ok(());
+        }
+        Err(StoreError::CannotWrite {
+            reason: super::health::describe_failure(&reason),
+        })
+    }
+
+    async fn durable_within(&self, rx: &mut watch::Receiver<Flushed>, ticket: u64) -> bool {
+        let recovered = async { rx.wait_for(|f| f.upto >= ticket).await.is_ok() };
+        tokio::time::timeout(RECOVERY_WAIT, recovered)
+            .await
+            .unwrap_or(false)
+    }
+
+    /// Every ticket up to this one is durable.
+    pub(super) fn flushed_upto(&self) -> u64 {
+        self.inner.flushed.borrow().upto
     }
 
     /// The newest ticket handed out.
@@ -105,25 +171,18 @@ impl GroupCommit {
         self.inner.written.load(Ordering::Acquire)
     }
 
-    /// Flushes on the calling thread (for callers that are not async and hold every writer
-    /// off, like a database rewrite) and publishes the result to waiters.
-    pub(super) fn flush_blocking(&self) -> Result<(), StoreError> {
-        let target = self.inner.written.load(Ordering::Acquire);
-        let result = self
-            .inner
-            .db
-            .flush()
-            .map(|_| ())
-            .map_err(|e| StoreError::Flush(e.to_string()));
-        self.inner.flushed.send_modify(|f| match &result {
-            Ok(()) => f.upto = f.upto.max(target),
-            Err(e) => f.failed = Some((target, e.to_string().into())),
-        });
-        result
+    /// Every ticket handed out is durable: a rewrite copied and flushed their writes into the
+    /// generation that replaces this one.
+    pub(super) fn all_durable(&self) {
+        let written = self.inner.written.load(Ordering::Acquire);
+        self.inner
+            .flushed
+            .send_modify(|f| f.upto = f.upto.max(written));
     }
 
     /// Asks the flusher to stop without waiting (see [`GroupCommit::is_stopped`]).
     pub(super) fn stop(&self) {
+        self.inner.retired.store(true, Ordering::Release);
         self.inner.stop.notify_one();
     }
 
@@ -136,32 +195,83 @@ impl GroupCommit {
             .unwrap_or(true)
     }
 
-    /// Flushes everything now and stops the flusher.
+    /// Flushes everything now and stops the flusher; the ledger records the final flush.
     pub async fn close(&self) -> Result<(), StoreError> {
+        // The flag, not only the notification: a flusher retrying a failed flush never waits
+        // on the notification.
+        self.inner.retired.store(true, Ordering::Release);
         self.inner.stop.notify_one();
         let task = self.inner.task.lock().ok().and_then(|mut t| t.take());
         if let Some(task) = task {
             let _ = task.await;
         }
-        self.flush_now().await
+        self.flush_now().await?;
+        if let Some(ledger) = &self.inner.ledger {
+            // The last mark stamped is durable now; write it whether or not it is due.
+            let (ledger, db) = (Arc::clone(ledger), self.inner.db.clone());
+            let _ = tokio::task::spawn_blocking(move || {
+                let mark = ledger.stamp(&db)?;
+                db.flush().map_err(|e| StoreError::Flush(e.to_string()))?;
+                ledger.write_now(mark);
+                Ok::<(), StoreError>(())
+            })
+            .await;
+        }
+        Ok(())
     }
 
     async fn flush_now(&self) -> Result<(), StoreError> {
         let target = self.inner.written.load(Ordering::Acquire);
-        let db = self.inner.db.clone();
-        let result = tokio::task::spawn_blocking(move || db.flush())
-            .await
-            .map_err(|e| StoreError::Flush(e.to_string()))
-            .and_then(|r| r.map(|_| ()).map_err(|e| StoreError::Flush(e.to_string())));
+        let result = match self.inner.health.as_ref().map(|h| h.check_writable()) {
+            // While the store cannot write, nothing is flushed (sled would fail or hang) and
+            // nothing waiting is acknowledged.
+            Some(Err(e)) => Err(e),
+            _ => self.flush_on_blocking_pool().await,
+        };
+        if let (Err(e), Some(health)) = (&result, &self.inner.health) {
+            if !self.inner.retired.load(Ordering::Acquire) {
+                health.write_failed(&e.to_string());
+            }
+        }
         self.inner.flushed.send_modify(|f| match &result {
-            Ok(()) => f.upto = f.upto.max(target),
+            Ok(_) => f.upto = f.upto.max(target),
             Err(e) => f.failed = Some((target, e.to_string().into())),
         });
-        result
+        let mark = result?;
+        if let (Some(mark), Some(ledger)) = (mark, &self.inner.ledger) {
+            if ledger.due() {
+                let ledger = Arc::clone(ledger);
+                tokio::task::spawn_blocking(move || ledger.write(mark));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stamps the ledger (if any) and flushes, on the blocking pool, giving up after
+    /// [`FLUSH_TIMEOUT`] (the blocking thread may stay stuck in sled; no worker waits on it).
+    async fn flush_on_blocking_pool(&self) -> Result<Option<super::ledger::Mark>, StoreError> {
+        let db = self.inner.db.clone();
+        let ledger = self.inner.ledger.clone();
+        let flush = tokio::task::spawn_blocking(move || {
+            let mark = ledger.map(|l| l.stamp(&db)).transpose()?;
+            db.flush().map_err(|e| StoreError::Flush(e.to_string()))?;
+            Ok(mark)
+        });
+        match tokio::time::timeout(FLUSH_TIMEOUT, flush).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(StoreError::Flush(join.to_string())),
+            Err(_) => Err(StoreError::Flush(format!(
+                "the flush did not finish within {} s",
+                FLUSH_TIMEOUT.as_secs()
+            ))),
+        }
     }
 
     async fn run(self, period: Duration) {
         loop {
+            if self.inner.retired.load(Ordering::Acquire) {
+                return;
+            }
             let flushed_upto = self.inner.flushed.borrow().upto;
             let pending = self.inner.written.load(Ordering::Acquire) > flushed_upto;
             match self.inner.mode {
@@ -184,8 +294,11 @@ impl GroupCommit {
                 }
             }
             if let Err(e) = self.flush_now().await {
-                tracing::error!(error = %e, "sled flush failed; writes waiting on it are not acknowledged");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // A store that cannot write said so once (`health.rs`); no line per attempt.
+                if !e.is_cannot_write() {
+                    tracing::error!(error = %e, "sled flush failed; writes waiting on it are not acknowledged");
+                }
+                tokio::time::sleep(FAILED_FLUSH_PAUSE).await;
             }
         }
     }

@@ -16,6 +16,12 @@
 //! use), `budget` (the janitor's [`StoreBudget`] and admission's `disk_full`), `doctor` (checks, repair,
 //! quarantine), `migrate` (schema migrations on open), `compact` (a prefix replaced by a summary),
 //! `export` and `import_openclaw`, `delete` (one session, on request).
+//!
+//! Surviving damage and a full disk: `generations` (the `db`, `db.<n>` directories and
+//! `CURRENT`, never deleted on doubt), `ledger` (how far the database was durable, to detect a
+//! lost tail), `health` (cannot write / damaged, the probe), `recover` (a fresh generation from what
+//! was durable, after a full disk), `contain` (sled's
+//! panics on damaged data become errors).
 
 mod archive;
 mod budget;
@@ -26,6 +32,7 @@ mod codec;
 mod cold;
 mod committer;
 mod compact;
+mod contain;
 mod dedupe;
 mod delete;
 mod disk;
@@ -33,11 +40,15 @@ mod doctor;
 mod durability;
 mod evict;
 mod export;
+mod generations;
+mod health;
 mod import_openclaw;
 mod keys;
+mod ledger;
 mod migrate;
 mod queued_events;
 mod records;
+mod recover;
 mod rewrite;
 mod turn_commit;
 
@@ -61,7 +72,10 @@ pub use doctor::{Depth, DoctorReport, Finding, Quarantined};
 pub use durability::GroupCommit;
 pub use evict::Evicted;
 pub use export::{write_session_jsonl, ExportEntry, ExportHeader, EXPORT_VERSION};
+pub use generations::GenerationRepair;
+pub use health::{FLUSH_TIMEOUT, PROBE_BYTES, PROBE_INTERVAL, RECOVERY_WAIT};
 pub use import_openclaw::{import_openclaw, ImportReport, MAX_LINE_BYTES};
+pub use ledger::{Loss, Mark, LEDGER_FILE, LEDGER_INTERVAL};
 pub use queued_events::QueuedEvents;
 pub use records::{
     ChannelMessage, EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent,
@@ -114,6 +128,14 @@ struct Shared {
     /// System events queued across all sessions, counted on first use (`None` until then), so
     /// an admission with none queued anywhere skips the lookup (see `queued_events.rs`).
     queued_events: std::sync::Mutex<Option<usize>>,
+    /// Whether the store can write now (see `health.rs`).
+    health: Arc<health::Health>,
+    /// The counters and marks that detect a lost tail (see `ledger.rs`).
+    ledger: Arc<ledger::Ledger>,
+    /// What the ledger found missing on open, if anything.
+    loss: Option<Loss>,
+    /// Held by the one rewrite that may run at a time (janitor, recovery probe).
+    rewriting: std::sync::Mutex<()>,
 }
 
 /// One generation of the database: the sled instance, its trees and its group commit.
@@ -135,15 +157,18 @@ struct StoreInner {
 }
 
 impl StoreInner {
-    /// Opens the generation in `dir`, running schema migrations.
-    fn open(dir: PathBuf, config: &StorageConfig) -> Result<(Self, Option<u8>), StoreError> {
+    /// Opens the database in `dir` (sled's panics on damaged files contained), running schema
+    /// migrations.
+    fn open_db(dir: &Path, config: &StorageConfig) -> Result<(sled::Db, Option<u8>), StoreError> {
         let open = || {
-            sled::Config::new()
-                .path(&dir)
-                .cache_capacity(config.cache_capacity_bytes)
-                .flush_every_ms(Some(config.flush_every_ms.max(1)))
-                .open()
-                .map_err(|source| StoreError::from_open(&dir, source))
+            contain::contain("opening the database", || {
+                sled::Config::new()
+                    .path(dir)
+                    .cache_capacity(config.cache_capacity_bytes)
+                    .flush_every_ms(Some(config.flush_every_ms.max(1)))
+                    .open()
+                    .map_err(|source| StoreError::from_open(dir, source))
+            })
         };
         let mut attempt = 1;
         let db = loop {
@@ -157,8 +182,8 @@ impl StoreInner {
                 other => break other?,
             }
         };
-        let migrated_from = migrate::run(&db)?;
-        Ok((Self::from_db(db, dir, config, 0)?, migrated_from))
+        let migrated_from = contain::contain("migrating the schema", || migrate::run(&db))?;
+        Ok((db, migrated_from))
     }
 
     /// The generation over an open database; group-commit tickets continue after
@@ -167,7 +192,9 @@ impl StoreInner {
         db: sled::Db,
         dir: PathBuf,
         config: &StorageConfig,
-        first_ticket: u64,
+        tickets: (u64, u64),
+        ledger: &Arc<ledger::Ledger>,
+        health: &Arc<health::Health>,
     ) -> Result<Self, StoreError> {
         let open = |name: &'static str| {
             db.open_tree(name)
@@ -183,11 +210,13 @@ impl StoreInner {
             channel_messages: open("channel_messages")?,
             channel_state: open(channel_state::TREE)?,
             id_base: rewrite::id_base(&db)?,
-            commit: GroupCommit::start_at(
+            commit: GroupCommit::start_for_store(
                 db.clone(),
                 config.durability,
                 Duration::from_millis(config.flush_every_ms.max(1)),
-                first_ticket,
+                tickets,
+                Some(Arc::clone(ledger)),
+                Some(Arc::clone(health)),
             ),
             db,
             dir,
@@ -231,15 +260,24 @@ impl Store {
     /// checked now (schema migrations, the inbox); the checks proportional to the stored
     /// sessions and the dedupe prune are left to [`Store::run_deferred_checks`], so start-up
     /// does not grow with the number of sessions.
+    ///
+    /// Refuses a store whose ledger says durable data is missing ([`StoreError::DataLoss`];
+    /// see [`Store::accept_data_loss`]).
     pub fn open_for_serving(config: &StorageConfig) -> Result<Self, StoreError> {
         let (store, migrated_from) = Self::open_generation(config)?;
+        if let Some(loss) = &store.shared.loss {
+            store.inner().commit.stop();
+            return Err(StoreError::DataLoss(loss.describe()));
+        }
         let mut report = DoctorReport {
             schema_version: store.schema_version()?,
             repaired: true,
             migrated_from,
             ..DoctorReport::default()
         };
-        store.check_inbox(&mut report, true)?;
+        store.contained("checking the inbox", || {
+            store.check_inbox(&mut report, true)
+        })?;
         if !report.is_clean() {
             tracing::warn!(report = %report, "inbox repaired on open");
         }
@@ -269,17 +307,30 @@ impl Store {
         Ok(())
     }
 
-    /// Opens the current database generation (running schema migrations), unchecked.
+    /// Opens the current database generation (running schema migrations), unchecked but for
+    /// the ledger. Generations are cleaned up (`generations::remove_stale`) only when the
+    /// ledger finds nothing missing.
     fn open_generation(config: &StorageConfig) -> Result<(Self, Option<u8>), StoreError> {
         let data_dir = config.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(|source| StoreError::DataDir {
             path: data_dir.clone(),
             source,
         })?;
-        let dir = rewrite::current_dir(&data_dir)?;
-        let (inner, migrated_from) = StoreInner::open(dir, config)?;
-        // Leftovers of an interrupted rewrite or of a retired generation.
-        rewrite::remove_other_generations(&data_dir, &inner.dir);
+        let dir = generations::current_dir(&data_dir)?;
+        let (db, migrated_from) = StoreInner::open_db(&dir, config)?;
+        let (ledger, loss) = contain::contain("reading the ledger mark", || {
+            ledger::Ledger::open(&data_dir, &db)
+        })?;
+        if let Some(loss) = &loss {
+            tracing::error!(loss = %loss.describe(), "the store lost data it had made durable");
+        }
+        let ledger = Arc::new(ledger);
+        let health = Arc::new(health::Health::default());
+        let inner = StoreInner::from_db(db, dir, config, (0, 0), &ledger, &health)?;
+        if loss.is_none() {
+            // Leftovers of an interrupted rewrite or of a retired generation.
+            generations::remove_stale(&data_dir, &inner.dir);
+        }
         let store = Self {
             shared: Arc::new(Shared {
                 current: RwLock::new(Arc::new(inner)),
@@ -291,9 +342,107 @@ impl Store {
                 meter: disk::UsageMeter::default(),
                 open_report: std::sync::OnceLock::new(),
                 dedupe_cursor: std::sync::Mutex::new(Vec::new()),
+                health,
+                ledger,
+                loss,
+                rewriting: std::sync::Mutex::new(()),
             }),
         };
+        store.start_recovery_probe();
         Ok((store, migrated_from))
+    }
+
+    /// Accepts what the ledger found missing (`turnstile serve --accept-data-loss`): logs it
+    /// and re-baselines the ledger on what the database holds. Returns the loss, if any. The
+    /// store must not be open elsewhere; must be called inside a tokio runtime.
+    pub async fn accept_data_loss(config: &StorageConfig) -> Result<Option<Loss>, StoreError> {
+        let (store, _) = Self::open_generation(config)?;
+        let loss = store.shared.loss.clone();
+        if let Some(loss) = &loss {
+            tracing::warn!(loss = %loss.describe(), "accepting the data loss: serving what is left");
+            store.shared.ledger.unfreeze();
+        }
+        store.close().await?;
+        Ok(loss)
+    }
+
+    /// What the ledger found missing when the store was opened.
+    pub fn data_loss(&self) -> Option<&Loss> {
+        self.shared.loss.as_ref()
+    }
+
+    /// Why the store is not ready (cannot write, damaged), or `None` when it is.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        self.shared.health.not_ready_reason()
+    }
+
+    /// Refuses a write while the store cannot write.
+    fn check_writable(&self) -> Result<(), StoreError> {
+        self.shared.health.check_writable()
+    }
+
+    /// Notes a failed write: an I/O failure puts the store in "cannot write" and is answered
+    /// as [`StoreError::CannotWrite`].
+    fn write_failed(&self, e: StoreError) -> StoreError {
+        if health::is_write_failure(&e) {
+            self.shared.health.write_failed(&e.to_string());
+            return StoreError::CannotWrite {
+                reason: health::describe_failure(&e.to_string()),
+            };
+        }
+        e
+    }
+
+    /// Runs a sled call with its panics contained; a contained panic marks the store damaged.
+    fn contained<T>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce() -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        contain::contain(what, f).inspect_err(|e| {
+            if let StoreError::Corrupt { reason, .. } = e {
+                self.shared.health.damaged(reason);
+            }
+        })
+    }
+
+    /// Starts the task that brings a store that cannot write back (see `health.rs`): every
+    /// [`PROBE_INTERVAL`], if writes are refused for lack of space, write a probe file; when
+    /// that works, open what was durable as a fresh generation (`recover.rs`). Ends when the
+    /// store is dropped.
+    fn start_recovery_probe(&self) {
+        let Ok(tokio) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak = Arc::downgrade(&self.shared);
+        tokio.spawn(async move {
+            loop {
+                tokio::time::sleep(PROBE_INTERVAL).await;
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                if !shared.health.cannot_write() {
+                    continue;
+                }
+                let store = Store { shared };
+                let attempt = tokio::task::spawn_blocking(move || {
+                    if let Err(e) = health::probe(&store.shared.data_dir) {
+                        tracing::debug!(error = %e, "the store still cannot write");
+                        return;
+                    }
+                    match store.recover_from_disk() {
+                        Ok(_) => store.shared.health.writable_again(),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "there is room again, but the recovery copy failed; retrying")
+                        }
+                    }
+                })
+                .await;
+                if let Err(e) = attempt {
+                    tracing::error!(error = %e, "the recovery probe failed");
+                }
+            }
+        });
     }
 
     fn recount_queued(&self) {
@@ -344,7 +493,9 @@ impl Store {
 
     /// True when `data_dir` holds a store.
     pub fn exists(data_dir: &Path) -> bool {
-        rewrite::current_dir(data_dir).is_ok_and(|d| d.exists())
+        data_dir.join(generations::CURRENT_FILE).exists()
+            || generations::current_dir(data_dir).is_ok_and(|d| d.exists())
+            || !generations::list(data_dir).is_empty()
     }
 
     /// What the checks on open found and repaired.
@@ -384,21 +535,23 @@ impl Store {
         after: u64,
         limit: usize,
     ) -> Result<Vec<InboxItem>, StoreError> {
-        let start = keys::inbox_key(session_key, after.saturating_add(1));
-        let end = keys::inbox_key(session_key, u64::MAX);
-        let mut out = Vec::new();
-        for kv in self.inner().inbox.range(start..=end).take(limit) {
-            let (k, v) = kv.map_err(StoreError::sled("reading the inbox"))?;
-            let Some((_, seq)) = keys::split_inbox_key(&k) else {
-                continue;
-            };
-            let record: InboxRecord = decode("inbox", &v)?;
-            out.push(InboxItem {
-                seq,
-                record: Arc::new(record),
-            });
-        }
-        Ok(out)
+        self.contained("reading the inbox", || {
+            let start = keys::inbox_key(session_key, after.saturating_add(1));
+            let end = keys::inbox_key(session_key, u64::MAX);
+            let mut out = Vec::new();
+            for kv in self.inner().inbox.range(start..=end).take(limit) {
+                let (k, v) = kv.map_err(StoreError::sled("reading the inbox"))?;
+                let Some((_, seq)) = keys::split_inbox_key(&k) else {
+                    continue;
+                };
+                let record: InboxRecord = decode("inbox", &v)?;
+                out.push(InboxItem {
+                    seq,
+                    record: Arc::new(record),
+                });
+            }
+            Ok(out)
+        })
     }
 
     /// Session keys that have unconsumed inbox items (for replay after a restart).
@@ -415,12 +568,14 @@ impl Store {
 
     /// The session stored under `key`.
     pub fn session(&self, key: &str) -> Result<Option<SessionRecord>, StoreError> {
-        self.inner()
-            .sessions
-            .get(key)
-            .map_err(StoreError::sled("reading a session"))?
-            .map(|b| decode("sessions", &b))
-            .transpose()
+        self.contained("reading a session", || {
+            self.inner()
+                .sessions
+                .get(key)
+                .map_err(StoreError::sled("reading a session"))?
+                .map(|b| decode("sessions", &b))
+                .transpose()
+        })
     }
 
     /// Sessions in key order, starting after `after`, at most `limit`.
@@ -429,20 +584,22 @@ impl Store {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<(String, SessionRecord)>, StoreError> {
-        let iter = match after {
-            Some(a) => self.inner().sessions.range::<&[u8], _>((
-                std::ops::Bound::Excluded(a.as_bytes()),
-                std::ops::Bound::Unbounded,
-            )),
-            None => self.inner().sessions.iter(),
-        };
-        let mut out = Vec::new();
-        for kv in iter.take(limit) {
-            let (k, v) = kv.map_err(StoreError::sled("listing sessions"))?;
-            let key = String::from_utf8_lossy(&k).into_owned();
-            out.push((key, decode("sessions", &v)?));
-        }
-        Ok(out)
+        self.contained("listing sessions", || {
+            let iter = match after {
+                Some(a) => self.inner().sessions.range::<&[u8], _>((
+                    std::ops::Bound::Excluded(a.as_bytes()),
+                    std::ops::Bound::Unbounded,
+                )),
+                None => self.inner().sessions.iter(),
+            };
+            let mut out = Vec::new();
+            for kv in iter.take(limit) {
+                let (k, v) = kv.map_err(StoreError::sled("listing sessions"))?;
+                let key = String::from_utf8_lossy(&k).into_owned();
+                out.push((key, decode("sessions", &v)?));
+            }
+            Ok(out)
+        })
     }
 
     /// Number of stored sessions.
@@ -457,15 +614,17 @@ impl Store {
         after: u64,
         limit: usize,
     ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
-        let start = keys::transcript_key(session_id, after.saturating_add(1));
-        let end = keys::transcript_key(session_id, u64::MAX);
-        let mut out = Vec::new();
-        for kv in self.inner().transcript.range(start..=end).take(limit) {
-            let (k, v) = kv.map_err(StoreError::sled("reading a transcript"))?;
-            let seq = keys::transcript_seq(&k).unwrap_or_default();
-            out.push((seq, decode("transcript", &v)?));
-        }
-        Ok(out)
+        self.contained("reading a transcript", || {
+            let start = keys::transcript_key(session_id, after.saturating_add(1));
+            let end = keys::transcript_key(session_id, u64::MAX);
+            let mut out = Vec::new();
+            for kv in self.inner().transcript.range(start..=end).take(limit) {
+                let (k, v) = kv.map_err(StoreError::sled("reading a transcript"))?;
+                let seq = keys::transcript_seq(&k).unwrap_or_default();
+                out.push((seq, decode("transcript", &v)?));
+            }
+            Ok(out)
+        })
     }
 
     /// The newest entries of a session, newest first, while `keep(entry)` says to continue.
@@ -475,21 +634,23 @@ impl Store {
         session_id: u64,
         mut keep: impl FnMut(&TranscriptEntry) -> bool,
     ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
-        let mut out = Vec::new();
-        for kv in self
-            .inner()
-            .transcript
-            .scan_prefix(keys::transcript_prefix(session_id))
-            .rev()
-        {
-            let (k, v) = kv.map_err(StoreError::sled("reading a transcript"))?;
-            let entry: TranscriptEntry = decode("transcript", &v)?;
-            if !keep(&entry) {
-                break;
+        self.contained("reading a transcript", || {
+            let mut out = Vec::new();
+            for kv in self
+                .inner()
+                .transcript
+                .scan_prefix(keys::transcript_prefix(session_id))
+                .rev()
+            {
+                let (k, v) = kv.map_err(StoreError::sled("reading a transcript"))?;
+                let entry: TranscriptEntry = decode("transcript", &v)?;
+                if !keep(&entry) {
+                    break;
+                }
+                out.push((keys::transcript_seq(&k).unwrap_or_default(), entry));
             }
-            out.push((keys::transcript_seq(&k).unwrap_or_default(), entry));
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     /// The oldest entry of session `session_id` (a compaction summary sits there).

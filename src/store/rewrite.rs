@@ -1,35 +1,47 @@
 //! Giving space back: the live data is copied into a fresh database generation, which then
-//! replaces the current one, and the old generation's directory is deleted.
+//! replaces the current one, and the old generation's directory is deleted. The same copy
+//! brings a store that could not write (full disk) back: sled refuses writes after an I/O
+//! error until reopened, so the recovery copies what it holds into a new generation
+//! (`health.rs`).
 //!
 //! sled never shrinks its files when keys are deleted; it reuses the space, but under churn
 //! with large values (whole nodes stored as blob files) garbage can build up faster than its
 //! segment cleaner reclaims it. A rewrite bounds that: the new generation holds only live
-//! data. Generations live in `<data_dir>/db` (the first) and `<data_dir>/db.<n>`; the file
-//! `<data_dir>/CURRENT` names the current one and is replaced atomically (written aside,
-//! fsynced, renamed, directory fsynced) only after the new generation is complete and flushed.
-//! A crash before the switch leaves the old generation current and the half-copied one is
-//! deleted on the next open; a crash after it leaves the old one to be deleted likewise.
+//! data. Generations and `CURRENT` are described in `generations.rs`: the new generation is
+//! copied, checked (same number of keys per tree as the old one while writes are held),
+//! flushed and marked complete before `CURRENT` is switched to it (atomically, durably); the
+//! old one is deleted only after that. A crash before the switch leaves the old generation
+//! current and the incomplete copy is deleted on the next open.
 //!
-//! While the copy runs, writes wait (the store's write gate); reads go on against the old
-//! generation, which is consistent because nothing writes to it. Sequence numbers and ids
-//! continue across generations (`id_base`), and group-commit tickets too.
+//! Writes go on while the copy runs: before copying, the rewrite subscribes to every tree of
+//! the old generation, and every insert or removal made after that reaches the copy as an
+//! event, applied after the batch it could have raced with (so the copy ends with each key's
+//! newest value). Only the end holds writes off (the write gate, exclusively): the last events
+//! are applied, the key counts compared, the copy flushed and `CURRENT` switched — time
+//! proportional to the writes of the last moments and the key count, not to the data copied.
+//! Sequence numbers and ids continue across generations (`id_base`), and group-commit tickets
+//! too.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{disk, Store, StoreInner, DB_DIR};
+use super::generations::{self, generation_name, generation_number};
+use super::{disk, Store, StoreInner};
 use crate::error::StoreError;
 
-/// The file naming the current generation's directory.
-const CURRENT_FILE: &str = "CURRENT";
 /// The `meta` key holding the id base of a generation (big-endian u64).
 const ID_BASE_KEY: &[u8] = b"id_base";
-/// Keys copied per sled batch; bounds the memory of a rewrite.
+/// Keys copied per sled batch; bounds the memory of a rewrite and how long writers can wait
+/// on a full event channel (sled's subscriber buffers 1,024 events).
 const COPY_BATCH: usize = 1_000;
 /// How long a rewrite waits for readers of the old generation before leaving its directory
 /// to be deleted on the next open.
 const RETIRE_WAIT: Duration = Duration::from_secs(5);
+/// How long the event drainer waits per tree for an event while the rewrite waits for the
+/// write gate.
+const DRAIN_POLL: Duration = Duration::from_millis(2);
 
 /// What a rewrite did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,86 +60,6 @@ pub struct Rewritten {
     pub old_deleted: bool,
 }
 
-fn generation_number(name: &str) -> Option<u64> {
-    if name == DB_DIR {
-        return Some(0);
-    }
-    let n = name.strip_prefix("db.")?;
-    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| n.parse().ok())
-        .flatten()
-}
-
-/// The current generation's directory (`db` when there is no `CURRENT` file).
-pub(super) fn current_dir(data_dir: &Path) -> Result<PathBuf, StoreError> {
-    let path = data_dir.join(CURRENT_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(name) => {
-            let name = name.trim();
-            if generation_number(name).is_none() {
-                return Err(StoreError::Decode {
-                    tree: "CURRENT",
-                    reason: format!("{name:?} is not a database generation"),
-                });
-            }
-            Ok(data_dir.join(name))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let first = data_dir.join(DB_DIR);
-            // Without CURRENT only the first generation can be current. If it is gone while
-            // later ones exist, CURRENT was lost: refuse rather than start empty and delete them.
-            if !first.exists() && has_later_generation(data_dir) {
-                return Err(StoreError::Decode {
-                    tree: "CURRENT",
-                    reason: format!(
-                        "{} is missing but db.<n> directories exist; write the name of the newest \
-                         complete one into it",
-                        path.display()
-                    ),
-                });
-            }
-            Ok(first)
-        }
-        Err(e) => Err(StoreError::file("read", &path)(e)),
-    }
-}
-
-fn has_later_generation(data_dir: &Path) -> bool {
-    std::fs::read_dir(data_dir).is_ok_and(|entries| {
-        entries.flatten().any(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(generation_number)
-                .is_some_and(|n| n > 0)
-        })
-    })
-}
-
-/// Deletes generation directories other than `current` (interrupted or retired ones).
-pub(super) fn remove_other_generations(data_dir: &Path, current: &Path) {
-    let Ok(entries) = std::fs::read_dir(data_dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let is_generation = entry
-            .file_name()
-            .to_str()
-            .and_then(generation_number)
-            .is_some();
-        if is_generation && path != current && path.is_dir() {
-            match std::fs::remove_dir_all(&path) {
-                Ok(()) => {
-                    tracing::info!(dir = %path.display(), "deleted an old database generation")
-                }
-                Err(e) => {
-                    tracing::warn!(dir = %path.display(), error = %e, "could not delete an old database generation")
-                }
-            }
-        }
-    }
-}
-
 /// The id base stored in a generation (0 for the first).
 pub(super) fn id_base(db: &sled::Db) -> Result<u64, StoreError> {
     let meta = db
@@ -141,65 +73,81 @@ pub(super) fn id_base(db: &sled::Db) -> Result<u64, StoreError> {
         .unwrap_or(0))
 }
 
-/// Points `CURRENT` at `name`, atomically and durably.
-fn switch_current(data_dir: &Path, name: &str) -> Result<(), StoreError> {
-    use std::io::Write;
-    let tmp = data_dir.join(format!("{CURRENT_FILE}.tmp"));
-    let mut file = std::fs::File::create(&tmp).map_err(StoreError::file("create", &tmp))?;
-    file.write_all(name.as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(StoreError::file("write", &tmp))?;
-    let current = data_dir.join(CURRENT_FILE);
-    std::fs::rename(&tmp, &current).map_err(StoreError::file("rename", &tmp))?;
-    std::fs::File::open(data_dir)
-        .and_then(|d| d.sync_all())
-        .map_err(StoreError::file("sync", data_dir))?;
-    Ok(())
+/// One tree being copied: the old generation's tree, its copy, and the events since the
+/// subscription.
+struct TreeCopy {
+    src: sled::Tree,
+    dst: sled::Tree,
+    events: sled::Subscriber,
 }
 
-fn copy_tree(src: &sled::Tree, dst: &sled::Tree) -> Result<u64, StoreError> {
+impl TreeCopy {
+    /// Applies the events that arrive within `wait` (zero: those already there).
+    fn drain(&mut self, wait: Duration) -> Result<(), StoreError> {
+        let mut wait = wait;
+        while let Ok(event) = self.events.next_timeout(wait) {
+            wait = Duration::ZERO;
+            match event {
+                sled::Event::Insert { key, value } => self.dst.insert(key, value).map(drop),
+                sled::Event::Remove { key } => self.dst.remove(key).map(drop),
+            }
+            .map_err(StoreError::sled("replaying a write into a rewrite"))?;
+        }
+        Ok(())
+    }
+}
+
+fn drain_all(copies: &mut [TreeCopy], wait: Duration) -> Result<(), StoreError> {
+    copies.iter_mut().try_for_each(|c| c.drain(wait))
+}
+
+/// Copies tree `i` in batches; after each batch is applied, the events so far are (never
+/// between reading a batch and applying it, which could put an older value over a newer one).
+fn copy_tree(copies: &mut [TreeCopy], i: usize) -> Result<u64, StoreError> {
     let mut copied = 0u64;
-    let mut batch = sled::Batch::default();
-    let mut in_batch = 0usize;
-    for kv in src.iter() {
-        let (k, v) = kv.map_err(StoreError::sled("reading for a rewrite"))?;
-        batch.insert(k, v);
-        in_batch += 1;
-        if in_batch == COPY_BATCH {
-            dst.apply_batch(std::mem::take(&mut batch))
-                .map_err(StoreError::sled("writing a rewrite"))?;
-            copied += in_batch as u64;
-            in_batch = 0;
+    let mut iter = copies[i].src.iter();
+    loop {
+        let mut batch = sled::Batch::default();
+        let mut in_batch = 0usize;
+        for kv in iter.by_ref().take(COPY_BATCH) {
+            let (k, v) = kv.map_err(StoreError::sled("reading for a rewrite"))?;
+            batch.insert(k, v);
+            in_batch += 1;
+        }
+        copies[i]
+            .dst
+            .apply_batch(batch)
+            .map_err(StoreError::sled("writing a rewrite"))?;
+        copied += in_batch as u64;
+        drain_all(copies, Duration::ZERO)?;
+        if in_batch < COPY_BATCH {
+            return Ok(copied);
         }
     }
-    dst.apply_batch(batch)
-        .map_err(StoreError::sled("writing a rewrite"))?;
-    Ok(copied + in_batch as u64)
 }
 
 impl Store {
     /// Copies the live data into a fresh database generation and switches to it (see the
-    /// module doc). Blocking: writes wait until the copy is done. Must run inside a tokio
-    /// runtime (it starts the new generation's group commit).
+    /// module doc). Blocking; writes wait only for the final switch. Must run inside a tokio
+    /// runtime (it starts the new generation's group commit). One rewrite runs at a time.
     pub fn rewrite(&self) -> Result<Rewritten, StoreError> {
-        let gate = self
+        let _one = self
             .shared
-            .write_gate
-            .write()
+            .rewriting
+            .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let paused = Instant::now();
         let old = self.inner();
         let bytes_before = disk::dir_disk_bytes(&old.dir).unwrap_or(0);
-        old.commit.flush_blocking()?;
         let number = old
             .dir
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(generation_number)
             .unwrap_or(0);
-        let name = format!("db.{}", number + 1);
+        let name = generation_name(number + 1);
         let dir = self.shared.data_dir.join(&name);
         if dir.exists() {
+            // An incomplete copy (a complete newer generation makes the store refuse to open).
             std::fs::remove_dir_all(&dir).map_err(StoreError::file("delete", &dir))?;
         }
         let config = &self.shared.config;
@@ -209,33 +157,19 @@ impl Store {
             .flush_every_ms(Some(config.flush_every_ms.max(1)))
             .open()
             .map_err(|source| StoreError::from_open(&dir, source))?;
-        let mut keys = 0u64;
-        for tree_name in old.db.tree_names() {
-            let src = old
-                .db
-                .open_tree(&tree_name)
-                .map_err(StoreError::sled("opening a tree to copy"))?;
-            let dst = db
-                .open_tree(&tree_name)
-                .map_err(StoreError::sled("creating a tree copy"))?;
-            keys += copy_tree(&src, &dst)?;
-        }
-        // Every id the old generation handed out is below this one.
-        let base = old.next_id()? + 1;
-        db.open_tree("meta")
-            .and_then(|m| m.insert(ID_BASE_KEY, &base.to_be_bytes()))
-            .map_err(StoreError::sled("writing the id base"))?;
-        db.flush().map_err(StoreError::sled("flushing a rewrite"))?;
-        switch_current(&self.shared.data_dir, &name)?;
-        let next = StoreInner::from_db(db, dir.clone(), config, old.commit.written())?;
+        let copied = self.copy_and_switch(&old, db.clone(), &name);
+        let (keys, pause_ms) = match copied {
+            Ok(done) => done,
+            Err(e) => {
+                drop(db);
+                if let Err(rm) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(dir = %dir.display(), error = %rm, "could not delete an incomplete rewrite");
+                }
+                return Err(e);
+            }
+        };
+        drop(db);
         let bytes_after = disk::dir_disk_bytes(&dir).unwrap_or(0);
-        *self
-            .shared
-            .current
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(next);
-        drop(gate);
-        let pause_ms = u64::try_from(paused.elapsed().as_millis()).unwrap_or(u64::MAX);
 
         // Retire the old generation once its readers and its flusher have let go.
         old.commit.stop();
@@ -268,30 +202,95 @@ impl Store {
             old_deleted,
         })
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lost_current_file_is_refused_not_guessed() {
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(current_dir(dir.path()).unwrap(), dir.path().join("db"));
-        std::fs::create_dir(dir.path().join("db.3")).unwrap();
-        assert!(current_dir(dir.path()).is_err());
-        std::fs::write(dir.path().join(CURRENT_FILE), "db.3").unwrap();
-        assert_eq!(current_dir(dir.path()).unwrap(), dir.path().join("db.3"));
-        std::fs::write(dir.path().join(CURRENT_FILE), "../etc").unwrap();
-        assert!(current_dir(dir.path()).is_err());
-    }
-
-    #[test]
-    fn generation_names() {
-        assert_eq!(generation_number("db"), Some(0));
-        assert_eq!(generation_number("db.12"), Some(12));
-        for bad in ["db.", "db.x", "db.-1", "archives", "../db.1", "db.1/.."] {
-            assert_eq!(generation_number(bad), None, "{bad}");
+    /// The copy (writes going on), then the switch (writes held). Returns the keys copied and
+    /// how long writes were held, in ms.
+    fn copy_and_switch(
+        &self,
+        old: &Arc<StoreInner>,
+        db: sled::Db,
+        name: &str,
+    ) -> Result<(u64, u64), StoreError> {
+        // Subscribe before reading anything: every later write reaches the copy.
+        let mut copies = old
+            .db
+            .tree_names()
+            .into_iter()
+            .map(|tree| {
+                let src = old
+                    .db
+                    .open_tree(&tree)
+                    .map_err(StoreError::sled("opening a tree to copy"))?;
+                let dst = db
+                    .open_tree(&tree)
+                    .map_err(StoreError::sled("creating a tree copy"))?;
+                let events = src.watch_prefix(Vec::new());
+                Ok(TreeCopy { src, dst, events })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let mut keys = 0u64;
+        for i in 0..copies.len() {
+            keys += copy_tree(&mut copies, i)?;
         }
+
+        // Writers may be blocked on a full event channel while holding the gate shared: keep
+        // applying events on another thread until the gate is ours.
+        let stop = AtomicBool::new(false);
+        let (gate, drained) = std::thread::scope(|scope| {
+            let drainer = scope.spawn(|| {
+                while !stop.load(Ordering::Acquire) {
+                    drain_all(&mut copies, DRAIN_POLL)?;
+                }
+                Ok::<(), StoreError>(())
+            });
+            let gate = self
+                .shared
+                .write_gate
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            stop.store(true, Ordering::Release);
+            let drained = drainer.join().unwrap_or(Err(StoreError::Invariant(
+                "the rewrite's event drainer panicked",
+            )));
+            (gate, drained)
+        });
+        let paused = Instant::now();
+        drained?;
+        drain_all(&mut copies, Duration::ZERO)?;
+        for copy in &copies {
+            if copy.src.len() != copy.dst.len() {
+                return Err(StoreError::Invariant(
+                    "a rewrite's copy does not hold the same keys as its source",
+                ));
+            }
+        }
+        // Every id the old generation handed out is below this one.
+        let base = old.next_id()? + 1;
+        db.open_tree("meta")
+            .and_then(|m| m.insert(ID_BASE_KEY, &base.to_be_bytes()))
+            .map_err(StoreError::sled("writing the id base"))?;
+        self.shared.ledger.stamp(&db)?;
+        db.flush().map_err(StoreError::sled("flushing a rewrite"))?;
+        let dir = self.shared.data_dir.join(name);
+        generations::mark_verified(&dir)?;
+        generations::switch_current(&self.shared.data_dir, name)?;
+        let next = StoreInner::from_db(
+            db,
+            dir,
+            &self.shared.config,
+            (old.commit.written(), old.commit.written()),
+            &self.shared.ledger,
+            &self.shared.health,
+        )?;
+        *self
+            .shared
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(next);
+        drop(gate);
+        // Whatever waits on the old generation's flushes is in the flushed copy.
+        old.commit.all_durable();
+        let pause_ms = u64::try_from(paused.elapsed().as_millis()).unwrap_or(u64::MAX);
+        Ok((keys, pause_ms))
     }
 }

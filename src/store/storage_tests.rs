@@ -660,5 +660,95 @@ async fn admission_refuses_when_nothing_can_be_evicted() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert!(open, "still refused after a pass freed space");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_go_on_during_a_rewrite_and_none_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let store = Store::open(&cfg).unwrap();
+    let big = "w".repeat(20_000);
+    for i in 0..300u64 {
+        turn(&store, &format!("old{i:03}"), 1_000 + i, &big);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let (store, stop) = (store.clone(), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut done = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    turn(&store, &format!("live{w}"), 10_000 + done, "during");
+                    store
+                        .enqueue(&format!("queue{w}"), inbox_record("q"))
+                        .unwrap();
+                    done += 1;
+                }
+                done
+            })
+        })
+        .collect();
+    let s = store.clone();
+    let done = tokio::task::spawn_blocking(move || s.rewrite())
+        .await
+        .unwrap()
+        .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written: Vec<u64> = writers.into_iter().map(|w| w.join().unwrap()).collect();
+    eprintln!("rewrite: {done:?}; turns written by each writer meanwhile: {written:?}");
+    for (w, n) in written.iter().enumerate() {
+        let live = store.session(&format!("live{w}")).unwrap().unwrap();
+        assert_eq!(
+            live.entries,
+            2 * n,
+            "every turn of writer {w} is in the new generation"
+        );
+        let queued = store.pending(&format!("queue{w}"), 0, usize::MAX).unwrap();
+        assert_eq!(
+            queued.len() as u64,
+            *n,
+            "every inbox write of writer {w} is kept"
+        );
+    }
+    assert!(crate::store::generations::is_verified(&done.dir));
+    assert!(store.doctor(Depth::Full, false).unwrap().is_clean());
+    store.close().await.unwrap();
+    drop(store);
+    let store = Store::open(&cfg).unwrap();
+    assert_eq!(store.session_count(), 302);
+    store.close().await.unwrap();
+}
+
+/// The probe runs on real time (tokio's `test-util` is not enabled in this crate); the wait is
+/// a bounded poll, not a timed assertion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_write_refuses_writes_and_recovers_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    let (before, ticket) = store.enqueue("s", inbox_record("before")).unwrap();
+    store.commit().wait(ticket).await.unwrap();
+    // As a full disk does: a write fails with an I/O error.
+    let failed = store.write_failed(StoreError::Flush("No space left on device".into()));
+    assert!(failed.is_cannot_write(), "{failed}");
+    let refused = store.enqueue("s", inbox_record("during")).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .starts_with("insufficient storage: the disk is full"),
+        "{refused}"
+    );
+    assert!(store.not_ready_reason().is_some());
+    assert_eq!(store.pending("s", 0, 10).unwrap().len(), 1, "reads go on");
+    // The probe finds room (the temp dir has it) and recovers through a new generation.
+    let mut waited = 0;
+    while store.not_ready_reason().is_some() {
+        waited += 1;
+        assert!(waited < 600, "the store did not recover");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (after, ticket) = store.enqueue("s", inbox_record("after")).unwrap();
+    store.commit().wait(ticket).await.unwrap();
+    assert!(after.seq > before.seq);
+    assert_eq!(store.pending("s", 0, 10).unwrap().len(), 2);
     store.close().await.unwrap();
 }

@@ -86,6 +86,7 @@ impl Store {
         if turns.is_empty() {
             return Ok(Vec::new());
         }
+        self.check_writable()?;
         let _write = self.write_gate();
         let inner = self.inner();
         let prepared = turns
@@ -110,11 +111,12 @@ impl Store {
             )
             .map_err(|e| match e {
                 TransactionError::Abort(e) => e,
-                TransactionError::Storage(source) => StoreError::Sled {
+                TransactionError::Storage(source) => self.write_failed(StoreError::Sled {
                     context: "committing a turn",
                     source,
-                },
+                }),
             })?;
+        self.shared.ledger.committed(turns.len());
         let consumed: usize = applied.iter().map(|a| a.consumed).sum();
         let queued = &self.shared.queued;
         queued.fetch_sub(
