@@ -79,7 +79,7 @@ const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
 /// Eviction reasons that move a session into the cold tier (when it is on) instead of
 /// deleting it: the disk budget's. Age, count and emptiness delete. The last two are
 /// pressure (the data dir over high water), when no archive is written either.
-const FREEZES: [&str; 3] = ["disk budget", "disk pressure", "room for a rewrite"];
+const FREEZES: [&str; 3] = ["disk_budget", "disk_pressure", "rewrite_room"];
 /// Admission refuses new messages once the disk estimate reaches this fraction of the budget:
 /// messages already queued still get their turns (each writes its transcript entries and
 /// reply), so the line is drawn a little before the budget itself.
@@ -546,7 +546,7 @@ impl StoreBudget {
                 let goal = (live as f64 * usage.high_water_bytes as f64 / disk_now as f64
                     * EVICT_TO_FRACTION) as u64;
                 progress.live = live;
-                self.evict_oldest(true, progress, report, "disk pressure", |_, p| {
+                self.evict_oldest(true, progress, report, "disk_pressure", |_, p| {
                     p.live > goal
                 })?;
             }
@@ -607,9 +607,7 @@ impl StoreBudget {
         let goal = (room / per_live_byte) as u64;
         progress.live = self.store.live_bytes();
         if progress.live > goal {
-            self.evict_oldest(true, progress, report, "room for a rewrite", |_, p| {
-                p.live > goal
-            })?;
+            self.evict_oldest(true, progress, report, "rewrite_room", |_, p| p.live > goal)?;
         }
         let fits = self.store.live_bytes() <= goal;
         if !fits {

@@ -23,7 +23,8 @@
 //! too.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,9 +40,11 @@ const COPY_BATCH: usize = 1_000;
 /// How long a rewrite waits for readers of the old generation before leaving its directory
 /// to be deleted on the next open.
 const RETIRE_WAIT: Duration = Duration::from_secs(5);
-/// How long the event drainer waits per tree for an event while the rewrite waits for the
-/// write gate.
-const DRAIN_POLL: Duration = Duration::from_millis(2);
+/// How long the event collector sleeps when no tree had an event.
+const COLLECT_POLL: Duration = Duration::from_millis(1);
+/// Most write events held in memory during a rewrite (collected, not yet applied to the
+/// copy); a rewrite that falls this far behind the writers gives up and is tried again later.
+const MAX_PENDING_EVENTS: usize = 1_000_000;
 
 /// What a rewrite did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,37 +76,136 @@ pub(super) fn id_base(db: &sled::Db) -> Result<u64, StoreError> {
         .unwrap_or(0))
 }
 
-/// One tree being copied: the old generation's tree, its copy, and the events since the
-/// subscription.
+/// One tree being copied: the old generation's tree and its copy.
 struct TreeCopy {
     src: sled::Tree,
     dst: sled::Tree,
-    events: sled::Subscriber,
 }
 
-impl TreeCopy {
-    /// Applies the events that arrive within `wait` (zero: those already there).
-    fn drain(&mut self, wait: Duration) -> Result<(), StoreError> {
-        let mut wait = wait;
-        while let Ok(event) = self.events.next_timeout(wait) {
-            wait = Duration::ZERO;
+/// The write events of every tree since the subscription, collected on their own thread.
+///
+/// sled delivers events through a bounded channel from inside the write, and a transaction
+/// holds sled's process-wide concurrency lock while it does: a consumer that itself touches
+/// sled (any tree, any database) while the channel is full deadlocks with that writer. So the
+/// collector only moves events into memory and never calls sled; the rewrite applies them.
+struct Collector {
+    events: mpsc::Receiver<(usize, sled::Event)>,
+    pending: Arc<AtomicUsize>,
+    overflowed: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Collector {
+    fn start(
+        subscribers: Vec<sled::Subscriber>,
+        dir: &std::path::Path,
+    ) -> Result<Self, StoreError> {
+        let (tx, events) = mpsc::channel();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let overflowed = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (pending, overflowed, stop) = (
+                Arc::clone(&pending),
+                Arc::clone(&overflowed),
+                Arc::clone(&stop),
+            );
+            std::thread::Builder::new()
+                .name("rewrite-events".into())
+                .spawn(move || collect(subscribers, &tx, &pending, &overflowed, &stop))
+                .map_err(StoreError::file(
+                    "start the event collector for a rewrite of",
+                    dir,
+                ))?
+        };
+        Ok(Self {
+            events,
+            pending,
+            overflowed,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Applies the events collected so far to the copies.
+    fn apply(&self, copies: &[TreeCopy]) -> Result<(), StoreError> {
+        if self.overflowed.load(Ordering::Acquire) {
+            return Err(StoreError::Invariant(
+                "a rewrite fell too far behind the writers; it is tried again later",
+            ));
+        }
+        while let Ok((tree, event)) = self.events.try_recv() {
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            let dst = &copies[tree].dst;
             match event {
-                sled::Event::Insert { key, value } => self.dst.insert(key, value).map(drop),
-                sled::Event::Remove { key } => self.dst.remove(key).map(drop),
+                sled::Event::Insert { key, value } => dst.insert(key, value).map(drop),
+                sled::Event::Remove { key } => dst.remove(key).map(drop),
             }
             .map_err(StoreError::sled("replaying a write into a rewrite"))?;
         }
         Ok(())
     }
+
+    /// Stops collecting once every event already written is in memory (call it with writes
+    /// held off), then applies the rest.
+    fn finish(mut self, copies: &[TreeCopy]) -> Result<(), StoreError> {
+        self.stop_thread();
+        self.apply(copies)
+    }
+
+    fn stop_thread(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                self.overflowed.store(true, Ordering::Release);
+            }
+        }
+    }
 }
 
-fn drain_all(copies: &mut [TreeCopy], wait: Duration) -> Result<(), StoreError> {
-    copies.iter_mut().try_for_each(|c| c.drain(wait))
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}
+
+/// The collector's loop: every event, in order per tree, into `tx`; past
+/// [`MAX_PENDING_EVENTS`] it keeps draining sled (so writers never block) but drops them and
+/// marks the rewrite failed. After `stop`, one last pass takes what is left.
+fn collect(
+    mut subscribers: Vec<sled::Subscriber>,
+    tx: &mpsc::Sender<(usize, sled::Event)>,
+    pending: &AtomicUsize,
+    overflowed: &AtomicBool,
+    stop: &AtomicBool,
+) {
+    loop {
+        let last = stop.load(Ordering::Acquire);
+        let mut got = false;
+        for (tree, events) in subscribers.iter_mut().enumerate() {
+            while let Ok(event) = events.next_timeout(Duration::ZERO) {
+                got = true;
+                if pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_EVENTS {
+                    overflowed.store(true, Ordering::Release);
+                }
+                if overflowed.load(Ordering::Acquire) || tx.send((tree, event)).is_err() {
+                    pending.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+        }
+        if last {
+            return;
+        }
+        if !got {
+            std::thread::sleep(COLLECT_POLL);
+        }
+    }
 }
 
 /// Copies tree `i` in batches; after each batch is applied, the events so far are (never
 /// between reading a batch and applying it, which could put an older value over a newer one).
-fn copy_tree(copies: &mut [TreeCopy], i: usize) -> Result<u64, StoreError> {
+fn copy_tree(copies: &[TreeCopy], i: usize, events: &Collector) -> Result<u64, StoreError> {
     let mut copied = 0u64;
     let mut iter = copies[i].src.iter();
     loop {
@@ -119,7 +221,7 @@ fn copy_tree(copies: &mut [TreeCopy], i: usize) -> Result<u64, StoreError> {
             .apply_batch(batch)
             .map_err(StoreError::sled("writing a rewrite"))?;
         copied += in_batch as u64;
-        drain_all(copies, Duration::ZERO)?;
+        events.apply(copies)?;
         if in_batch < COPY_BATCH {
             return Ok(copied);
         }
@@ -212,7 +314,8 @@ impl Store {
         name: &str,
     ) -> Result<(u64, u64), StoreError> {
         // Subscribe before reading anything: every later write reaches the copy.
-        let mut copies = old
+        let mut subscribers = Vec::new();
+        let copies = old
             .db
             .tree_names()
             .into_iter()
@@ -224,39 +327,26 @@ impl Store {
                 let dst = db
                     .open_tree(&tree)
                     .map_err(StoreError::sled("creating a tree copy"))?;
-                let events = src.watch_prefix(Vec::new());
-                Ok(TreeCopy { src, dst, events })
+                subscribers.push(src.watch_prefix(Vec::new()));
+                Ok(TreeCopy { src, dst })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
+        let events = Collector::start(subscribers, &old.dir)?;
         let mut keys = 0u64;
         for i in 0..copies.len() {
-            keys += copy_tree(&mut copies, i)?;
+            keys += copy_tree(&copies, i, &events)?;
         }
+        events.apply(&copies)?;
 
-        // Writers may be blocked on a full event channel while holding the gate shared: keep
-        // applying events on another thread until the gate is ours.
-        let stop = AtomicBool::new(false);
-        let (gate, drained) = std::thread::scope(|scope| {
-            let drainer = scope.spawn(|| {
-                while !stop.load(Ordering::Acquire) {
-                    drain_all(&mut copies, DRAIN_POLL)?;
-                }
-                Ok::<(), StoreError>(())
-            });
-            let gate = self
-                .shared
-                .write_gate
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            stop.store(true, Ordering::Release);
-            let drained = drainer.join().unwrap_or(Err(StoreError::Invariant(
-                "the rewrite's event drainer panicked",
-            )));
-            (gate, drained)
-        });
+        // Writers blocked on sled's event channel are freed by the collector, so the gate
+        // comes once the writes in progress end.
+        let gate = self
+            .shared
+            .write_gate
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let paused = Instant::now();
-        drained?;
-        drain_all(&mut copies, Duration::ZERO)?;
+        events.finish(&copies)?;
         for copy in &copies {
             if copy.src.len() != copy.dst.len() {
                 return Err(StoreError::Invariant(
