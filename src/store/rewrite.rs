@@ -13,18 +13,15 @@
 //! old one is deleted only after that. A crash before the switch leaves the old generation
 //! current and the incomplete copy is deleted on the next open.
 //!
-//! Writes go on while the copy runs: before copying, the rewrite subscribes to every tree of
-//! the old generation, and every insert or removal made after that reaches the copy as an
-//! event, applied after the batch it could have raced with (so the copy ends with each key's
-//! newest value). Only the end holds writes off (the write gate, exclusively): the last events
-//! are applied, the key counts compared, the copy flushed and `CURRENT` switched — time
-//! proportional to the writes of the last moments and the key count, not to the data copied.
+//! Writes are held off (the write gate, exclusively) for the copy, the key-count check, the
+//! flush and the switch: admission waits for as long as the live data takes to copy. Copying
+//! beside the writers through sled's subscribers was tried and deadlocks: a sled transaction
+//! holds sled's process-wide concurrency lock while it hands an event to a subscriber, so a
+//! drainer that writes the event into the copy (sled again) can wait on that writer for ever.
 //! Sequence numbers and ids continue across generations (`id_base`), and group-commit tickets
 //! too.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,17 +31,11 @@ use crate::error::StoreError;
 
 /// The `meta` key holding the id base of a generation (big-endian u64).
 const ID_BASE_KEY: &[u8] = b"id_base";
-/// Keys copied per sled batch; bounds the memory of a rewrite and how long writers can wait
-/// on a full event channel (sled's subscriber buffers 1,024 events).
+/// Keys copied per sled batch; bounds the memory of a rewrite.
 const COPY_BATCH: usize = 1_000;
 /// How long a rewrite waits for readers of the old generation before leaving its directory
 /// to be deleted on the next open.
 const RETIRE_WAIT: Duration = Duration::from_secs(5);
-/// How long the event collector sleeps when no tree had an event.
-const COLLECT_POLL: Duration = Duration::from_millis(1);
-/// Most write events held in memory during a rewrite (collected, not yet applied to the
-/// copy); a rewrite that falls this far behind the writers gives up and is tried again later.
-const MAX_PENDING_EVENTS: usize = 1_000_000;
 
 /// What a rewrite did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,130 +73,8 @@ struct TreeCopy {
     dst: sled::Tree,
 }
 
-/// The write events of every tree since the subscription, collected on their own thread.
-///
-/// sled delivers events through a bounded channel from inside the write, and a transaction
-/// holds sled's process-wide concurrency lock while it does: a consumer that itself touches
-/// sled (any tree, any database) while the channel is full deadlocks with that writer. So the
-/// collector only moves events into memory and never calls sled; the rewrite applies them.
-struct Collector {
-    events: mpsc::Receiver<(usize, sled::Event)>,
-    pending: Arc<AtomicUsize>,
-    overflowed: Arc<AtomicBool>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Collector {
-    fn start(
-        subscribers: Vec<sled::Subscriber>,
-        dir: &std::path::Path,
-    ) -> Result<Self, StoreError> {
-        let (tx, events) = mpsc::channel();
-        let pending = Arc::new(AtomicUsize::new(0));
-        let overflowed = Arc::new(AtomicBool::new(false));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (pending, overflowed, stop) = (
-                Arc::clone(&pending),
-                Arc::clone(&overflowed),
-                Arc::clone(&stop),
-            );
-            std::thread::Builder::new()
-                .name("rewrite-events".into())
-                .spawn(move || collect(subscribers, &tx, &pending, &overflowed, &stop))
-                .map_err(StoreError::file(
-                    "start the event collector for a rewrite of",
-                    dir,
-                ))?
-        };
-        Ok(Self {
-            events,
-            pending,
-            overflowed,
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    /// Applies the events collected so far to the copies.
-    fn apply(&self, copies: &[TreeCopy]) -> Result<(), StoreError> {
-        if self.overflowed.load(Ordering::Acquire) {
-            return Err(StoreError::Invariant(
-                "a rewrite fell too far behind the writers; it is tried again later",
-            ));
-        }
-        while let Ok((tree, event)) = self.events.try_recv() {
-            self.pending.fetch_sub(1, Ordering::AcqRel);
-            let dst = &copies[tree].dst;
-            match event {
-                sled::Event::Insert { key, value } => dst.insert(key, value).map(drop),
-                sled::Event::Remove { key } => dst.remove(key).map(drop),
-            }
-            .map_err(StoreError::sled("replaying a write into a rewrite"))?;
-        }
-        Ok(())
-    }
-
-    /// Stops collecting once every event already written is in memory (call it with writes
-    /// held off), then applies the rest.
-    fn finish(mut self, copies: &[TreeCopy]) -> Result<(), StoreError> {
-        self.stop_thread();
-        self.apply(copies)
-    }
-
-    fn stop_thread(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                self.overflowed.store(true, Ordering::Release);
-            }
-        }
-    }
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        self.stop_thread();
-    }
-}
-
-/// The collector's loop: every event, in order per tree, into `tx`; past
-/// [`MAX_PENDING_EVENTS`] it keeps draining sled (so writers never block) but drops them and
-/// marks the rewrite failed. After `stop`, one last pass takes what is left.
-fn collect(
-    mut subscribers: Vec<sled::Subscriber>,
-    tx: &mpsc::Sender<(usize, sled::Event)>,
-    pending: &AtomicUsize,
-    overflowed: &AtomicBool,
-    stop: &AtomicBool,
-) {
-    loop {
-        let last = stop.load(Ordering::Acquire);
-        let mut got = false;
-        for (tree, events) in subscribers.iter_mut().enumerate() {
-            while let Ok(event) = events.next_timeout(Duration::ZERO) {
-                got = true;
-                if pending.fetch_add(1, Ordering::AcqRel) >= MAX_PENDING_EVENTS {
-                    overflowed.store(true, Ordering::Release);
-                }
-                if overflowed.load(Ordering::Acquire) || tx.send((tree, event)).is_err() {
-                    pending.fetch_sub(1, Ordering::AcqRel);
-                }
-            }
-        }
-        if last {
-            return;
-        }
-        if !got {
-            std::thread::sleep(COLLECT_POLL);
-        }
-    }
-}
-
-/// Copies tree `i` in batches; after each batch is applied, the events so far are (never
-/// between reading a batch and applying it, which could put an older value over a newer one).
-fn copy_tree(copies: &[TreeCopy], i: usize, events: &Collector) -> Result<u64, StoreError> {
+/// Copies tree `i` in batches (bounding the memory of a rewrite).
+fn copy_tree(copies: &[TreeCopy], i: usize) -> Result<u64, StoreError> {
     let mut copied = 0u64;
     let mut iter = copies[i].src.iter();
     loop {
@@ -221,7 +90,6 @@ fn copy_tree(copies: &[TreeCopy], i: usize, events: &Collector) -> Result<u64, S
             .apply_batch(batch)
             .map_err(StoreError::sled("writing a rewrite"))?;
         copied += in_batch as u64;
-        events.apply(copies)?;
         if in_batch < COPY_BATCH {
             return Ok(copied);
         }
@@ -313,8 +181,16 @@ impl Store {
         db: sled::Db,
         name: &str,
     ) -> Result<(u64, u64), StoreError> {
-        // Subscribe before reading anything: every later write reaches the copy.
-        let mut subscribers = Vec::new();
+        // Writes are held off for the whole copy. Copying beside the writers (sled's
+        // subscribers replaying their writes) deadlocked: a transaction holds sled's
+        // process-wide lock while it hands an event to a subscriber, and whoever drains that
+        // subscriber into the copy needs the same lock.
+        let gate = self
+            .shared
+            .write_gate
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let paused = Instant::now();
         let copies = old
             .db
             .tree_names()
@@ -327,26 +203,13 @@ impl Store {
                 let dst = db
                     .open_tree(&tree)
                     .map_err(StoreError::sled("creating a tree copy"))?;
-                subscribers.push(src.watch_prefix(Vec::new()));
                 Ok(TreeCopy { src, dst })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        let events = Collector::start(subscribers, &old.dir)?;
         let mut keys = 0u64;
         for i in 0..copies.len() {
-            keys += copy_tree(&copies, i, &events)?;
+            keys += copy_tree(&copies, i)?;
         }
-        events.apply(&copies)?;
-
-        // Writers blocked on sled's event channel are freed by the collector, so the gate
-        // comes once the writes in progress end.
-        let gate = self
-            .shared
-            .write_gate
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let paused = Instant::now();
-        events.finish(&copies)?;
         for copy in &copies {
             if copy.src.len() != copy.dst.len() {
                 return Err(StoreError::Invariant(
