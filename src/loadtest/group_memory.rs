@@ -352,7 +352,7 @@ async fn send(runtime: &Runtime, message: InboundMessage) -> Result<(), Error> {
                 .map_err(|_| Error::NotAvailable("no reply within the scenario's timeout"))?;
             Ok(())
         }
-        Ok(_) | Err(crate::runtime::Refusal::Dropped(_)) => Ok(()),
+        Ok(_) | Err(crate::inbound::Refusal::Dropped(_)) => Ok(()),
         Err(refusal) => Err(Error::Overloaded(refusal.to_string())),
     }
 }

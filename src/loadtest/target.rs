@@ -7,7 +7,8 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::inbound::InboundMessage;
-use crate::runtime::{Refusal, Runtime};
+use crate::inbound::Refusal;
+use crate::runtime::Runtime;
 
 /// Replies buffered between the reply reader and the bookkeeping task.
 const REPLY_BUFFER: usize = 4_096;

@@ -9,8 +9,8 @@ use futures_util::future::BoxFuture;
 
 use super::*;
 use crate::error::ModelError;
-use crate::inbound::{ChatKind, MessageKind, Sender};
-use crate::model::{ModelReply, ModelRequest};
+use crate::inbound::{ChatKind, DropReason, MessageKind, Sender};
+use crate::model::{Model, ModelReply, ModelRequest};
 
 /// A model that never answers, so accepted messages stay in the inbox for inspection.
 struct Stalled;
@@ -84,7 +84,7 @@ async fn dropped(rt: &Runtime, m: InboundMessage) -> DropReason {
 }
 
 fn inbox(rt: &Runtime, key: &str) -> Vec<crate::store::InboxItem> {
-    rt.inner.engine.store.pending(key, 0, 100).unwrap()
+    rt.inner.store.pending(key, 0, 100).unwrap()
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::error::{Error, StoreError};
-use crate::runtime::Refusal;
+use crate::inbound::Refusal;
 
 /// An error answered to an HTTP client.
 #[derive(Debug)]

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::error::{parse_json, ApiError};
 use super::AppState;
 use crate::inbound::InboundMessage;
-use crate::runtime::Refusal;
+use crate::inbound::Refusal;
 
 /// Accepts one message: 202 once durably queued, 4xx with a reason otherwise.
 pub(super) async fn post_message(

@@ -10,7 +10,8 @@ use super::TelegramChannel;
 use crate::channels::retry::{backoff, pause_unless_stopped};
 use crate::config::TelegramConfig;
 use crate::error::Error;
-use crate::runtime::{ChannelPort, Refusal};
+use crate::inbound::Refusal;
+use crate::runtime::ChannelPort;
 
 /// Key of the stored offset in the channel's state.
 const OFFSET_KEY: &str = "offset";

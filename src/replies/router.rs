@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use super::hub::Reply;
 use crate::error::ConfigError;
 use crate::metrics;
-use crate::runtime::Reply;
 
 /// Something that takes a reply for delivery without waiting for it (a channel actor's
 /// mailbox). Implemented for every started channel by `Runtime::add_channel`.
@@ -111,7 +111,7 @@ mod tests {
 
     use super::*;
     use crate::inbound::ChatKind;
-    use crate::runtime::ReplyRoute;
+    use crate::replies::ReplyRoute;
 
     struct Recorder(&'static str, Mutex<Vec<String>>);
 
