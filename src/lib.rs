@@ -60,4 +60,4 @@ pub use config::Config;
 pub use error::Error;
 pub use inbound::{DropReason, Refusal};
 pub use replies::Reply;
-pub use runtime::{Ack, Runtime, RuntimeBuilder};
+pub use runtime::{Ack, Runtime, RuntimeBuilder, SubmitError};

@@ -29,7 +29,8 @@ use crate::config::Config;
 use crate::context::{Assembly, CacheStats};
 use crate::error::Error;
 use crate::inbound::{
-    normalize_session_key, InboundEvent, InboundMessage, Preflight, PreflightStats, Refusal,
+    normalize_session_key, DropReason, InboundEvent, InboundMessage, Preflight, PreflightStats,
+    Refusal,
 };
 use crate::metrics;
 use crate::pipeline::{now_ms, RunningTurns, TurnBackend, TurnEngine};
@@ -43,6 +44,28 @@ pub struct Ack {
     pub session_key: String,
     /// The message's id.
     pub message_id: String,
+}
+
+/// Why [`Runtime::submit`] did not acknowledge a message. A preflight drop is a refusal too,
+/// though HTTP answers it with 200: nothing was queued, and nothing will be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    /// The runtime decided not to take it (dropped, over capacity, shutting down, storage).
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// The message was invalid, or something failed on the way.
+    #[error(transparent)]
+    Failed(#[from] Error),
+}
+
+impl SubmitError {
+    /// Why preflight dropped the message, if that is what happened.
+    pub fn dropped(&self) -> Option<DropReason> {
+        match self {
+            SubmitError::Refused(Refusal::Dropped(reason)) => Some(*reason),
+            _ => None,
+        }
+    }
 }
 
 /// A session as the API shows it.
@@ -137,7 +160,7 @@ impl Runtime {
 
     /// Validates and submits a message. Returns once it is durably queued (per the configured
     /// durability) or refused; the reply arrives on [`Runtime::subscribe`].
-    pub async fn submit(&self, message: InboundMessage) -> Result<Result<Ack, Refusal>, Error> {
+    pub async fn submit(&self, message: InboundMessage) -> Result<Ack, SubmitError> {
         self.submit_to(message, None).await
     }
 
@@ -147,7 +170,7 @@ impl Runtime {
         &self,
         message: InboundMessage,
         session_key: Option<String>,
-    ) -> Result<Result<Ack, Refusal>, Error> {
+    ) -> Result<Ack, SubmitError> {
         self.submit_through(&self.inner.api, "api", message, session_key)
             .await
     }
@@ -159,20 +182,21 @@ impl Runtime {
         channel: &str,
         message: InboundMessage,
         session_key: Option<String>,
-    ) -> Result<Result<Ack, Refusal>, Error> {
+    ) -> Result<Ack, SubmitError> {
         if self.inner.closing.load(Ordering::Acquire) {
             metrics::inbound_dropped(channel, "shutting_down");
-            return Ok(Err(Refusal::ShuttingDown));
+            return Err(Refusal::ShuttingDown.into());
         }
         let message = message
             .validated(&self.inner.config.limits, now_ms())
-            .inspect_err(|_| metrics::inbound_dropped(channel, "invalid"))?;
+            .inspect_err(|_| metrics::inbound_dropped(channel, "invalid"))
+            .map_err(Error::from)?;
         let message_id = message.message_id.clone();
         let event = InboundEvent {
             message,
             session_key,
         };
-        let accepted = match handle.submit(event).await? {
+        let accepted = match handle.submit(event).await.map_err(Error::from)? {
             Ok(a) => a,
             Err(refusal) => {
                 if let Refusal::Dropped(reason) = &refusal {
@@ -180,19 +204,24 @@ impl Runtime {
                         // What the drop left (chatter, a queued event) is durable before the
                         // answer, like an accepted message.
                         let commit = self.inner.store.commit();
-                        commit.wait(commit.ticket()).await?;
+                        commit.wait(commit.ticket()).await.map_err(Error::from)?;
                     }
                 }
                 metrics::inbound_dropped(channel, refusal.metric_reason());
-                return Ok(Err(refusal));
+                return Err(refusal.into());
             }
         };
-        self.inner.store.commit().wait(accepted.ticket).await?;
+        self.inner
+            .store
+            .commit()
+            .wait(accepted.ticket)
+            .await
+            .map_err(Error::from)?;
         metrics::inbound_accepted(channel);
-        Ok(Ok(Ack {
+        Ok(Ack {
             session_key: accepted.session_key.to_string(),
             message_id,
-        }))
+        })
     }
 
     /// Every reply from now on.

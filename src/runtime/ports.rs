@@ -11,9 +11,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use turnstile_actors::{Channel, ChannelHandle};
 
-use super::{Ack, Runtime};
+use super::{Ack, Runtime, SubmitError};
 use crate::error::Error;
-use crate::inbound::{InboundMessage, Refusal};
+use crate::inbound::InboundMessage;
 use crate::pipeline::TurnBackend;
 use crate::replies::{Reply, ReplySink, Serves};
 
@@ -94,7 +94,7 @@ impl<C: Channel<Reply = Arc<Reply>>> ChannelPort<C> {
     }
 
     /// Validates and submits a message through this channel; like [`Runtime::submit`].
-    pub async fn submit(&self, message: InboundMessage) -> Result<Result<Ack, Refusal>, Error> {
+    pub async fn submit(&self, message: InboundMessage) -> Result<Ack, SubmitError> {
         self.runtime
             .submit_through(&self.handle, &self.name, message, None)
             .await
