@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use turnstile_actors::{
-    CompactionOutcome, CompactionReason, CompactionResult, CompactionWork, CompactorHandle,
-    CompactorSettings, SessionKey,
+    BackendError, CompactionOutcome, CompactionReason, CompactionResult, CompactionWork,
+    CompactorHandle, CompactorSettings, ErrorKind, SessionKey,
 };
 
 use crate::compaction::{Cut, SessionCompactor, Summarizer};
@@ -43,7 +43,7 @@ impl CompactionWork for CompactionWorker {
             .compactor
             .compact(key, cut)
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| BackendError::new(ErrorKind::Failed, e.to_string()))?
             .unwrap_or_default();
         if outcome.entries_compacted > 0 {
             self.context.invalidate(key);

@@ -32,8 +32,8 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 use turnstile_actors::{
-    Backend, LaneSettings, QueuePolicy, SessionKey, TurnBatch, TurnControl, TurnError, TurnFailure,
-    TurnReport,
+    Backend, BackendError, ErrorKind, LaneSettings, QueuePolicy, SessionKey, TurnBatch,
+    TurnControl, TurnError, TurnFailure, TurnReport,
 };
 
 pub use admission::{queue_policy, Accepted, Admitter};
@@ -104,14 +104,19 @@ impl Backend for TurnBackend {
         key: &SessionKey,
         after: u64,
         limit: usize,
-    ) -> Result<Vec<InboxItem>, String> {
+    ) -> Result<Vec<InboxItem>, BackendError> {
         // A sled read: on the blocking pool, so a lane refilling never holds a tokio worker.
         let store = self.store.clone();
         let key = key.clone();
         tokio::task::spawn_blocking(move || store.pending(&key, after, limit))
             .await
-            .map_err(|e| format!("the inbox read did not finish: {e}"))?
-            .map_err(|e| e.to_string())
+            .map_err(|e| {
+                BackendError::new(
+                    ErrorKind::Interrupted,
+                    format!("the inbox read did not finish: {e}"),
+                )
+            })?
+            .map_err(|e| BackendError::new(ErrorKind::Storage, e.to_string()))
     }
 
     fn queue_policy(&self, item: &InboxItem) -> QueuePolicy {
