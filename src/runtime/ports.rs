@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use turnstile_actors::{Channel, ChannelHandle};
+use turnstile_actors::{ActorsError, Channel, ChannelHandle};
 
 use super::{Ack, Runtime, SubmitError};
 use crate::error::Error;
@@ -60,8 +60,8 @@ impl<C: Channel<Reply = Arc<Reply>>> ReplySink for ChannelSink<C> {
         &self.name
     }
 
-    fn deliver(&self, reply: Arc<Reply>) -> Result<(), String> {
-        self.handle.deliver(reply).map_err(|e| e.to_string())
+    fn deliver(&self, reply: Arc<Reply>) -> Result<(), ActorsError> {
+        self.handle.deliver(reply)
     }
 }
 
