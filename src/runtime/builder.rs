@@ -14,7 +14,9 @@ use turnstile_actors::{
 use super::ports::ChannelTasks;
 use super::{ApiChannel, Inner, Runtime};
 use crate::config::{Config, JanitorMode};
-use crate::context::{ContextEngine, ContextProcessor, ContextSource, Registry, StageContext};
+use crate::context::{
+    ContextEngine, ContextProcessor, ContextSource, Registry, StageContext, StageError,
+};
 use crate::error::Error;
 use crate::inbound::{Preflight, SessionKeys};
 use crate::model::{
@@ -73,7 +75,7 @@ impl RuntimeBuilder {
     pub fn context_source(
         mut self,
         name: &str,
-        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextSource>, String>
+        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextSource>, StageError>
             + Send
             + Sync
             + 'static,
@@ -86,7 +88,7 @@ impl RuntimeBuilder {
     pub fn context_processor(
         mut self,
         name: &str,
-        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextProcessor>, String>
+        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextProcessor>, StageError>
             + Send
             + Sync
             + 'static,
