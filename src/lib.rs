@@ -5,7 +5,7 @@
 //! `ARCHITECTURE.md` for the map; the actors themselves live in the `turnstile-actors` crate.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), turnstile::Error> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let runtime = turnstile::Runtime::builder().data_dir("./turnstile-data").build().await?;
 //! let mut replies = runtime.subscribe();
 //! # let message: turnstile::inbound::InboundMessage = unimplemented!();

@@ -1,25 +1,28 @@
 //! The message pipeline: the life of one message, in three stages.
 //!
 //! ```text
-//! Runtime::submit(message)                     (runtime/mod.rs: validate, refuse when closing)
-//!   └─ channel actor → Supervisor               (turnstile-actors: one mailbox per channel)
-//!        └─ admission::Admitter::admit          key → thaw → preflight → disk budget
-//!                                               → queue cap → durable inbox → lane of the key
-//!   ← Ack once the group commit holds the inbox entry (per `[storage] durability`)
-//! Lane (one per session, turnstile-actors)      queue mode, debounce, cap, retries
-//!   └─ TurnBackend::run_turn
-//!        └─ turn::TurnEngine::run               assemble context → model → tools (loop)
-//!             └─ delivery::Delivery::deliver    commit entries + consume the inbox items
-//!                                               → wait until durable → ask for compaction
-//!                                               → ReplyHub::publish
-//!                  └─ crate::replies            stream (/v1/events), waiters (OpenAI API),
-//!                                               router → the channel serving the platform
+//! Runtime::submit(message)                 validate; refuse while closing (runtime/mod.rs)
+//!   ChannelHandle::submit → Supervisor     one mailbox, admissions in arrival order
+//!     Backend::admit → admission::Admitter::admit
+//!                                          session key → thaw → preflight (drop or accept)
+//!                                          → disk budget → queue cap → chat record
+//!                                          → durable inbox entry → route to the key's lane
+//!   wait for the group commit of the entry → Ack (or the refusal: Dropped is a 200)
+//! Lane (one per session)                   queue mode, debounce, cap, retries
+//!   Backend::run_turn → turn::TurnEngine::run
+//!                                          assemble context → model → tools, until an
+//!                                          answer (overflow: compact and retry)
+//!     delivery::Delivery::deliver          commit entries + consume inbox items in one
+//!                                          transaction → wait until durable → ask for
+//!                                          compaction → ReplyHub::publish
+//!       crate::replies                     stream (/v1/events), the waiter of each message,
+//!                                          the channel that serves its platform
 //! ```
 //!
-//! A turn that fails past its retries ends in [`TurnBackend::abandon_turn`]: an error notice
-//! delivered the same way. Stages: [`admission`] (`Admitter::admit`), [`turn`]
-//! (`TurnEngine::run`), [`delivery`] (`Delivery::deliver`). The actors call the stages through
-//! [`TurnBackend`], the domain's implementation of their [`Backend`] trait.
+//! A turn that fails past its retries ends in `Backend::abandon_turn`: an error notice,
+//! delivered the same way. Stages: [`admission`] ([`Admitter::admit`]), [`turn`]
+//! ([`TurnEngine::run`]), [`delivery`] ([`Delivery::deliver`]). The actors reach them only
+//! through [`TurnBackend`], the domain's implementation of their [`Backend`] trait.
 
 pub mod admission;
 mod batch;
