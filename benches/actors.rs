@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use turnstile_actors::{
-    Backend, LaneSettings, QueueItem, QueueMode, QueuePolicy, SessionKey, SupervisorHandle,
-    TurnBatch, TurnControl, TurnError, TurnFailure, TurnReport,
+    Backend, BackendError, LaneSettings, QueueItem, QueueMode, QueuePolicy, SessionKey,
+    SupervisorHandle, TurnBatch, TurnControl, TurnError, TurnFailure, TurnReport,
 };
 
 fn ci() -> bool {
@@ -50,7 +50,7 @@ impl Backend for Instant0 {
     fn refuse_shutting_down(&self) {}
 
     /// Nothing is durable here: every item reaches its lane by `Enqueue`.
-    async fn pending(&self, _: &SessionKey, _: u64, _: usize) -> Result<Vec<Item>, String> {
+    async fn pending(&self, _: &SessionKey, _: u64, _: usize) -> Result<Vec<Item>, BackendError> {
         Ok(Vec::new())
     }
 

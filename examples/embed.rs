@@ -3,7 +3,7 @@
 //! Run with `cargo run --example embed`.
 
 use turnstile::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
-use turnstile::Runtime;
+use turnstile::{Runtime, SubmitError};
 
 #[tokio::main]
 async fn main() -> Result<(), turnstile::Error> {
@@ -32,9 +32,10 @@ async fn main() -> Result<(), turnstile::Error> {
         attachments: vec![],
         kind: MessageKind::Message,
     };
-    match runtime.submit(message).await? {
+    match runtime.submit(message).await {
         Ok(ack) => println!("accepted into session {}", ack.session_key),
-        Err(refusal) => println!("refused: {refusal}"),
+        Err(SubmitError::Refused(refusal)) => println!("refused: {refusal}"),
+        Err(SubmitError::Failed(e)) => return Err(e),
     }
     if let Ok(reply) = replies.recv().await {
         println!("reply: {}", reply.text);

@@ -5,7 +5,7 @@
 //! `ARCHITECTURE.md` for the map; the actors themselves live in the `turnstile-actors` crate.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), turnstile::Error> {
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let runtime = turnstile::Runtime::builder().data_dir("./turnstile-data").build().await?;
 //! let mut replies = runtime.subscribe();
 //! # let message: turnstile::inbound::InboundMessage = unimplemented!();
@@ -24,9 +24,10 @@
 //!   per-model token calibration, token counting.
 //! - `context`: the context engine — sources, processors, presets, the dump, the cache.
 //! - `compaction`: summarising old transcript spans (extractive or model), fact retention.
-//! - `runtime`: the [`Runtime`] handle, the turn engine, the actors' backend, the reply hub.
-//! - `channels`: transports that feed the supervisor (API, Telegram, webhook callbacks) and the
-//!   router that sends replies back through them.
+//! - `pipeline`: the life of one message — admission, turn, delivery — and the actors' backend.
+//! - `replies`: the reply hub and the channel router, below both the runtime and the channels.
+//! - `runtime`: the [`Runtime`] handle, its builder, operator actions, channel ports.
+//! - `channels`: transports that feed the supervisor (Telegram, webhook callbacks).
 //! - `metrics`: Prometheus metrics and per-turn timing, behind one-line functions.
 //! - `secret`: secrets from the environment, redacted when printed, compared in constant time.
 //! - `server`: the axum HTTP API, with auth and rate limits.
@@ -42,10 +43,13 @@ pub mod config;
 pub mod context;
 pub mod error;
 pub mod inbound;
+mod launch;
 #[cfg(feature = "cli")]
 pub mod loadtest;
 pub mod metrics;
 pub mod model;
+pub mod pipeline;
+pub mod replies;
 pub mod runtime;
 pub mod secret;
 pub mod server;
@@ -54,4 +58,6 @@ pub mod tools;
 
 pub use config::Config;
 pub use error::Error;
-pub use runtime::{Ack, DropReason, Refusal, Reply, Runtime, RuntimeBuilder};
+pub use inbound::{DropReason, Refusal};
+pub use replies::Reply;
+pub use runtime::{Ack, Runtime, RuntimeBuilder, SubmitError};

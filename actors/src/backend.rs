@@ -5,6 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error::BackendError;
+
 /// A session key such as `agent:main:telegram:group:-100123`. Cheap to clone.
 pub type SessionKey = Arc<str>;
 
@@ -251,7 +253,7 @@ pub trait Backend: Send + Sync + 'static {
         key: &SessionKey,
         after: u64,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<Self::Item>, String>> + Send;
+    ) -> impl Future<Output = Result<Vec<Self::Item>, BackendError>> + Send;
 
     /// The queue policy for an item (it may depend on the item's channel).
     fn queue_policy(&self, item: &Self::Item) -> QueuePolicy;

@@ -19,6 +19,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::task::JoinHandle;
 
 use crate::backend::SessionKey;
+use crate::error::{BackendError, ErrorKind};
 use crate::handle::{unwrap_call, ActorsError};
 
 /// Why a compaction was asked for.
@@ -57,7 +58,7 @@ pub struct CompactionOutcome {
 }
 
 /// A compaction's result as callers see it; the error is a readable reason.
-pub type CompactionResult = Result<CompactionOutcome, String>;
+pub type CompactionResult = Result<CompactionOutcome, BackendError>;
 
 /// Compacts one session; implemented by the runtime (and by fakes in tests).
 pub trait CompactionWork: Send + Sync + 'static {
@@ -141,7 +142,10 @@ impl<W: CompactionWork> Compactor<W> {
         if state.order.len() >= self.settings.max_pending {
             tracing::warn!(session_key = %key, "compactor queue full; request refused");
             if let Some(port) = reply {
-                let _ = port.send(Err("the compactor is busy; try again later".into()));
+                let _ = port.send(Err(BackendError::new(
+                    ErrorKind::Busy,
+                    "the compactor is busy; try again later",
+                )));
             }
             return;
         }
@@ -168,9 +172,12 @@ impl<W: CompactionWork> Compactor<W> {
                 let task_key = key.clone();
                 let task: JoinHandle<CompactionResult> =
                     tokio::spawn(async move { work.compact(&task_key, reason).await });
-                let result = task
-                    .await
-                    .unwrap_or_else(|e| Err(format!("compaction task failed: {e}")));
+                let result = task.await.unwrap_or_else(|e| {
+                    Err(BackendError::new(
+                        ErrorKind::Interrupted,
+                        format!("compaction task failed: {e}"),
+                    ))
+                });
                 let _ = myself.cast(CompactorMsg::Done { key, result });
             });
         }

@@ -35,6 +35,7 @@
 mod backend;
 mod channel;
 mod compactor;
+mod error;
 mod handle;
 mod janitor;
 mod lane;
@@ -50,6 +51,7 @@ pub use compactor::{
     CompactionOutcome, CompactionReason, CompactionResult, CompactionWork, Compactor,
     CompactorHandle, CompactorMsg, CompactorSettings, CompactorState,
 };
+pub use error::{BackendError, ErrorKind};
 pub use handle::{ActorsError, SupervisorHandle};
 pub use janitor::{
     DiskBudget, DiskUsage, Janitor, JanitorHandle, JanitorMsg, JanitorSettings, JanitorStatus,

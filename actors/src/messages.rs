@@ -4,6 +4,7 @@ use ractor::{ActorId, RpcReplyPort};
 use tokio::time::Instant;
 
 use crate::backend::{Backend, SessionKey, TurnFailure, TurnReport};
+use crate::error::BackendError;
 
 /// How a turn ended, as its lane learns it.
 #[derive(Debug)]
@@ -74,7 +75,7 @@ pub enum LaneMsg<I> {
         ended_at: Instant,
     },
     /// A read of the durable inbox came back (items oldest first), or failed.
-    Refilled(Result<Vec<I>, String>),
+    Refilled(Result<Vec<I>, BackendError>),
     /// Drop what is held in memory for a session being deleted (see
     /// [`SupervisorMsg::Discard`]).
     Discard(RpcReplyPort<DiscardOutcome>),

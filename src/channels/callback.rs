@@ -17,11 +17,12 @@ use sha2::Sha256;
 use turnstile_actors::Channel;
 
 use super::retry::backoff;
-use super::Serves;
 use crate::config::CallbackConfig;
 use crate::error::{ConfigError, Error};
 use crate::metrics;
-use crate::runtime::{Reply, Runtime};
+use crate::replies::Reply;
+use crate::replies::Serves;
+use crate::runtime::Runtime;
 use crate::secret::Secret;
 
 /// The signature header.

@@ -1,6 +1,7 @@
 //! The pipeline as configured in TOML: `[[context.sources]]` and `[[context.processors]]`, each
 //! a registered name with its priority, weight and parameters, in order.
 
+use super::error::StageError;
 use serde::{Deserialize, Serialize};
 
 /// One stage of the pipeline: a registered source or processor and its settings.
@@ -83,7 +84,7 @@ pub fn default_processors() -> Vec<StageSpec> {
 pub fn parse_params<T: serde::de::DeserializeOwned>(
     stage: &str,
     params: &toml::Table,
-) -> Result<T, String> {
+) -> Result<T, StageError> {
     T::deserialize(toml::Value::Table(params.clone()))
-        .map_err(|e| format!("context stage {stage:?}: {e}"))
+        .map_err(|e| StageError(format!("context stage {stage:?}: {e}")))
 }

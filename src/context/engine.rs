@@ -95,6 +95,11 @@ impl ContextEngine {
         self
     }
 
+    /// The token counter assembly counts with (turns count their messages with the same one).
+    pub fn tokens(&self) -> TokenCounter {
+        self.tokens
+    }
+
     /// The model's context window in our tokens: the configured one, lowered by calibration.
     fn context_window(&self) -> u32 {
         match &self.calibration {

@@ -25,3 +25,22 @@ pub enum ContextError {
         message: String,
     },
 }
+
+/// Why a context stage could not be built from its settings (an invalid `params` table, a
+/// value out of range, a file that cannot be read); the config check reports it as an
+/// invalid value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct StageError(pub String);
+
+impl From<String> for StageError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
+}
+
+impl From<&str> for StageError {
+    fn from(message: &str) -> Self {
+        Self(message.to_string())
+    }
+}

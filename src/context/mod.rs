@@ -61,7 +61,7 @@ pub use cache::{AssemblyCache, CacheKey, CacheStats};
 pub use config::{default_processors, default_sources, parse_params, StageSpec};
 pub use dump::{Assembly, StageNames};
 pub use engine::{AssemblyRequest, ContextEngine};
-pub use error::ContextError;
+pub use error::{ContextError, StageError};
 pub use memory_store::MemoryStore;
 pub use pipeline::Pipeline;
 pub use presets::{

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::config::StageSpec;
+use super::error::StageError;
 use super::processor::ContextProcessor;
 use super::source::ContextSource;
 use super::{processors, sources};
@@ -24,17 +25,17 @@ pub struct StageContext<'a> {
 
 impl StageContext<'_> {
     /// The stage's parameters as `T` (unknown keys are an error).
-    pub fn params<T: serde::de::DeserializeOwned>(&self) -> Result<T, String> {
+    pub fn params<T: serde::de::DeserializeOwned>(&self) -> Result<T, StageError> {
         super::config::parse_params(self.name, self.params)
     }
 }
 
 /// Builds a source from its stage settings.
 pub type SourceFactory =
-    Arc<dyn Fn(&StageContext<'_>) -> Result<Box<dyn ContextSource>, String> + Send + Sync>;
+    Arc<dyn Fn(&StageContext<'_>) -> Result<Box<dyn ContextSource>, StageError> + Send + Sync>;
 /// Builds a processor from its stage settings.
 pub type ProcessorFactory =
-    Arc<dyn Fn(&StageContext<'_>) -> Result<Box<dyn ContextProcessor>, String> + Send + Sync>;
+    Arc<dyn Fn(&StageContext<'_>) -> Result<Box<dyn ContextProcessor>, StageError> + Send + Sync>;
 
 /// Sources and processors by name.
 #[derive(Clone, Default)]
@@ -56,7 +57,7 @@ impl Registry {
     pub fn register_source(
         &mut self,
         name: &str,
-        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextSource>, String>
+        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextSource>, StageError>
             + Send
             + Sync
             + 'static,
@@ -68,7 +69,7 @@ impl Registry {
     pub fn register_processor(
         &mut self,
         name: &str,
-        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextProcessor>, String>
+        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextProcessor>, StageError>
             + Send
             + Sync
             + 'static,
@@ -103,7 +104,7 @@ impl Registry {
             params: &spec.params,
             config,
         })
-        .map_err(ConfigError::Invalid)
+        .map_err(|e| ConfigError::Invalid(e.0))
     }
 
     pub(crate) fn build_processor(
@@ -129,6 +130,6 @@ impl Registry {
             params: &spec.params,
             config,
         })
-        .map_err(ConfigError::Invalid)
+        .map_err(|e| ConfigError::Invalid(e.0))
     }
 }

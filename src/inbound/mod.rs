@@ -1,8 +1,9 @@
 //! Inbound: the normalised message every channel produces, its validation, the session key
-//! it belongs to, and preflight (which messages become turns).
+//! it belongs to, preflight (which messages become turns) and its vocabulary (`refusal.rs`).
 
 mod message;
 pub mod preflight;
+mod refusal;
 mod sanitize;
 mod session_key;
 
@@ -11,6 +12,7 @@ pub use message::{
     MAX_ATTACHMENT_URL_CHARS, MAX_ID_CHARS, MAX_MENTIONS,
 };
 pub use preflight::{Preflight, PreflightStats};
+pub use refusal::{DropReason, Refusal};
 pub use sanitize::{sanitize_text, untrusted, untrusted_block, MAX_UNTRUSTED_CHARS};
 pub use session_key::{
     channel_name, identity_links, normalize_id, normalize_session_key, peer_id, session_key,

@@ -17,9 +17,10 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::error::{Error, ModelError};
+use crate::inbound::Refusal;
 use crate::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
 use crate::model::{Encoding, Model, ModelReply, ModelRequest, Role, TokenCounter};
-use crate::runtime::Runtime;
+use crate::runtime::{Runtime, SubmitError};
 
 /// The people in the chat.
 const PEOPLE: [(&str, &str); 5] = [
@@ -345,15 +346,16 @@ fn recalled(content: &str, fact: &Fact) -> bool {
 async fn send(runtime: &Runtime, message: InboundMessage) -> Result<(), Error> {
     let addressed = message.mentioned_bot;
     let mut waiter = runtime.reply_to(&message.message_id);
-    match runtime.submit(message).await? {
+    match runtime.submit(message).await {
         Ok(_) if addressed => {
             tokio::time::timeout(REPLY_TIMEOUT, waiter.recv())
                 .await
                 .map_err(|_| Error::NotAvailable("no reply within the scenario's timeout"))?;
             Ok(())
         }
-        Ok(_) | Err(crate::runtime::Refusal::Dropped(_)) => Ok(()),
-        Err(refusal) => Err(Error::Overloaded(refusal.to_string())),
+        Ok(_) | Err(SubmitError::Refused(Refusal::Dropped(_))) => Ok(()),
+        Err(SubmitError::Refused(refusal)) => Err(Error::Overloaded(refusal.to_string())),
+        Err(SubmitError::Failed(e)) => Err(e),
     }
 }
 

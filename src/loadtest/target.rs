@@ -7,7 +7,8 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use crate::inbound::InboundMessage;
-use crate::runtime::{Refusal, Runtime};
+use crate::inbound::Refusal;
+use crate::runtime::{Runtime, SubmitError};
 
 /// Replies buffered between the reply reader and the bookkeeping task.
 const REPLY_BUFFER: usize = 4_096;
@@ -165,15 +166,15 @@ impl InProcessTarget {
 impl Target for InProcessTarget {
     async fn submit(&self, message: InboundMessage) -> Outcome {
         match self.runtime.submit(message).await {
-            Ok(Ok(_)) => Outcome::Accepted,
-            Ok(Err(Refusal::Dropped(reason))) => Outcome::Dropped(reason.as_str().into()),
-            Ok(Err(Refusal::Overloaded(_))) => Outcome::Error("overloaded".into()),
-            Ok(Err(Refusal::ShuttingDown)) => Outcome::Error("shutting_down".into()),
-            Ok(Err(Refusal::Storage(_))) => Outcome::Error("storage".into()),
-            Ok(Err(Refusal::InsufficientStorage(_))) => {
-                Outcome::Error("insufficient_storage".into())
-            }
-            Err(e) => Outcome::Error(e.kind().into()),
+            Ok(_) => Outcome::Accepted,
+            Err(SubmitError::Refused(refusal)) => match refusal {
+                Refusal::Dropped(reason) => Outcome::Dropped(reason.as_str().into()),
+                Refusal::Overloaded(_) => Outcome::Error("overloaded".into()),
+                Refusal::ShuttingDown => Outcome::Error("shutting_down".into()),
+                Refusal::Storage(_) => Outcome::Error("storage".into()),
+                Refusal::InsufficientStorage(_) => Outcome::Error("insufficient_storage".into()),
+            },
+            Err(SubmitError::Failed(e)) => Outcome::Error(e.kind().into()),
         }
     }
 

@@ -133,7 +133,7 @@ fn message(n: usize) -> InboundMessage {
 async fn ask(runtime: &Runtime, n: usize) -> (String, bool, String) {
     let m = message(n);
     let mut waiter = runtime.reply_to(&m.message_id);
-    let ack = runtime.submit(m).await.unwrap().unwrap();
+    let ack = runtime.submit(m).await.unwrap();
     let reply = tokio::time::timeout(Duration::from_secs(10), waiter.recv())
         .await
         .expect("answered in time")

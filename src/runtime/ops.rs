@@ -90,7 +90,7 @@ impl Runtime {
             DiscardOutcome::Dropped => {}
             DiscardOutcome::Busy => return Err(busy()),
         }
-        let store = &self.inner.engine.store;
+        let store = &self.inner.store;
         let Some(gone) = store.delete_session(&key)? else {
             return Ok(None);
         };
@@ -114,6 +114,7 @@ impl Runtime {
         let outcome = self
             .inner
             .engine
+            .compaction()
             .compact_now(&key, turnstile_actors::CompactionReason::Manual)
             .await?;
         Ok(Some(Compacted {
@@ -126,7 +127,7 @@ impl Runtime {
     /// Current figures: a scan of the sessions (blocking; call it off the async threads for
     /// big stores) plus this process's turn figures.
     pub fn stats(&self) -> Result<Stats, Error> {
-        let store = &self.inner.engine.store;
+        let store = &self.inner.store;
         let (mut sessions, mut entries, mut tokens, mut max_tokens, mut compactions) =
             (0u64, 0u64, 0u64, 0u64, 0u64);
         let mut after: Option<String> = None;
@@ -167,7 +168,7 @@ impl Runtime {
 
     /// Samples the gauges `/metrics` shows (disk, sessions, lanes, inbox depth).
     pub fn sample_gauges(&self) {
-        let store = &self.inner.engine.store;
+        let store = &self.inner.store;
         metrics::runtime_gauges(metrics::RuntimeGauges {
             disk_bytes: disk_bytes(store.data_dir()),
             sessions: store.session_count() as u64,

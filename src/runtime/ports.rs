@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use turnstile_actors::{Channel, ChannelHandle};
+use turnstile_actors::{ActorsError, Channel, ChannelHandle};
 
-use super::{Ack, Refusal, Reply, Runtime, TurnBackend};
-use crate::channels::{ReplySink, Serves};
+use super::{Ack, Runtime, SubmitError};
 use crate::error::Error;
 use crate::inbound::InboundMessage;
+use crate::pipeline::TurnBackend;
+use crate::replies::{Reply, ReplySink, Serves};
 
 /// The background tasks of a runtime's channels and the signal that stops them.
 pub(crate) struct ChannelTasks {
@@ -59,8 +60,8 @@ impl<C: Channel<Reply = Arc<Reply>>> ReplySink for ChannelSink<C> {
         &self.name
     }
 
-    fn deliver(&self, reply: Arc<Reply>) -> Result<(), String> {
-        self.handle.deliver(reply).map_err(|e| e.to_string())
+    fn deliver(&self, reply: Arc<Reply>) -> Result<(), ActorsError> {
+        self.handle.deliver(reply)
     }
 }
 
@@ -93,7 +94,7 @@ impl<C: Channel<Reply = Arc<Reply>>> ChannelPort<C> {
     }
 
     /// Validates and submits a message through this channel; like [`Runtime::submit`].
-    pub async fn submit(&self, message: InboundMessage) -> Result<Result<Ack, Refusal>, Error> {
+    pub async fn submit(&self, message: InboundMessage) -> Result<Ack, SubmitError> {
         self.runtime
             .submit_through(&self.handle, &self.name, message, None)
             .await
@@ -101,13 +102,13 @@ impl<C: Channel<Reply = Arc<Reply>>> ChannelPort<C> {
 
     /// This channel's value stored under `key`, if any.
     pub fn load_state(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
-        let store = &self.runtime.inner.engine.store;
+        let store = &self.runtime.inner.store;
         Ok(store.channel_state(&self.name, key)?)
     }
 
     /// Stores this channel's `value` under `key` and waits until it is durable.
     pub async fn save_state(&self, key: &str, value: &[u8]) -> Result<(), Error> {
-        let store = &self.runtime.inner.engine.store;
+        let store = &self.runtime.inner.store;
         let ticket = store.set_channel_state(&self.name, key, value)?;
         store.commit().wait(ticket).await?;
         Ok(())
@@ -148,11 +149,7 @@ impl Runtime {
             name: name.clone(),
             handle: handle.clone(),
         };
-        self.inner
-            .engine
-            .replies
-            .router()
-            .add(Arc::new(sink), serves)?;
+        self.inner.replies.router().add(Arc::new(sink), serves)?;
         Ok(ChannelPort {
             runtime: self.clone(),
             handle,

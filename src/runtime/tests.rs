@@ -9,8 +9,8 @@ use futures_util::future::BoxFuture;
 
 use super::*;
 use crate::error::ModelError;
-use crate::inbound::{ChatKind, MessageKind, Sender};
-use crate::model::{ModelReply, ModelRequest};
+use crate::inbound::{ChatKind, DropReason, MessageKind, Sender};
+use crate::model::{Model, ModelReply, ModelRequest};
 
 /// A model that never answers, so accepted messages stay in the inbox for inspection.
 struct Stalled;
@@ -73,18 +73,18 @@ fn event(id: &str, text: &str) -> InboundMessage {
 const KEY: &str = "agent:main:slack:group:c1";
 
 async fn accepted(rt: &Runtime, m: InboundMessage) -> Ack {
-    rt.submit(m).await.unwrap().unwrap()
+    rt.submit(m).await.unwrap()
 }
 
 async fn dropped(rt: &Runtime, m: InboundMessage) -> DropReason {
-    match rt.submit(m).await.unwrap() {
-        Err(Refusal::Dropped(reason)) => reason,
+    match rt.submit(m).await {
+        Err(SubmitError::Refused(Refusal::Dropped(reason))) => reason,
         other => panic!("expected a drop, got {other:?}"),
     }
 }
 
 fn inbox(rt: &Runtime, key: &str) -> Vec<crate::store::InboxItem> {
-    rt.inner.engine.store.pending(key, 0, 100).unwrap()
+    rt.inner.store.pending(key, 0, 100).unwrap()
 }
 
 #[tokio::test]
@@ -160,13 +160,9 @@ async fn a_thread_the_bot_answered_in_addresses_it() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut n = 3;
     loop {
-        match rt
-            .submit(in_thread(message(&n.to_string(), false)))
-            .await
-            .unwrap()
-        {
+        match rt.submit(in_thread(message(&n.to_string(), false))).await {
             Ok(_) => break,
-            Err(Refusal::Dropped(DropReason::NoMention))
+            Err(SubmitError::Refused(Refusal::Dropped(DropReason::NoMention)))
                 if std::time::Instant::now() < deadline =>
             {
                 tokio::time::sleep(Duration::from_millis(10)).await;

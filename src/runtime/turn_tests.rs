@@ -99,7 +99,7 @@ fn message(id: &str, text: &str, reply_to: Option<&str>) -> InboundMessage {
 async fn ask(runtime: &Runtime, m: InboundMessage) -> String {
     let id = m.message_id.clone();
     let mut waiter = runtime.reply_to(&id);
-    let ack = runtime.submit(m).await.unwrap().unwrap();
+    let ack = runtime.submit(m).await.unwrap();
     assert!(!ack.session_key.is_empty());
     waiter.recv().await.unwrap().text.clone()
 }

@@ -8,7 +8,8 @@ use axum::Json;
 use serde_json::json;
 
 use crate::error::{Error, StoreError};
-use crate::runtime::Refusal;
+use crate::inbound::Refusal;
+use crate::runtime::SubmitError;
 
 /// An error answered to an HTTP client.
 #[derive(Debug)]
@@ -103,6 +104,15 @@ impl From<Error> for ApiError {
                     "internal error",
                 )
             }
+        }
+    }
+}
+
+impl From<SubmitError> for ApiError {
+    fn from(e: SubmitError) -> Self {
+        match e {
+            SubmitError::Refused(refusal) => Self::from(refusal),
+            SubmitError::Failed(error) => Self::from(error),
         }
     }
 }

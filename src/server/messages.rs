@@ -11,7 +11,8 @@ use serde_json::json;
 use super::error::{parse_json, ApiError};
 use super::AppState;
 use crate::inbound::InboundMessage;
-use crate::runtime::Refusal;
+use crate::inbound::Refusal;
+use crate::runtime::SubmitError;
 
 /// Accepts one message: 202 once durably queued, 4xx with a reason otherwise.
 pub(super) async fn post_message(
@@ -19,13 +20,13 @@ pub(super) async fn post_message(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let message: InboundMessage = parse_json(body)?;
-    let ack = match state.runtime.submit(message).await? {
+    let ack = match state.runtime.submit(message).await {
         Ok(ack) => ack,
-        Err(Refusal::Dropped(reason)) => {
+        Err(SubmitError::Refused(Refusal::Dropped(reason))) => {
             let body = json!({"status": "dropped", "reason": reason.as_str()});
             return Ok((StatusCode::OK, Json(body)).into_response());
         }
-        Err(refusal) => return Err(refusal.into()),
+        Err(e) => return Err(e.into()),
     };
     Ok((
         StatusCode::ACCEPTED,

@@ -129,7 +129,7 @@ pub(super) async fn chat_completions(
 
     if !request.stream {
         let mut waiter = runtime.reply_to(&id);
-        runtime.submit_to(message, Some(session)).await??;
+        runtime.submit_to(message, Some(session)).await?;
         let reply = tokio::time::timeout(timeout, waiter.recv())
             .await
             .map_err(|_| crate::Error::Timeout("the model's reply"))?
@@ -155,12 +155,8 @@ pub(super) async fn chat_completions(
     tokio::spawn(async move {
         let mut waiter = runtime.reply_to(&stream_id);
         match runtime.submit_to(message, Some(session)).await {
-            Ok(Ok(_)) => {
+            Ok(_) => {
                 let _ = accepted_tx.send(Ok(()));
-            }
-            Ok(Err(refusal)) => {
-                let _ = accepted_tx.send(Err(ApiError::from(refusal)));
-                return;
             }
             Err(e) => {
                 let _ = accepted_tx.send(Err(ApiError::from(e)));

@@ -10,8 +10,8 @@ use tokio::sync::Semaphore;
 
 use super::{eventually, WAIT};
 use crate::{
-    CompactionOutcome, CompactionReason, CompactionResult, CompactionWork, CompactorHandle,
-    CompactorSettings, SessionKey,
+    BackendError, CompactionOutcome, CompactionReason, CompactionResult, CompactionWork,
+    CompactorHandle, CompactorSettings, ErrorKind, SessionKey,
 };
 
 /// Fake work: each compaction takes a permit from `gate` (closed until the test adds
@@ -55,7 +55,11 @@ impl CompactionWork for Gated {
         self.started.lock().unwrap().push(key.to_string());
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
-        let permit = self.gate.acquire().await.map_err(|e| e.to_string())?;
+        let permit = self
+            .gate
+            .acquire()
+            .await
+            .map_err(|e| BackendError::new(ErrorKind::Interrupted, e.to_string()))?;
         permit.forget();
         self.running.fetch_sub(1, Ordering::SeqCst);
         Ok(CompactionOutcome {
@@ -146,7 +150,7 @@ async fn a_request_past_the_pending_cap_is_refused_at_once() {
         .compact(Arc::from("third"), CompactionReason::Manual)
         .await
         .unwrap();
-    assert!(refused.unwrap_err().contains("busy"));
+    assert!(refused.unwrap_err().message().contains("busy"));
     work.gate.add_permits(10);
     assert!(eventually(|| work.calls("queued") == 1, WAIT).await);
     assert_eq!(work.calls("third"), 0);

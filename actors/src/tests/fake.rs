@@ -18,8 +18,8 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 
 use crate::{
-    Backend, Channel, LaneSettings, QueueItem, QueueMode, QueuePolicy, SessionKey, TurnBatch,
-    TurnControl, TurnError, TurnFailure, TurnReport,
+    Backend, BackendError, Channel, ErrorKind, LaneSettings, QueueItem, QueueMode, QueuePolicy,
+    SessionKey, TurnBatch, TurnControl, TurnError, TurnFailure, TurnReport,
 };
 
 /// One queued message.
@@ -391,7 +391,7 @@ impl Backend for Fake {
         key: &SessionKey,
         after: u64,
         limit: usize,
-    ) -> Result<Vec<Item>, String> {
+    ) -> Result<Vec<Item>, BackendError> {
         let delay = self.pending_delay.lock().unwrap().get(key).copied();
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;
@@ -400,7 +400,10 @@ impl Backend for Fake {
             let mut fail = self.fail_pending.lock().unwrap();
             if let Some(n) = fail.get_mut(key).filter(|n| **n > 0) {
                 *n -= 1;
-                return Err(format!("injected pending failure for {key}"));
+                return Err(BackendError::new(
+                    ErrorKind::Storage,
+                    format!("injected pending failure for {key}"),
+                ));
             }
         }
         let items: Vec<Item> = self

@@ -27,11 +27,12 @@ pub use chunk::{split_message, MAX_MESSAGE_UTF16};
 pub use convert::{split_chat_id, to_inbound, BotIdentity, TELEGRAM};
 
 use super::retry::backoff;
-use super::Serves;
 use crate::config::TelegramConfig;
 use crate::error::{ConfigError, Error};
 use crate::metrics;
-use crate::runtime::{Reply, Runtime};
+use crate::replies::Reply;
+use crate::replies::Serves;
+use crate::runtime::Runtime;
 use crate::secret::Secret;
 
 /// The Telegram channel's delivery side.

@@ -10,7 +10,8 @@ use super::TelegramChannel;
 use crate::channels::retry::{backoff, pause_unless_stopped};
 use crate::config::TelegramConfig;
 use crate::error::Error;
-use crate::runtime::{ChannelPort, Refusal};
+use crate::inbound::Refusal;
+use crate::runtime::{ChannelPort, SubmitError};
 
 /// Key of the stored offset in the channel's state.
 const OFFSET_KEY: &str = "offset";
@@ -140,13 +141,13 @@ impl Poller {
             return Next::Advance;
         };
         match self.port.submit(message).await {
-            Ok(Ok(_)) | Ok(Err(Refusal::Dropped(_))) => Next::Advance,
-            Ok(Err(refusal)) => Next::Retry(refusal.to_string()),
-            Err(Error::Inbound(error)) => {
+            Ok(_) | Err(SubmitError::Refused(Refusal::Dropped(_))) => Next::Advance,
+            Err(SubmitError::Refused(refusal)) => Next::Retry(refusal.to_string()),
+            Err(SubmitError::Failed(Error::Inbound(error))) => {
                 tracing::warn!(update_id = update.update_id, %error, "telegram update is not a valid message; skipped");
                 Next::Advance
             }
-            Err(error) => Next::Retry(error.to_string()),
+            Err(SubmitError::Failed(error)) => Next::Retry(error.to_string()),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use serde::Deserialize;
 
 use crate::context::{
-    Blocks, ContextError, ContextProcessor, Placement, SessionView, StageContext,
+    Blocks, ContextError, ContextProcessor, Placement, SessionView, StageContext, StageError,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -19,7 +19,7 @@ struct Params {}
 pub struct Dedupe;
 
 impl Dedupe {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let _: Params = c.params()?;
         Ok(Self)
     }

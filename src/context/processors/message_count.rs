@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use crate::context::{
-    Blocks, ContextError, ContextProcessor, Placement, SessionView, StageContext,
+    Blocks, ContextError, ContextProcessor, Placement, SessionView, StageContext, StageError,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -21,7 +21,7 @@ pub struct MessageCount {
 }
 
 impl MessageCount {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let p: Params = c.params()?;
         Ok(Self {
             max_messages: p.max_messages,

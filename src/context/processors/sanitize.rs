@@ -5,7 +5,9 @@
 
 use serde::Deserialize;
 
-use crate::context::{Blocks, ContextError, ContextProcessor, SessionView, StageContext};
+use crate::context::{
+    Blocks, ContextError, ContextProcessor, SessionView, StageContext, StageError,
+};
 use crate::inbound::sanitize_text;
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
 
@@ -18,7 +20,7 @@ struct Params {}
 pub struct Sanitize;
 
 impl Sanitize {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let _: Params = c.params()?;
         Ok(Self)
     }

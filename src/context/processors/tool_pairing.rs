@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::context::{
     BlockKind, BlockMeta, Blocks, ContextBlock, ContextError, ContextProcessor, Placement,
-    SessionView, StageContext,
+    SessionView, StageContext, StageError,
 };
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
 use crate::store::ToolInfo;
@@ -28,7 +28,7 @@ struct Params {}
 pub struct ToolPairing;
 
 impl ToolPairing {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let _: Params = c.params()?;
         Ok(Self)
     }

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::context::text::truncate_middle;
 use crate::context::{
     BlockKind, Blocks, ContextError, ContextProcessor, Placement, SessionView, StageContext,
+    StageError,
 };
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
 
@@ -52,7 +53,7 @@ pub struct ToolResultGuard {
 }
 
 impl ToolResultGuard {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let p: Params = c.params()?;
         if p.clear_above_percent > 100 {
             return Err("tool_result_guard: clear_above_percent must be at most 100".into());

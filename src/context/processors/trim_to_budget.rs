@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use serde::Deserialize;
 
 use crate::context::{
-    Blocks, ContextError, ContextProcessor, Placement, SessionView, StageContext,
+    Blocks, ContextError, ContextProcessor, Placement, SessionView, StageContext, StageError,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -21,7 +21,7 @@ struct Params {}
 pub struct TrimToBudget;
 
 impl TrimToBudget {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let _: Params = c.params()?;
         Ok(Self)
     }

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Deserialize;
 
 use crate::context::{
-    Blocks, ContextError, ContextProcessor, Keep, Placement, SessionView, StageContext,
+    Blocks, ContextError, ContextProcessor, Keep, Placement, SessionView, StageContext, StageError,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -20,7 +20,7 @@ struct Params {}
 pub struct TtlDecay;
 
 impl TtlDecay {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let _: Params = c.params()?;
         Ok(Self)
     }

@@ -10,7 +10,7 @@ use super::workspace::{fingerprint, stamp, FileCache};
 use crate::context::text::truncate_middle;
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
-    TokenBudget,
+    StageError, TokenBudget,
 };
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
 
@@ -53,7 +53,7 @@ pub(super) struct BootstrapSource {
 }
 
 impl BootstrapSource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let p: Params = c.params()?;
         let files = match &c.config.agent.workspace_dir {
             Some(dir) => p

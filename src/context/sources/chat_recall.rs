@@ -17,7 +17,7 @@ use super::memory_recall::{recall_query, WordTokenizer};
 use crate::context::text::prefix_chars;
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
-    TokenBudget,
+    StageError, TokenBudget,
 };
 use crate::inbound::{untrusted, untrusted_block};
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
@@ -57,13 +57,13 @@ pub(super) struct ChatRecallSource {
 }
 
 impl ChatRecallSource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let p: Params = c.params()?;
         if p.max_candidates > crate::store::MAX_CHAT_SCAN {
-            return Err(format!(
+            return Err(StageError(format!(
                 "chat_recall max_candidates must be at most {}",
                 crate::store::MAX_CHAT_SCAN
-            ));
+            )));
         }
         Ok(Self { p })
     }

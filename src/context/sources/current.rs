@@ -14,7 +14,7 @@ use super::CURRENT_MARKER;
 pub const QUEUED_HEADER: &str = "[Queued messages while agent was busy]";
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
-    TokenBudget,
+    StageError, TokenBudget,
 };
 use crate::inbound::{untrusted, untrusted_block, ChatKind};
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
@@ -29,7 +29,7 @@ pub(super) struct CurrentSource {
 }
 
 impl CurrentSource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let _: Params = c.params()?;
         Ok(Self {
             vision: c.config.model.vision,

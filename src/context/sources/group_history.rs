@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::{fit_newest_lines, HISTORY_MARKER};
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
-    TokenBudget,
+    StageError, TokenBudget,
 };
 use crate::inbound::{untrusted, untrusted_block};
 use crate::store::HistoryLine;
@@ -33,7 +33,7 @@ pub(super) struct GroupHistorySource {
 }
 
 impl GroupHistorySource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let p: Params = c.params()?;
         Ok(Self {
             max_lines: p.max_lines,

@@ -17,7 +17,7 @@ use crate::context::processors::{
 use crate::context::text::truncate_middle;
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
-    TokenBudget,
+    StageError, TokenBudget,
 };
 use crate::inbound::{sanitize_text, untrusted, untrusted_block, ChatKind};
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
@@ -33,7 +33,7 @@ struct Params {}
 pub(super) struct HistorySource;
 
 impl HistorySource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let _: Params = c.params()?;
         Ok(Self)
     }

@@ -12,7 +12,7 @@ use super::workspace::{fingerprint, read_capped, stamp, FileStamp};
 use crate::context::text::prefix_chars;
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
-    TokenBudget,
+    StageError, TokenBudget,
 };
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
 
@@ -140,7 +140,7 @@ fn snippets(text: &str, max_chars: usize) -> Vec<String> {
 }
 
 impl MemoryRecallSource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let p: Params = c.params()?;
         Ok(Self {
             dir: c

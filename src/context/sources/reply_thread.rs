@@ -11,7 +11,7 @@ use serde::Deserialize;
 use crate::context::text::{format_ts, prefix_chars};
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
-    TokenBudget,
+    StageError, TokenBudget,
 };
 use crate::inbound::{untrusted, untrusted_block};
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
@@ -49,7 +49,7 @@ pub(super) struct ReplyThreadSource {
 }
 
 impl ReplyThreadSource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         Ok(Self { p: c.params()? })
     }
 

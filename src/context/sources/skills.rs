@@ -14,7 +14,7 @@ use super::workspace::{fingerprint, home_dir, read_capped, shorten_home, stamp, 
 use crate::context::text::prefix_chars;
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
-    TokenBudget,
+    StageError, TokenBudget,
 };
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
 
@@ -84,21 +84,21 @@ pub(super) struct SkillsSource {
 }
 
 impl SkillsSource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let p: Params = c.params()?;
         let only = match p.only {
             None => None,
             Some(names) if names.is_empty() => {
-                return Err(format!(
+                return Err(StageError(format!(
                     "context stage {:?}: `only` lists no skill (remove the source to list none)",
                     c.name
-                ))
+                )))
             }
             Some(names) if names.len() > MAX_ONLY_NAMES => {
-                return Err(format!(
+                return Err(StageError(format!(
                     "context stage {:?}: `only` lists more than {MAX_ONLY_NAMES} skills",
                     c.name
-                ))
+                )))
             }
             Some(names) => Some(names.iter().map(|n| n.trim().to_string()).collect()),
         };

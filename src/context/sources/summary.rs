@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
-    TokenBudget,
+    StageError, TokenBudget,
 };
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
 
@@ -23,7 +23,7 @@ pub(super) struct SummarySource {
 }
 
 impl SummarySource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let _: Params = c.params()?;
         Ok(Self {
             header_tokens: OnceLock::new(),

@@ -8,7 +8,7 @@ use super::fit_newest_lines;
 use crate::context::text::format_ts;
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
-    TokenBudget,
+    StageError, TokenBudget,
 };
 use crate::inbound::{untrusted, untrusted_block};
 
@@ -30,7 +30,7 @@ pub(super) struct SystemEventsSource {
 }
 
 impl SystemEventsSource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let p: Params = c.params()?;
         Ok(Self {
             max_events: p.max_events,

@@ -5,7 +5,8 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 
 use crate::context::{
-    BlockKind, ContextBlock, ContextError, ContextSource, SessionView, StageContext, TokenBudget,
+    BlockKind, ContextBlock, ContextError, ContextSource, SessionView, StageContext, StageError,
+    TokenBudget,
 };
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
 
@@ -23,7 +24,7 @@ pub(super) struct SystemPromptSource {
 }
 
 impl SystemPromptSource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let p: Params = c.params()?;
         Ok(Self {
             text: p

@@ -17,7 +17,8 @@ use jiff::Timestamp;
 use serde::Deserialize;
 
 use crate::context::{
-    BlockKind, ContextBlock, ContextError, ContextSource, SessionView, StageContext, TokenBudget,
+    BlockKind, ContextBlock, ContextError, ContextSource, SessionView, StageContext, StageError,
+    TokenBudget,
 };
 use crate::inbound::ChatKind;
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
@@ -50,7 +51,7 @@ pub(super) struct TimeAndPlaceSource {
 }
 
 impl TimeAndPlaceSource {
-    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, String> {
+    pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {
         let _: Params = c.params()?;
         let configured = &c.config.context.time_zone;
         let zone = time_zone(configured).map_err(|e| format!("context.time_zone: {e}"))?;

@@ -51,8 +51,7 @@ use self::policy::{IdKind, IdSet, RuleBook};
 use crate::config::Config;
 use crate::error::{ConfigError, StoreError};
 use crate::inbound::session_key::normalize_id;
-use crate::inbound::{ChatKind, InboundMessage, MessageKind};
-use crate::runtime::DropReason;
+use crate::inbound::{ChatKind, DropReason, InboundMessage, MessageKind};
 use crate::store::{HistoryLine, SystemEvent};
 
 /// What preflight decided about a message.

@@ -1,19 +1,17 @@
-//! One turn, as plain Rust: count the new messages' tokens once, assemble the context with the
-//! context engine, call the model (and run tools while it asks for them), commit everything in
-//! one transaction, wait until it is durable, publish the reply.
+//! The turn stage, as plain Rust: count the new messages' tokens once, assemble the context
+//! with the context engine, call the model (and run tools while it asks for them), then hand
+//! the entries to the delivery stage ([`Delivery::deliver`]).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use tokio::sync::Semaphore;
-use turnstile_actors::{
-    CompactionReason, CompactorHandle, TurnBatch, TurnControl, TurnError, TurnReport,
-};
+use turnstile_actors::{CompactionReason, TurnBatch, TurnControl, TurnError, TurnReport};
 
 use super::batch::queue_info;
-use super::compaction::MAX_OVERFLOW_COMPACTIONS;
-use super::replies::{Reply, ReplyHub, ReplyRoute};
+use super::compaction::{Compaction, MAX_OVERFLOW_COMPACTIONS};
+use super::delivery::Delivery;
 use crate::config::Config;
 use crate::context::processors::CLEARED_TOOL_RESULT;
 use crate::context::{
@@ -25,29 +23,26 @@ use crate::metrics;
 use crate::model::{
     Model, ModelReply, ModelRequest, Role, TokenCounter, ToolCall, MESSAGE_OVERHEAD_TOKENS,
 };
-use crate::store::{
-    Committed, EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry, TurnCommit,
-    TurnCommitter,
-};
+use crate::replies::ReplyHub;
+use crate::store::{EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry};
 use crate::tools::{call_message, repair_tool_messages, result_message, ToolRegistry};
 
 /// Everything a turn needs; shared by all lanes.
 pub struct TurnEngine {
-    pub(crate) store: Store,
-    /// Groups concurrent turn commits into one transaction.
-    pub(crate) committer: TurnCommitter,
-    pub(crate) model: Arc<dyn Model>,
-    pub(crate) tokens: TokenCounter,
-    pub(crate) replies: Arc<ReplyHub>,
-    pub(crate) config: Arc<Config>,
+    store: Store,
+    model: Arc<dyn Model>,
+    tokens: TokenCounter,
+    config: Arc<Config>,
     /// Caps model calls across all sessions (`lanes.max_concurrent_turns`).
-    pub(crate) model_permits: Semaphore,
+    model_permits: Semaphore,
     /// The context pipeline, policies and assembly cache.
-    pub(crate) context: ContextEngine,
+    context: Arc<ContextEngine>,
     /// Tools the embedding application registered.
-    pub(crate) tools: ToolRegistry,
-    /// The Compactor actor, set once it has started (it needs the engine first).
-    pub(crate) compactor: OnceLock<CompactorHandle>,
+    tools: ToolRegistry,
+    /// The Compactor actor, started before the engine.
+    compaction: Compaction,
+    /// Commits and publishes what a turn produced.
+    delivery: Delivery,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -82,6 +77,44 @@ impl From<Error> for Stop {
 }
 
 impl TurnEngine {
+    /// An engine answering with `model` and publishing through `replies`.
+    pub fn new(
+        config: Arc<Config>,
+        store: Store,
+        model: Arc<dyn Model>,
+        context: Arc<ContextEngine>,
+        tools: ToolRegistry,
+        replies: Arc<ReplyHub>,
+        compaction: Compaction,
+    ) -> Self {
+        Self {
+            delivery: Delivery::new(
+                store.clone(),
+                Arc::clone(&context),
+                replies,
+                compaction.clone(),
+            ),
+            tokens: context.tokens(),
+            model_permits: Semaphore::new(config.lanes.max_concurrent_turns),
+            store,
+            model,
+            config,
+            context,
+            tools,
+            compaction,
+        }
+    }
+
+    /// The context engine (its cache figures, invalidation).
+    pub fn context(&self) -> &ContextEngine {
+        &self.context
+    }
+
+    /// The Compactor actor's side (manual compaction, shutdown).
+    pub fn compaction(&self) -> &Compaction {
+        &self.compaction
+    }
+
     /// Assembles the context for `session_key` around `current` (empty: what the next turn
     /// would see without a new message), reading only as much history as the policy and the
     /// budget can use.
@@ -163,7 +196,7 @@ impl TurnEngine {
             window_full = assembly.history_left_out();
             timer.assembled(session_key, assembly.budget.used, assembly.budget.total);
             if let Some(span) = &assembly.summary_span {
-                self.compact_ttl_span(session_key, span.to_seq);
+                self.compaction.compact_ttl_span(session_key, span.to_seq);
             }
             match self.answer(&assembly, &mut control).await {
                 Ok(answer) => break answer,
@@ -185,6 +218,7 @@ impl TurnEngine {
                     tracing::info!(session_key, error = %e, attempt = compactions, "context overflow; compacting before retrying");
                     // The lane waits: retrying before the swap would overflow again.
                     if let Err(e) = self
+                        .compaction
                         .compact_now(session_key, CompactionReason::Overflow)
                         .await
                     {
@@ -212,7 +246,8 @@ impl TurnEngine {
         };
         let mut consumed = all;
         consumed.extend(answer.steered);
-        self.commit_and_publish(session_key, &consumed, entries, reply, false, window_full)
+        self.delivery
+            .deliver(session_key, &consumed, entries, reply, false, window_full)
             .await
             .map_err(failed)?;
         timer.finished(completion_tokens);
@@ -407,56 +442,8 @@ impl TurnEngine {
             timestamp_ms: now_ms(),
             tool: None,
         };
-        self.commit_and_publish(session_key, &all, users, notice, true, false)
+        self.delivery
+            .deliver(session_key, &all, users, notice, true, false)
             .await
-    }
-
-    /// Commits the turn (entries, consumption of `batch`'s inbox items) in one transaction,
-    /// waits until it is durable, then publishes the reply. The chat messages were recorded at
-    /// admission. `window_full`: the turn's history window left stored entries out.
-    async fn commit_and_publish(
-        &self,
-        session_key: &str,
-        batch: &[InboxItem],
-        mut entries: Vec<TranscriptEntry>,
-        answer: TranscriptEntry,
-        error: bool,
-        window_full: bool,
-    ) -> Result<(), Error> {
-        let text = answer.text.clone();
-        entries.push(answer);
-        let committed = self
-            .committer
-            .commit(
-                &self.store,
-                TurnCommit {
-                    session_key: session_key.to_string(),
-                    entries,
-                    consumed: batch.iter().map(|i| i.seq).collect(),
-                    now_ms: now_ms(),
-                    channel_messages: Vec::new(),
-                },
-            )
-            .await?;
-        let Committed {
-            record,
-            seqs,
-            ticket,
-        } = committed;
-        self.context.invalidate(session_key);
-        self.store.commit().wait(ticket).await?;
-        self.maybe_compact(session_key, record.tokens, window_full);
-        self.replies.publish(Reply {
-            session_key: session_key.to_string(),
-            text,
-            in_reply_to: batch
-                .iter()
-                .map(|i| i.record.message.message_id.clone())
-                .collect(),
-            seq: seqs.last().copied().unwrap_or_default(),
-            error,
-            route: ReplyRoute::of(batch),
-        });
-        Ok(())
     }
 }

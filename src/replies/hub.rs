@@ -8,7 +8,7 @@ use dashmap::DashMap;
 use serde::Serialize;
 use tokio::sync::{broadcast, oneshot};
 
-use crate::channels::ChannelRouter;
+use super::router::ChannelRouter;
 use crate::inbound::ChatKind;
 use crate::store::InboxItem;
 

@@ -5,17 +5,20 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use turnstile_actors::ActorsError;
+
+use super::hub::Reply;
 use crate::error::ConfigError;
 use crate::metrics;
-use crate::runtime::Reply;
 
 /// Something that takes a reply for delivery without waiting for it (a channel actor's
 /// mailbox). Implemented for every started channel by `Runtime::add_channel`.
 pub trait ReplySink: Send + Sync + 'static {
     /// The channel's name (metrics, logs).
     fn name(&self) -> &str;
-    /// Hands the reply over; delivery (and its retries) happens elsewhere.
-    fn deliver(&self, reply: Arc<Reply>) -> Result<(), String>;
+    /// Hands the reply over; delivery (and its retries) happens elsewhere. Fails only when the
+    /// channel's actor is gone.
+    fn deliver(&self, reply: Arc<Reply>) -> Result<(), ActorsError>;
 }
 
 /// Which replies a channel serves.
@@ -111,7 +114,7 @@ mod tests {
 
     use super::*;
     use crate::inbound::ChatKind;
-    use crate::runtime::ReplyRoute;
+    use crate::replies::ReplyRoute;
 
     struct Recorder(&'static str, Mutex<Vec<String>>);
 
@@ -119,7 +122,7 @@ mod tests {
         fn name(&self) -> &str {
             self.0
         }
-        fn deliver(&self, reply: Arc<Reply>) -> Result<(), String> {
+        fn deliver(&self, reply: Arc<Reply>) -> Result<(), ActorsError> {
             self.1.lock().unwrap().push(reply.text.clone());
             Ok(())
         }

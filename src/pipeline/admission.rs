@@ -1,26 +1,21 @@
-//! The actors' [`Backend`], implemented with the store and the turn engine. This is where the
-//! supervisor's admission decisions and the lanes' turns meet the domain.
+//! The admission stage, run by the supervisor for every submitted message: derive its session
+//! key, thaw the session, let preflight decide, check the disk budget and the queue cap, write
+//! the message to the durable inbox, and name the lane it goes to (the session key).
 
 use std::sync::Arc;
 
-use tracing::Instrument;
-use turnstile_actors::{
-    Backend, DropPolicy, LaneSettings, QueueItem, QueueMode, QueuePolicy, SessionKey, TurnBatch,
-    TurnControl, TurnError, TurnFailure, TurnReport,
-};
+use turnstile_actors::{DropPolicy, QueueItem, QueueMode, QueuePolicy, SessionKey};
 
-use super::running::RunningTurns;
-use crate::metrics;
-
-use super::turn::{now_ms, TurnEngine};
-use super::Refusal;
-use crate::config::{DropSetting, QueueConfig, QueueModeSetting};
+use super::turn::now_ms;
+use crate::config::{Config, DropSetting, QueueConfig, QueueModeSetting};
 use crate::context::chatter_before;
 use crate::error::StoreError;
 use crate::inbound::preflight::{event_of, history_line, Verdict};
-use crate::inbound::{normalize_session_key, InboundEvent, InboundMessage, Preflight, SessionKeys};
-use crate::runtime::DropReason;
-use crate::store::{ChannelMessage, DedupeMark, InboxItem, InboxRecord};
+use crate::inbound::{
+    normalize_session_key, DropReason, InboundEvent, InboundMessage, Preflight, Refusal,
+    SessionKeys,
+};
+use crate::store::{ChannelMessage, DedupeMark, InboxItem, InboxRecord, Store};
 
 impl QueueItem for InboxItem {
     fn seq(&self) -> u64 {
@@ -39,19 +34,32 @@ pub struct Accepted {
     pub ticket: u64,
 }
 
-/// The production backend.
-pub struct TurnBackend {
-    pub(crate) engine: Arc<TurnEngine>,
-    pub(crate) settings: LaneSettings,
+/// What admission needs: the store, the config, session keys and preflight.
+pub struct Admitter {
+    store: Store,
+    config: Arc<Config>,
     /// Session keys from `[session]`.
-    pub(crate) keys: SessionKeys,
+    keys: SessionKeys,
     /// Preflight from `[preflight]`; shared with the `Runtime` handle (stats, bot messages).
-    pub(crate) preflight: Arc<Preflight>,
-    /// Sessions with a turn in progress (shared with the runtime, which refuses deletes then).
-    pub(crate) running: Arc<RunningTurns>,
+    preflight: Arc<Preflight>,
 }
 
-impl TurnBackend {
+impl Admitter {
+    /// Admits into `store` with `[session]` keys and `preflight`.
+    pub fn new(
+        store: Store,
+        config: Arc<Config>,
+        keys: SessionKeys,
+        preflight: Arc<Preflight>,
+    ) -> Self {
+        Self {
+            store,
+            config,
+            keys,
+            preflight,
+        }
+    }
+
     /// Keeps what a dropped message leaves behind: group chatter in its chat's record, a
     /// system event in its session's queue. Both are durable with the next group commit.
     fn keep_dropped(
@@ -61,11 +69,11 @@ impl TurnBackend {
         explicit: bool,
         reason: DropReason,
     ) -> Result<(), StoreError> {
-        let store = &self.engine.store;
+        let store = &self.store;
         if Preflight::keeps_chatter(msg, explicit, reason) {
             store.record_chat_message(key, ChannelMessage::of(msg, false))?;
         } else if reason == DropReason::SystemEvent {
-            let max = self.engine.config.preflight.max_system_events;
+            let max = self.config.preflight.max_system_events;
             if max == 0 {
                 return Ok(());
             }
@@ -76,20 +84,16 @@ impl TurnBackend {
         }
         Ok(())
     }
-}
 
-impl Backend for TurnBackend {
-    type Event = InboundEvent;
-    type Item = InboxItem;
-    type Accepted = Accepted;
-    type Refused = Refusal;
-
-    fn lane_settings(&self) -> &LaneSettings {
-        &self.settings
+    /// The queue policy of `item`'s channel.
+    pub fn queue_policy(&self, item: &InboxItem) -> QueuePolicy {
+        queue_policy(&self.config.queue, &item.record.message.channel)
     }
 
-    fn admit(&self, event: InboundEvent) -> Result<(SessionKey, InboxItem, Accepted), Refusal> {
-        let store = &self.engine.store;
+    /// Admits `event`: on success it is in the durable inbox (durable once `Accepted::ticket`
+    /// commits) and goes to the lane of the returned key.
+    pub fn admit(&self, event: InboundEvent) -> Result<(SessionKey, InboxItem, Accepted), Refusal> {
+        let store = &self.store;
         let explicit = event.session_key.is_some();
         let key: SessionKey = match &event.session_key {
             Some(explicit) => normalize_session_key(explicit),
@@ -122,14 +126,14 @@ impl Backend for TurnBackend {
         if let Some(reason) = store.disk_full() {
             return Err(Refusal::InsufficientStorage(reason));
         }
-        let cap = self.engine.config.storage.max_queued_messages;
+        let cap = self.config.storage.max_queued_messages;
         if store.queued() >= cap {
             return Err(Refusal::Overloaded(format!(
                 "{cap} messages are already queued"
             )));
         }
         let msg = &event.message;
-        let p = &self.engine.config.preflight;
+        let p = &self.config.preflight;
         if admission.takes_history {
             admission.group_history = chatter_before(
                 store,
@@ -179,72 +183,6 @@ impl Backend for TurnBackend {
             ticket,
         };
         Ok((key, item, accepted))
-    }
-
-    fn refuse_shutting_down(&self) -> Refusal {
-        Refusal::ShuttingDown
-    }
-
-    async fn pending(
-        &self,
-        key: &SessionKey,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<InboxItem>, String> {
-        // A sled read: on the blocking pool, so a lane refilling never holds a tokio worker.
-        let store = self.engine.store.clone();
-        let key = key.clone();
-        tokio::task::spawn_blocking(move || store.pending(&key, after, limit))
-            .await
-            .map_err(|e| format!("the inbox read did not finish: {e}"))?
-            .map_err(|e| e.to_string())
-    }
-
-    fn queue_policy(&self, item: &InboxItem) -> QueuePolicy {
-        queue_policy(&self.engine.config.queue, &item.record.message.channel)
-    }
-
-    async fn run_turn(
-        &self,
-        key: SessionKey,
-        batch: TurnBatch<InboxItem>,
-        control: TurnControl<InboxItem>,
-    ) -> Result<TurnReport, TurnError> {
-        let _running = self.running.enter(&key);
-        let span = metrics::turn_span(&key, batch.items.len() + batch.dropped.len());
-        let result = self
-            .engine
-            .run(&key, &batch, control)
-            .instrument(span)
-            .await;
-        let report = result.inspect_err(|e| {
-            if matches!(e, TurnError::Failed(_)) {
-                metrics::turn_failed();
-            }
-        })?;
-        // The reply is published: later messages in these threads address the bot.
-        for item in batch.all_items() {
-            self.preflight.record_reply(&item.record.message);
-        }
-        Ok(report)
-    }
-
-    async fn abandon_turn(
-        &self,
-        key: SessionKey,
-        batch: TurnBatch<InboxItem>,
-        failure: TurnFailure,
-    ) {
-        let _running = self.running.enter(&key);
-        metrics::turn_abandoned();
-        tracing::error!(session_key = %key, %failure, "turn abandoned after retries");
-        if let Err(e) = self
-            .engine
-            .abandon(&key, &batch, &failure.to_string())
-            .await
-        {
-            tracing::error!(session_key = %key, error = %e, "could not record the abandoned turn; it stays in the inbox");
-        }
     }
 }
 

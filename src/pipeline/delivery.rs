@@ -1,0 +1,91 @@
+//! The delivery stage: commit a turn's entries and the consumption of its inbox items in one
+//! transaction, wait until it is durable, then publish the reply (the reply hub fans it out to
+//! the stream, the waiter of each message, and the channel that serves its platform).
+
+use std::sync::Arc;
+
+use super::compaction::Compaction;
+use super::turn::now_ms;
+use crate::context::ContextEngine;
+use crate::error::Error;
+use crate::replies::{Reply, ReplyHub, ReplyRoute};
+use crate::store::{Committed, InboxItem, Store, TranscriptEntry, TurnCommit, TurnCommitter};
+
+/// What delivering a turn needs; owned by the turn engine.
+pub struct Delivery {
+    store: Store,
+    /// Groups concurrent turn commits into one transaction.
+    committer: TurnCommitter,
+    context: Arc<ContextEngine>,
+    replies: Arc<ReplyHub>,
+    compaction: Compaction,
+}
+
+impl Delivery {
+    /// Delivers through `replies`, committing to `store`; `compaction` hears how long the
+    /// history grew.
+    pub fn new(
+        store: Store,
+        context: Arc<ContextEngine>,
+        replies: Arc<ReplyHub>,
+        compaction: Compaction,
+    ) -> Self {
+        Self {
+            store,
+            committer: TurnCommitter::start(),
+            context,
+            replies,
+            compaction,
+        }
+    }
+
+    /// Commits the turn (entries, consumption of `batch`'s inbox items) in one transaction,
+    /// waits until it is durable, then publishes the reply. The chat messages were recorded at
+    /// admission. `window_full`: the turn's history window left stored entries out.
+    pub async fn deliver(
+        &self,
+        session_key: &str,
+        batch: &[InboxItem],
+        mut entries: Vec<TranscriptEntry>,
+        answer: TranscriptEntry,
+        error: bool,
+        window_full: bool,
+    ) -> Result<(), Error> {
+        let text = answer.text.clone();
+        entries.push(answer);
+        let committed = self
+            .committer
+            .commit(
+                &self.store,
+                TurnCommit {
+                    session_key: session_key.to_string(),
+                    entries,
+                    consumed: batch.iter().map(|i| i.seq).collect(),
+                    now_ms: now_ms(),
+                    channel_messages: Vec::new(),
+                },
+            )
+            .await?;
+        let Committed {
+            record,
+            seqs,
+            ticket,
+        } = committed;
+        self.context.invalidate(session_key);
+        self.store.commit().wait(ticket).await?;
+        self.compaction
+            .maybe_compact(session_key, record.tokens, window_full);
+        self.replies.publish(Reply {
+            session_key: session_key.to_string(),
+            text,
+            in_reply_to: batch
+                .iter()
+                .map(|i| i.record.message.message_id.clone())
+                .collect(),
+            seq: seqs.last().copied().unwrap_or_default(),
+            error,
+            route: ReplyRoute::of(batch),
+        });
+        Ok(())
+    }
+}

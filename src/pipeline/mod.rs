@@ -1,0 +1,171 @@
+//! The message pipeline: the life of one message, in three stages.
+//!
+//! ```text
+//! Runtime::submit(message)                 validate; refuse while closing (runtime/mod.rs)
+//!   ChannelHandle::submit → Supervisor     one mailbox, admissions in arrival order
+//!     Backend::admit → admission::Admitter::admit
+//!                                          session key → thaw → preflight (drop or accept)
+//!                                          → disk budget → queue cap → chat record
+//!                                          → durable inbox entry → route to the key's lane
+//!   wait for the group commit of the entry → Ack (or the refusal: Dropped is a 200)
+//! Lane (one per session)                   queue mode, debounce, cap, retries
+//!   Backend::run_turn → turn::TurnEngine::run
+//!                                          assemble context → model → tools, until an
+//!                                          answer (overflow: compact and retry)
+//!     delivery::Delivery::deliver          commit entries + consume inbox items in one
+//!                                          transaction → wait until durable → ask for
+//!                                          compaction → ReplyHub::publish
+//!       crate::replies                     stream (/v1/events), the waiter of each message,
+//!                                          the channel that serves its platform
+//! ```
+//!
+//! A turn that fails past its retries ends in `Backend::abandon_turn`: an error notice,
+//! delivered the same way. Stages: [`admission`] ([`Admitter::admit`]), [`turn`]
+//! ([`TurnEngine::run`]), [`delivery`] ([`Delivery::deliver`]). The actors reach them only
+//! through [`TurnBackend`], the domain's implementation of their [`Backend`] trait.
+
+pub mod admission;
+mod batch;
+mod compaction;
+pub mod delivery;
+mod running;
+pub mod turn;
+
+use std::sync::Arc;
+
+use tracing::Instrument;
+use turnstile_actors::{
+    Backend, BackendError, ErrorKind, LaneSettings, QueuePolicy, SessionKey, TurnBatch,
+    TurnControl, TurnError, TurnFailure, TurnReport,
+};
+
+pub use admission::{queue_policy, Accepted, Admitter};
+pub use batch::{queue_info, DROPPED_LINE_CHARS};
+pub use compaction::{Compaction, COMPACTION_WAIT, MAX_OVERFLOW_COMPACTIONS};
+pub use delivery::Delivery;
+pub(crate) use running::RunningTurns;
+pub(crate) use turn::now_ms;
+pub use turn::TurnEngine;
+
+use crate::inbound::{InboundEvent, Preflight, Refusal};
+use crate::metrics;
+use crate::store::{InboxItem, Store};
+
+/// The production backend: the actors' seam into the three stages.
+pub struct TurnBackend {
+    admitter: Admitter,
+    engine: Arc<TurnEngine>,
+    store: Store,
+    settings: LaneSettings,
+    /// Records replies, so later messages in their threads address the bot.
+    preflight: Arc<Preflight>,
+    /// Sessions with a turn in progress (shared with the runtime, which refuses deletes then).
+    running: Arc<RunningTurns>,
+}
+
+impl TurnBackend {
+    /// A backend admitting with `admitter` and running turns on `engine`.
+    pub(crate) fn new(
+        admitter: Admitter,
+        engine: Arc<TurnEngine>,
+        store: Store,
+        settings: LaneSettings,
+        preflight: Arc<Preflight>,
+        running: Arc<RunningTurns>,
+    ) -> Self {
+        Self {
+            admitter,
+            engine,
+            store,
+            settings,
+            preflight,
+            running,
+        }
+    }
+}
+
+impl Backend for TurnBackend {
+    type Event = InboundEvent;
+    type Item = InboxItem;
+    type Accepted = Accepted;
+    type Refused = Refusal;
+
+    fn lane_settings(&self) -> &LaneSettings {
+        &self.settings
+    }
+
+    fn admit(&self, event: InboundEvent) -> Result<(SessionKey, InboxItem, Accepted), Refusal> {
+        self.admitter.admit(event)
+    }
+
+    fn refuse_shutting_down(&self) -> Refusal {
+        Refusal::ShuttingDown
+    }
+
+    async fn pending(
+        &self,
+        key: &SessionKey,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<InboxItem>, BackendError> {
+        // A sled read: on the blocking pool, so a lane refilling never holds a tokio worker.
+        let store = self.store.clone();
+        let key = key.clone();
+        tokio::task::spawn_blocking(move || store.pending(&key, after, limit))
+            .await
+            .map_err(|e| {
+                BackendError::new(
+                    ErrorKind::Interrupted,
+                    format!("the inbox read did not finish: {e}"),
+                )
+            })?
+            .map_err(|e| BackendError::new(ErrorKind::Storage, e.to_string()))
+    }
+
+    fn queue_policy(&self, item: &InboxItem) -> QueuePolicy {
+        self.admitter.queue_policy(item)
+    }
+
+    async fn run_turn(
+        &self,
+        key: SessionKey,
+        batch: TurnBatch<InboxItem>,
+        control: TurnControl<InboxItem>,
+    ) -> Result<TurnReport, TurnError> {
+        let _running = self.running.enter(&key);
+        let span = metrics::turn_span(&key, batch.items.len() + batch.dropped.len());
+        let result = self
+            .engine
+            .run(&key, &batch, control)
+            .instrument(span)
+            .await;
+        let report = result.inspect_err(|e| {
+            if matches!(e, TurnError::Failed(_)) {
+                metrics::turn_failed();
+            }
+        })?;
+        // The reply is published: later messages in these threads address the bot.
+        for item in batch.all_items() {
+            self.preflight.record_reply(&item.record.message);
+        }
+        Ok(report)
+    }
+
+    async fn abandon_turn(
+        &self,
+        key: SessionKey,
+        batch: TurnBatch<InboxItem>,
+        failure: TurnFailure,
+    ) {
+        let _running = self.running.enter(&key);
+        metrics::turn_abandoned();
+        tracing::error!(session_key = %key, %failure, "turn abandoned after retries");
+        if let Err(e) = self
+            .engine
+            .abandon(&key, &batch, &failure.to_string())
+            .await
+        {
+            tracing::error!(session_key = %key, error = %e, "could not record the abandoned turn; it stays in the inbox");
+        }
+    }
+}

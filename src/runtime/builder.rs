@@ -1,0 +1,301 @@
+//! Building a [`Runtime`]: open the store, start the Compactor, the turn engine, the
+//! supervisor, the API channel and the janitor, restore the dedupe marks of queued messages.
+//! Starting the configured channels and the replay follow in `crate::launch`.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use turnstile_actors::{
+    ChannelHandle, JanitorHandle, JanitorSettings, LaneSettings, SupervisorHandle,
+};
+
+use super::ports::ChannelTasks;
+use super::{ApiChannel, Inner, Runtime};
+use crate::config::{Config, JanitorMode};
+use crate::context::{
+    ContextEngine, ContextProcessor, ContextSource, Registry, StageContext, StageError,
+};
+use crate::error::Error;
+use crate::inbound::{Preflight, SessionKeys};
+use crate::model::{
+    CalibrationStore, EchoModel, Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter,
+};
+use crate::pipeline::{Admitter, Compaction, RunningTurns, TurnBackend, TurnEngine};
+use crate::replies::ReplyHub;
+use crate::store::{Store, StoreBudget};
+use crate::tools::{ToolHandler, ToolRegistry};
+
+/// Builds a [`Runtime`]. [`RuntimeBuilder::build`] lives in `crate::launch`, above the runtime
+/// and the channels: it opens the runtime here, then starts the configured channels on it.
+pub struct RuntimeBuilder {
+    config: Config,
+    model: Option<Arc<dyn Model>>,
+    context: Registry,
+    tools: ToolRegistry,
+    tool_errors: Vec<crate::error::ConfigError>,
+    inspect_only: bool,
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        Self {
+            config: Config::default(),
+            model: None,
+            context: Registry::builtin(),
+            tools: ToolRegistry::default(),
+            tool_errors: Vec::new(),
+            inspect_only: false,
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    /// Uses `config` (replacing any set before).
+    pub fn config(mut self, config: Config) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Stores data under `dir`.
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.storage.data_dir = dir.into();
+        self
+    }
+
+    /// Answers turns with `model` instead of the one the config names.
+    pub fn model(mut self, model: Arc<dyn Model>) -> Self {
+        self.model = Some(model);
+        self
+    }
+
+    /// Registers a context source under `name`, for `[[context.sources]]` to use (the
+    /// built-in sources are always registered; a name may replace one).
+    pub fn context_source(
+        mut self,
+        name: &str,
+        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextSource>, StageError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.context.register_source(name, factory);
+        self
+    }
+
+    /// Registers a context processor under `name`, for `[[context.processors]]` to use.
+    pub fn context_processor(
+        mut self,
+        name: &str,
+        factory: impl Fn(&StageContext<'_>) -> Result<Box<dyn ContextProcessor>, StageError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.context.register_processor(name, factory);
+        self
+    }
+
+    /// Registers a tool the model may call: its name, what it does, the JSON schema of its
+    /// arguments, and the handler that runs it. An invalid or repeated name fails `build`.
+    pub fn tool(
+        mut self,
+        name: &str,
+        description: &str,
+        parameters: serde_json::Value,
+        handler: impl ToolHandler,
+    ) -> Self {
+        if let Err(e) = self.tools.register(name, description, parameters, handler) {
+            self.tool_errors.push(e);
+        }
+        self
+    }
+
+    /// Opens the runtime for inspection and maintenance (the operator CLI on a data dir): the
+    /// inbox is not replayed and configured channels are not started.
+    pub fn inspect_only(mut self) -> Self {
+        self.inspect_only = true;
+        self
+    }
+
+    /// Whether [`Self::inspect_only`] was asked for.
+    pub(crate) fn is_inspect_only(&self) -> bool {
+        self.inspect_only
+    }
+
+    /// Opens the store, starts the pipeline's actors and restores the dedupe marks of queued
+    /// messages. Channels are not started and nothing is replayed yet ([`Runtime::replay`]).
+    pub(crate) async fn open(mut self) -> Result<Runtime, Error> {
+        if let Some(e) = std::mem::take(&mut self.tool_errors).into_iter().next() {
+            return Err(e.into());
+        }
+        let config = Arc::new(self.config);
+        config.validate()?;
+        // One calibration store: the client learns from usage and overflow errors, the
+        // context engine sizes budgets with what it learned.
+        let calibration = CalibrationStore::new();
+        let model: Arc<dyn Model> = match self.model {
+            Some(m) => m,
+            None => model_from_config(&config, &calibration)?,
+        };
+        let store = if self.inspect_only {
+            Store::open(&config.storage)?
+        } else {
+            Store::open_for_serving(&config.storage)?
+        };
+        let tokens = TokenCounter::new(Encoding::for_model(&config.model.model));
+        let context = Arc::new(
+            ContextEngine::new(&config, &self.context, tokens)?
+                .with_calibration(calibration, model.name()),
+        );
+        // Loading a vocabulary takes a fraction of a second: do it off the start-up path.
+        tokio::task::spawn_blocking(move || tokens.warm_up());
+        let replies = Arc::new(ReplyHub::new(config.server.events_buffer));
+        // The Compactor first: the engine holds its handle, it holds nothing of the engine.
+        let compaction = Compaction::start(&config, &store, &context).await?;
+        let engine = Arc::new(TurnEngine::new(
+            Arc::clone(&config),
+            store.clone(),
+            model,
+            context,
+            self.tools,
+            Arc::clone(&replies),
+            compaction,
+        ));
+        let preflight = Arc::new(Preflight::new(&config)?);
+        let running = Arc::new(RunningTurns::default());
+        let admitter = Admitter::new(
+            store.clone(),
+            Arc::clone(&config),
+            SessionKeys::new(&config.session)?,
+            Arc::clone(&preflight),
+        );
+        let settings = LaneSettings {
+            idle_timeout: config.idle_timeout(),
+            queue_cap: config.lanes.queue_cap,
+            turn_retries: config.lanes.turn_retries,
+            rpc_timeout: Duration::from_secs(10),
+            max_live_lanes: config.lanes.max_live_lanes,
+        };
+        let backend = Arc::new(TurnBackend::new(
+            admitter,
+            Arc::clone(&engine),
+            store.clone(),
+            settings,
+            Arc::clone(&preflight),
+            Arc::clone(&running),
+        ));
+        let (supervisor, _) = SupervisorHandle::start(backend).await?;
+        let api = ChannelHandle::start(Arc::new(ApiChannel), &supervisor).await?;
+        let janitor = start_janitor(&store, &config, &running).await?;
+        let runtime = Runtime {
+            inner: Arc::new(Inner {
+                config,
+                engine,
+                store: store.clone(),
+                replies,
+                preflight,
+                supervisor,
+                api,
+                janitor,
+                closing: AtomicBool::new(false),
+                running,
+                channel_tasks: ChannelTasks::new(),
+            }),
+        };
+        if self.inspect_only {
+            return Ok(runtime);
+        }
+        // Before any channel can deliver a redelivery of a queued message.
+        let restored = runtime.inner.preflight.restore_durable_marks(&store);
+        match restored {
+            Ok(0) => {}
+            Ok(restored) => tracing::info!(restored, "dedupe keys of queued messages restored"),
+            Err(e) => {
+                let _ = runtime.shutdown().await;
+                return Err(e.into());
+            }
+        }
+        Ok(runtime)
+    }
+}
+
+impl Runtime {
+    /// Runs the store's deferred checks in the background and replays what was acknowledged
+    /// but not answered. Called once the channels are started, so replies to replayed messages
+    /// find their channel.
+    pub(crate) fn replay(&self) -> Result<(), Error> {
+        let store = &self.inner.store;
+        let checked = store.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = checked.run_deferred_checks() {
+                tracing::error!(error = %e, "the store checks after start-up failed");
+            }
+        });
+        let pending = store.sessions_with_pending()?;
+        if !pending.is_empty() {
+            tracing::info!(sessions = pending.len(), "replaying unanswered messages");
+            self.inner
+                .supervisor
+                .recover(pending.into_iter().map(Into::into).collect())?;
+        }
+        Ok(())
+    }
+}
+
+/// Starts the janitor over the store; sessions with a running turn (or unconsumed inbox
+/// entries) are never evicted, and the store wakes the janitor when writes cross its live-byte
+/// trigger.
+async fn start_janitor(
+    store: &Store,
+    config: &Config,
+    running: &Arc<RunningTurns>,
+) -> Result<JanitorHandle, Error> {
+    // A session is protected while a turn runs for it (the budget also protects sessions with
+    // unconsumed inbox entries). An idle lane holds no session data, so its session may go:
+    // the lane's next turn starts the session afresh.
+    let running = Arc::clone(running);
+    let budget = StoreBudget::new(
+        store.clone(),
+        &config.storage,
+        Arc::new(move |key: &str| running.is_running(key)),
+    );
+    let janitor = JanitorHandle::start(
+        Arc::new(budget),
+        JanitorSettings {
+            interval: Duration::from_millis(config.storage.janitor_interval_ms),
+            enforce: config.storage.janitor_mode == JanitorMode::Enforce,
+        },
+        Duration::from_secs(10),
+    )
+    .await?;
+    let signal = janitor.clone();
+    store.set_janitor_hook(move || signal.high_water());
+    Ok(janitor)
+}
+
+fn model_from_config(
+    config: &Config,
+    calibration: &CalibrationStore,
+) -> Result<Arc<dyn Model>, Error> {
+    match config.model.provider.as_str() {
+        "echo" => Ok(Arc::new(EchoModel)),
+        "openai" => {
+            let settings = OpenAiSettings::from_config(&config.model);
+            if settings.api_key.is_none() {
+                tracing::info!(
+                    api_key_env = %config.model.api_key_env,
+                    "no API key in the environment; requests go without Authorization"
+                );
+            }
+            Ok(Arc::new(
+                OpenAiModel::new(settings)?.with_calibration(calibration.clone()),
+            ))
+        }
+        other => Err(crate::error::ConfigError::Invalid(format!(
+            "model.provider: {other:?} is not available in this build"
+        ))
+        .into()),
+    }
+}
