@@ -606,20 +606,19 @@ mod tests {
 
     /// Raw transcript text held (hot in sled + cold in segments) after writing `overload` ×
     /// the budget through the janitor's passes, as a fraction of `max_disk_bytes`; and the data
-    /// dir's peak.
-    async fn usable_ratio(budget: u64, overload: u64, cold_max_fraction: f64) -> Ratio {
+    /// dir's peak. `settings` makes the `[storage]` settings for a data dir.
+    async fn usable_ratio(overload: u64, settings: impl Fn(&Path) -> StorageConfig) -> Ratio {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = StorageConfig {
-            cold_max_fraction,
-            ..config(dir.path(), budget)
-        };
+        let cfg = settings(dir.path());
+        let budget = cfg.max_disk_bytes;
         let store = Store::open(&cfg).unwrap();
         let janitor = StoreBudget::new(store.clone(), &cfg, Arc::new(|_: &str| false));
         let mut seed = 7u64;
         let mut written = 0u64;
         let mut keys = Vec::new();
         let mut peak = 0u64;
-        let mut t = 1_000u64;
+        // Real time, so `prune_after_days` (on in the defaults) does not prune it all.
+        let mut t = super::super::dedupe::wall_clock_ms();
         while written < budget * overload {
             let key = format!("s{:06}", keys.len());
             for _ in 0..4 {
@@ -690,14 +689,38 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_cold_tier_holds_half_the_budget_in_raw_text() {
-        let r = usable_ratio(32 << 20, 2, 0.4).await;
+        let r = usable_ratio(2, |dir| StorageConfig {
+            cold_max_fraction: 0.4,
+            ..config(dir, 32 << 20)
+        })
+        .await;
         println!("cold tier on (0.4): {r}");
         assert!(r.peak <= 1.1, "{r}");
         assert!(r.held >= 0.5, "{r}");
     }
 
-    /// The measurement reported in ARCHITECTURE.md: cold tier on and off, 4× the budget
-    /// (`cargo test --lib store::cold -- --ignored --nocapture`; `TURNSTILE_BUDGET_MB`).
+    /// Issue 14's target with nothing configured but the data dir and the budget: every other
+    /// `[storage]` setting (durability, cache, pruning, the cold tier's share) is the default.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_default_config_holds_half_the_budget_in_raw_text() {
+        let r = usable_ratio(2, |dir| defaults(dir, 32 << 20)).await;
+        println!("defaults: {r}");
+        assert!(r.peak <= 1.1, "{r}");
+        assert!(r.held >= 0.5, "{r}");
+    }
+
+    /// The default `[storage]` settings but for the data dir and the budget.
+    fn defaults(dir: &Path, max_disk_bytes: u64) -> StorageConfig {
+        StorageConfig {
+            data_dir: dir.to_path_buf(),
+            max_disk_bytes,
+            ..StorageConfig::default()
+        }
+    }
+
+    /// The measurement reported in ARCHITECTURE.md: the defaults, and the cold tier off and
+    /// at 0.4, 4× the budget (`cargo test --lib store::cold -- --ignored --nocapture`;
+    /// `TURNSTILE_BUDGET_MB`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     #[ignore = "measurement"]
     async fn measure_usable_ratio() {
@@ -705,8 +728,17 @@ mod tests {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(64);
+        let r = usable_ratio(4, |dir| defaults(dir, mb << 20)).await;
+        println!(
+            "{mb} MiB, defaults (cold_max_fraction = {}): {r}",
+            StorageConfig::default().cold_max_fraction
+        );
         for fraction in [0.0, 0.4] {
-            let r = usable_ratio(mb << 20, 4, fraction).await;
+            let r = usable_ratio(4, |dir| StorageConfig {
+                cold_max_fraction: fraction,
+                ..config(dir, mb << 20)
+            })
+            .await;
             println!("{mb} MiB, cold_max_fraction = {fraction}: {r}");
         }
     }
