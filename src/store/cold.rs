@@ -385,6 +385,38 @@ impl Store {
         }
     }
 
+    /// The doctor's check of the cold tier: every segment decodes to the end (header and
+    /// entries) and is named after its key. A damaged one is reported, never deleted (it may
+    /// be the only copy of a session).
+    pub(super) fn check_cold(&self, report: &mut super::DoctorReport) -> Result<(), StoreError> {
+        for file in list(self.data_dir())? {
+            let name = file
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.starts_with('.') {
+                // An interrupted freeze's leftover: the janitor deletes it.
+                continue;
+            }
+            let problem = match read_segment(&file.path, true) {
+                Ok((header, _)) if path_of(self.data_dir(), &header.session_key) != file.path => {
+                    Some(format!(
+                        "holds session {:?} under another name",
+                        header.session_key
+                    ))
+                }
+                Ok(_) => None,
+                Err(e) => Some(format!("does not decode: {e}")),
+            };
+            if let Some(problem) = problem {
+                report.cold_damaged += 1;
+                report.note("cold", name.as_bytes(), problem);
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes a segment file (the janitor's eviction from the cold tier).
     pub(super) fn delete_segment(&self, file: &ColdFile) -> Result<(), StoreError> {
         self.remove_segment(&file.path)
@@ -579,6 +611,9 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         assert!(store.thaw_session("a").is_err());
         assert!(path.exists(), "kept for inspection, not deleted");
+        let report = store.doctor(crate::store::Depth::Full, false).unwrap();
+        assert_eq!(report.cold_damaged, 1, "{report}");
+        assert!(!report.is_clean());
         store.close().await.unwrap();
     }
 
