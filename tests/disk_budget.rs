@@ -388,14 +388,19 @@ async fn check_regime(name: &str, budget: u64, config: &str, per_session: u64) {
     )
     .await;
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    // The cold tier is on by default: what it holds at the end (segments under `cold/`).
+    let cold = data.path().join("cold");
+    let segments = std::fs::read_dir(&cold).map(|d| d.count()).unwrap_or(0);
     println!(
-        "{name}: acked {} ({} answers 507) in {:.1} s; peak data dir {:.2} MiB of {:.2} MiB ({:.0}%)",
+        "{name}: acked {} ({} answers 507) in {:.1} s; peak data dir {:.2} MiB of {:.2} MiB ({:.0}%); \
+         {segments} cold segments, {:.2} MiB at the end",
         out.acked,
         out.refused,
         out.elapsed.as_secs_f64(),
         mib(out.max_disk),
         mib(budget),
-        out.max_disk as f64 * 100.0 / budget as f64
+        out.max_disk as f64 * 100.0 / budget as f64,
+        mib(disk_bytes(&cold)),
     );
     if std::env::var_os("TURNSTILE_PRINT").is_some() {
         let step = (out.samples.len() / 60).max(1);

@@ -32,6 +32,7 @@
 //! harder — live bytes in proportion to the overshoot — and rewrites again if the copy fits.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -77,9 +78,13 @@ const SCAN_PAGE: usize = 256;
 const MAX_EMPTY_PER_PASS: usize = 10_000;
 const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
 /// Eviction reasons that move a session into the cold tier (when it is on) instead of
-/// deleting it: the disk budget's. Age, count and emptiness delete. The last two are
-/// pressure (the data dir over high water), when no archive is written either.
+/// deleting it: the disk budget's (`disk_budget` is also the metric label of step 2's
+/// evictions). Age, count and emptiness delete. The last two are pressure (the data dir over
+/// high water), when no archive is written either.
 const FREEZES: [&str; 3] = ["disk_budget", "disk_pressure", "rewrite_room"];
+/// Rounds of eviction [`StoreBudget::make_room_for_rewrite`] tries: each freeze writes a
+/// segment, which takes some of the room the eviction made, so the fit is checked again.
+const ROOM_ROUNDS: usize = 4;
 /// Admission refuses new messages once the disk estimate reaches this fraction of the budget:
 /// messages already queued still get their turns (each writes its transcript entries and
 /// reply), so the line is drawn a little before the budget itself.
@@ -111,6 +116,10 @@ pub struct StoreBudget {
     enforcing: bool,
     /// The cold tier's share of the budget in bytes; 0: no cold tier (evictions delete).
     cold_max_bytes: u64,
+    /// Disk bytes of the cold segments this budget has written (a running total): a pass
+    /// adds what its freezes wrote to the data dir it measured, as the segments take room the
+    /// rewrite's copy needs.
+    segments_written: AtomicU64,
     measured: Mutex<Measured>,
 }
 
@@ -164,6 +173,7 @@ impl StoreBudget {
             // At most half of high water, whatever `high_water` is set to.
             cold_max_bytes: (limit as f64 * config.cold_max_fraction.min(config.high_water / 2.0))
                 as u64,
+            segments_written: AtomicU64::new(0),
             measured: Mutex::new(Measured::default()),
         }
     }
@@ -205,7 +215,7 @@ impl StoreBudget {
             if held <= keep && over == 0 {
                 break;
             }
-            cold::delete(&file)?;
+            self.store.delete_segment(&file)?;
             tracing::info!(path = %file.path.display(), bytes = file.disk_bytes, "deleted a cold session");
             held = held.saturating_sub(file.disk_bytes);
             over = over.saturating_sub(file.disk_bytes);
@@ -287,15 +297,20 @@ impl StoreBudget {
             let Some(frozen) = self.store.freeze_session(&c.session_key, c.updated_at_ms)? else {
                 return Ok(None);
             };
+            self.segments_written
+                .fetch_add(frozen.segment_bytes, Ordering::Relaxed);
             tracing::info!(
                 session_key = %c.session_key,
                 updated_at_ms = c.updated_at_ms,
-                entries = frozen.entries_deleted,
-                bytes = frozen.bytes,
+                entries = frozen.evicted.entries_deleted,
+                bytes = frozen.evicted.bytes,
+                segment_bytes = frozen.segment_bytes,
                 why,
                 "moved session to the cold tier"
             );
-            return Ok(Some(frozen.bytes));
+            // It left sled for the budget: an eviction, as far as the counter is concerned.
+            crate::metrics::eviction(why);
+            return Ok(Some(frozen.evicted.bytes));
         }
         // Under pressure an archive would only add to what must go (archives are deleted first).
         let archived = if self.keep_archives && !FREEZES[1..].contains(&why) {
@@ -386,6 +401,7 @@ impl StoreBudget {
             }
         }
         let mut disk_bytes = usage.disk_bytes;
+        let segments_before = self.segments_written.load(Ordering::Relaxed);
 
         // 1. Archives, oldest first.
         if disk_bytes > usage.high_water_bytes {
@@ -473,7 +489,13 @@ impl StoreBudget {
             )?;
         }
 
-        // 6. Garbage: rewrite the database when it is mostly dead space.
+        // 6. Garbage: rewrite the database when it is mostly dead space. The segments this
+        // pass wrote are on disk beside the database now.
+        disk_bytes = disk_bytes.saturating_add(
+            self.segments_written
+                .load(Ordering::Relaxed)
+                .saturating_sub(segments_before),
+        );
         let live = self.store.live_bytes();
         // Without a cold tier the database is nearly all of the data dir; with one, it is held
         // to its share.
@@ -602,14 +624,34 @@ impl StoreBudget {
         progress: &mut Progress,
         report: &mut ReclaimReport,
     ) -> Result<bool, StoreError> {
-        let room = (self.limit_bytes as f64 * REWRITE_PEAK - disk_bytes as f64).max(0.0);
         let per_live_byte = self.fresh_amplification() * FRESH_COPY_MARGIN;
-        let goal = (room / per_live_byte) as u64;
-        progress.live = self.store.live_bytes();
-        if progress.live > goal {
+        let segments_before = self.segments_written.load(Ordering::Relaxed);
+        let mut room = 0.0;
+        let mut fits = false;
+        for round in 0..=ROOM_ROUNDS {
+            // Segments frozen meanwhile are on disk beside the old generation.
+            let segments = self
+                .segments_written
+                .load(Ordering::Relaxed)
+                .saturating_sub(segments_before);
+            room =
+                (self.limit_bytes as f64 * REWRITE_PEAK - (disk_bytes + segments) as f64).max(0.0);
+            let goal = (room / per_live_byte) as u64;
+            progress.live = self.store.live_bytes();
+            if progress.live <= goal {
+                fits = true;
+                break;
+            }
+            if round == ROOM_ROUNDS {
+                break;
+            }
+            let evicted = progress.evicted;
             self.evict_oldest(true, progress, report, "rewrite_room", |_, p| p.live > goal)?;
+            if progress.evicted == evicted {
+                // Nothing more could go (busy sessions).
+                break;
+            }
         }
-        let fits = self.store.live_bytes() <= goal;
         if !fits {
             tracing::warn!(
                 disk_bytes,

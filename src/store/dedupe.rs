@@ -46,6 +46,8 @@ impl Store {
         dedupe: Option<DedupeMark<'_>>,
     ) -> Result<(InboxItem, u64), StoreError> {
         self.check_writable()?;
+        // A cold session comes back first, and cannot start freezing until the entry is in.
+        let _cold = self.thaw_for_write(session_key)?;
         let _write = self.write_gate();
         let inner = self.inner();
         // Sequences start at 1: lanes treat 0 as "nothing seen yet".

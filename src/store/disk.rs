@@ -76,6 +76,13 @@ pub(super) struct UsageMeter {
     measured_disk: AtomicU64,
     /// Logical bytes written since that measurement (deletes do not give disk space back).
     written_since: AtomicU64,
+    /// Allocated bytes of files the store wrote beside sled since that measurement (cold
+    /// segments): counted 1×, their size is known once written. Without them admission would
+    /// not see the cold tier grow between two janitor passes.
+    files_written_since: AtomicU64,
+    /// Allocated bytes of such files deleted since that measurement (their space does come
+    /// back at once, unlike sled's).
+    files_deleted_since: AtomicU64,
     /// The janitor is told when the disk estimate reaches this (high water); 0: not set.
     disk_trigger_at: AtomicU64,
     /// Room admission keeps free for the janitor's next rewrite (the fresh copy it expects).
@@ -119,26 +126,57 @@ impl UsageMeter {
         if measured == 0 {
             return 0;
         }
-        measured.saturating_add(
-            self.written_since
-                .load(Ordering::Relaxed)
-                .saturating_mul(DISK_BYTES_PER_WRITTEN_BYTE),
-        )
+        measured
+            .saturating_add(
+                self.written_since
+                    .load(Ordering::Relaxed)
+                    .saturating_mul(DISK_BYTES_PER_WRITTEN_BYTE),
+            )
+            .saturating_add(self.files_written_since.load(Ordering::Relaxed))
+            .saturating_sub(self.files_deleted_since.load(Ordering::Relaxed))
+            // 0 means "never measured".
+            .max(1)
     }
 
-    /// Call before walking the data dir: the bytes written so far will be in the measurement.
-    pub(super) fn measure_begins(&self) -> u64 {
-        self.written_since.load(Ordering::Relaxed)
+    /// Counts a file written beside sled (a cold segment) of `bytes` allocated bytes in the
+    /// disk estimate, and wakes the janitor if that crosses its disk trigger.
+    pub(super) fn add_file(&self, bytes: u64) {
+        self.files_written_since.fetch_add(bytes, Ordering::Relaxed);
+        let disk_trigger = self.disk_trigger_at.load(Ordering::Relaxed);
+        if disk_trigger != 0 && self.disk_estimate() >= disk_trigger {
+            self.wake();
+        }
+    }
+
+    /// Takes a deleted file of `bytes` allocated bytes off the disk estimate.
+    pub(super) fn remove_file(&self, bytes: u64) {
+        self.files_deleted_since.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Call before walking the data dir: what was written so far will be in the measurement.
+    pub(super) fn measure_begins(&self) -> Counted {
+        Counted {
+            written: self.written_since.load(Ordering::Relaxed),
+            files: self.files_written_since.load(Ordering::Relaxed),
+        }
     }
 
     /// Records a measurement of the data dir that began when [`Self::measure_begins`]
-    /// returned `counted` (writes during the walk stay counted: an overestimate, never under).
-    pub(super) fn set_measured(&self, disk_bytes: u64, counted: u64) {
+    /// returned `counted`. Writes during the walk stay counted, and deletions since the last
+    /// measurement are forgotten (the walk may or may not have seen the file): an
+    /// overestimate, never under.
+    pub(super) fn set_measured(&self, disk_bytes: u64, counted: Counted) {
         let _ = self
             .written_since
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(counted))
+                Some(v.saturating_sub(counted.written))
             });
+        let _ = self
+            .files_written_since
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(counted.files))
+            });
+        self.files_deleted_since.store(0, Ordering::Relaxed);
         self.measured_disk
             .store(disk_bytes.max(1), Ordering::Relaxed);
     }
@@ -174,6 +212,13 @@ impl UsageMeter {
     pub(super) fn set_hook(&self, hook: Box<dyn Fn() + Send + Sync>) -> bool {
         self.hook.set(hook).is_ok()
     }
+}
+
+/// What the disk estimate had counted when a measurement began.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Counted {
+    written: u64,
+    files: u64,
 }
 
 #[cfg(test)]
@@ -242,6 +287,38 @@ mod tests {
             meter.disk_estimate(),
             9_000 + 100 * DISK_BYTES_PER_WRITTEN_BYTE,
             "a write during the walk stays counted"
+        );
+    }
+
+    #[test]
+    fn disk_estimate_counts_files_written_and_deleted_beside_sled() {
+        let meter = UsageMeter::default();
+        let fired = Arc::new(AtomicUsize::new(0));
+        let f = Arc::clone(&fired);
+        assert!(meter.set_hook(Box::new(move || {
+            f.fetch_add(1, Ordering::Relaxed);
+        })));
+        let counted = meter.measure_begins();
+        meter.set_measured(10_000, counted);
+        meter.set_disk_trigger(14_000);
+        meter.add_file(4_096);
+        assert_eq!(meter.disk_estimate(), 14_096, "a segment counts 1x");
+        assert_eq!(fired.load(Ordering::Relaxed), 1, "and wakes the janitor");
+        meter.remove_file(4_096);
+        assert_eq!(
+            meter.disk_estimate(),
+            10_000,
+            "a deleted file gives its space back"
+        );
+        meter.remove_file(1 << 40);
+        assert_eq!(meter.disk_estimate(), 1, "never below 'measured'");
+        let counted = meter.measure_begins();
+        meter.add_file(100);
+        meter.set_measured(9_000, counted);
+        assert_eq!(
+            meter.disk_estimate(),
+            9_100,
+            "a file written during the walk stays counted, deletions are forgotten"
         );
     }
 }

@@ -83,6 +83,8 @@ pub struct DoctorReport {
     pub index_missing: u64,
     /// Index entries with no matching session (removed when repairing).
     pub index_stale: u64,
+    /// Cold-tier segment files that do not decode (full depth only; kept for inspection).
+    pub cold_damaged: u64,
     /// Values in the quarantine tree after this run.
     pub quarantined_total: u64,
     /// Live logical bytes (as the janitor counts them).
@@ -112,10 +114,11 @@ impl DoctorReport {
             + self.counters_wrong
             + self.index_missing
             + self.index_stale
+            + self.cold_damaged
             + u64::from(self.data_loss.is_some())
     }
 
-    fn note(&mut self, tree: &'static str, key: &[u8], problem: impl Into<String>) {
+    pub(super) fn note(&mut self, tree: &'static str, key: &[u8], problem: impl Into<String>) {
         if self.findings.len() < MAX_FINDINGS {
             self.findings.push(Finding {
                 tree,
@@ -152,6 +155,9 @@ impl fmt::Display for DoctorReport {
             self.index_missing,
             self.index_stale
         )?;
+        if self.cold_damaged > 0 {
+            writeln!(f, "damaged cold segments: {}", self.cold_damaged)?;
+        }
         writeln!(f, "quarantined values: {}", self.quarantined_total)?;
         if let Some(loss) = &self.data_loss {
             writeln!(f, "DATA LOSS: {loss}")?;
@@ -201,6 +207,7 @@ impl Store {
         self.check_index(&mut report, repair)?;
         if depth == Depth::Full {
             self.check_transcript(&mut report, repair, sessions)?;
+            self.check_cold(&mut report)?;
         }
         report.quarantined_total = self.inner().quarantine.len() as u64;
         report.data_loss = self.data_loss().map(|l| l.describe());

@@ -136,6 +136,9 @@ struct Shared {
     loss: Option<Loss>,
     /// Held by the one rewrite that may run at a time (janitor, recovery probe).
     rewriting: std::sync::Mutex<()>,
+    /// Per-session locks (striped) that a freeze and an inbox write of the same session take,
+    /// so a message never lands in a session while it moves to the cold tier (see `cold.rs`).
+    cold_locks: cold::ColdLocks,
 }
 
 /// One generation of the database: the sled instance, its trees and its group commit.
@@ -346,6 +349,7 @@ impl Store {
                 ledger,
                 loss,
                 rewriting: std::sync::Mutex::new(()),
+                cold_locks: cold::ColdLocks::default(),
             }),
         };
         store.start_recovery_probe();
