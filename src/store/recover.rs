@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::generations::{self, generation_name, generation_number};
+use super::generations;
 use super::{Store, StoreInner};
 use crate::error::StoreError;
 
@@ -55,17 +55,7 @@ impl Store {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = self.inner();
-        let number = old
-            .dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(generation_number)
-            .unwrap_or(0);
-        let name = generation_name(number + 1);
-        let dir = self.shared.data_dir.join(&name);
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(StoreError::file("delete", &dir))?;
-        }
+        let (name, dir) = self.next_generation(&old)?;
         let opened = copy_dir(&old.dir, &dir, 0)
             .and_then(|()| StoreInner::open_db(&dir, &self.shared.config))
             .and_then(|(db, _)| {

@@ -97,6 +97,26 @@ fn copy_tree(copies: &[TreeCopy], i: usize) -> Result<u64, StoreError> {
 }
 
 impl Store {
+    /// The name and directory of the generation after `old`'s, emptied of an incomplete
+    /// earlier copy (a complete newer generation makes the store refuse to open).
+    pub(super) fn next_generation(
+        &self,
+        old: &StoreInner,
+    ) -> Result<(String, PathBuf), StoreError> {
+        let number = old
+            .dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(generation_number)
+            .unwrap_or(0);
+        let name = generation_name(number + 1);
+        let dir = self.shared.data_dir.join(&name);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(StoreError::file("delete", &dir))?;
+        }
+        Ok((name, dir))
+    }
+
     /// Copies the live data into a fresh database generation and switches to it (see the
     /// module doc). Blocking; writes wait only for the final switch. Must run inside a tokio
     /// runtime (it starts the new generation's group commit). One rewrite runs at a time.
@@ -108,18 +128,7 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let old = self.inner();
         let bytes_before = disk::dir_disk_bytes(&old.dir).unwrap_or(0);
-        let number = old
-            .dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(generation_number)
-            .unwrap_or(0);
-        let name = generation_name(number + 1);
-        let dir = self.shared.data_dir.join(&name);
-        if dir.exists() {
-            // An incomplete copy (a complete newer generation makes the store refuse to open).
-            std::fs::remove_dir_all(&dir).map_err(StoreError::file("delete", &dir))?;
-        }
+        let (name, dir) = self.next_generation(&old)?;
         let config = &self.shared.config;
         let db = sled::Config::new()
             .path(&dir)
