@@ -3,6 +3,7 @@
 
 mod calibration;
 mod echo;
+mod limiter;
 pub mod openai;
 mod tokens;
 
@@ -10,10 +11,15 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 pub use calibration::{
-    Calibration, CalibrationStore, MAX_CALIBRATED_MODELS, MAX_RATIO, MIN_RATIO, MIN_SAMPLE_TOKENS,
+    Calibration, CalibrationStore, MAX_CALIBRATED_MODELS, MAX_RATIO, MIN_PLAUSIBLE_WINDOW, MIN_RATIO,
+    MIN_SAMPLE_TOKENS,
     RATIO_SMOOTHING,
 };
 pub use echo::{EchoModel, ECHO_QUOTE_CHARS};
+pub use limiter::{
+    LimiterPermit, LimiterSettings, ModelLimiter, DECREASE_FACTOR, MAX_ADAPTIVE_CONCURRENCY,
+    MIN_ADAPTIVE_CONCURRENCY, RATE_BURST_SECONDS,
+};
 pub use openai::{ApiKey, OpenAiModel, OpenAiSettings};
 pub use tokens::{
     Encoding, TokenCounter, MAX_RUN_BYTES, MEMO_ENTRIES, MEMO_MAX_TEXT_BYTES,
