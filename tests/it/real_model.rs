@@ -1,0 +1,1 @@
+//! A real model: see below.
