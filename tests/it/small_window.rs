@@ -80,6 +80,7 @@ async fn a_2048_token_model_answers_every_turn_of_a_long_session() {
     assert_eq!(answered.len(), 60);
     for s in &answered {
         let reserve = s.max_tokens.unwrap_or(0);
+        assert!(s.prompt_tokens + reserve <= 2_048, "{s:?}");
         assert!(
             (1..=512).contains(&reserve),
             "the answer's reserve must shrink to a quarter of the window: {reserve}"
