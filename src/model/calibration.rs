@@ -361,11 +361,19 @@ mod tests {
         store.record_overflow("m", 900, Some(1_000), None);
         assert_eq!(store.effective_window("m", 8_000), 1_000);
         store.record_usage("m", 900, 900);
-        assert_eq!(store.get("m").unwrap().window, Some(1_000), "within it: kept");
+        assert_eq!(
+            store.get("m").unwrap().window,
+            Some(1_000),
+            "within it: kept"
+        );
         // Even a prompt too small to sample the ratio disproves it.
         store.record_usage("m", 40, 1_500);
         assert_eq!(store.get("m").unwrap().window, None);
-        assert_eq!(store.get("m").unwrap().samples, 1, "the small prompt taught no ratio");
+        assert_eq!(
+            store.get("m").unwrap().samples,
+            1,
+            "the small prompt taught no ratio"
+        );
     }
 
     #[test]

@@ -355,8 +355,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_429_pauses_everyone_for_retry_after_and_halves_the_flight() {
         let limiter = ModelLimiter::new(settings(0, 0));
-        let permits: Vec<_> = futures_util::future::join_all((0..40).map(|_| limiter.acquire(1)))
-            .await;
+        let permits: Vec<_> =
+            futures_util::future::join_all((0..40).map(|_| limiter.acquire(1))).await;
         let start = Instant::now();
         let mut permits = permits.into_iter();
         permits
@@ -385,7 +385,10 @@ mod tests {
             .filter(|g| **g < resumed + Duration::from_secs(1))
             .count();
         assert_eq!(first, 20, "{granted:?}");
-        assert!(limiter.concurrency_limit() > 20, "successes raise the limit");
+        assert!(
+            limiter.concurrency_limit() > 20,
+            "successes raise the limit"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -393,7 +396,10 @@ mod tests {
         let limiter = ModelLimiter::new(settings(0, 0));
         let start = Instant::now();
         limiter.acquire(1).await.rate_limited(None);
-        assert_eq!(limiter.paused_until(), Some(start + Duration::from_millis(500)));
+        assert_eq!(
+            limiter.paused_until(),
+            Some(start + Duration::from_millis(500))
+        );
         assert_eq!(limiter.concurrency_limit(), MIN_ADAPTIVE_CONCURRENCY);
         let p = limiter.acquire(1).await;
         assert_eq!(Instant::now(), start + Duration::from_millis(500));
@@ -450,7 +456,11 @@ mod tests {
         limiter.acquire(500).await.succeeded();
         assert_eq!(Instant::now(), start);
         limiter.acquire(500).await.succeeded();
-        assert_eq!(Instant::now(), start + Duration::from_secs(4), "400 more needed");
+        assert_eq!(
+            Instant::now(),
+            start + Duration::from_secs(4),
+            "400 more needed"
+        );
         // A request larger than the bucket waits for a full one, then leaves a debt.
         limiter.acquire(10_000).await.succeeded();
         assert_eq!(Instant::now(), start + Duration::from_secs(10));

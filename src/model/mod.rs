@@ -11,9 +11,8 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 pub use calibration::{
-    Calibration, CalibrationStore, MAX_CALIBRATED_MODELS, MAX_RATIO, MIN_PLAUSIBLE_WINDOW, MIN_RATIO,
-    MIN_SAMPLE_TOKENS,
-    RATIO_SMOOTHING,
+    Calibration, CalibrationStore, MAX_CALIBRATED_MODELS, MAX_RATIO, MIN_PLAUSIBLE_WINDOW,
+    MIN_RATIO, MIN_SAMPLE_TOKENS, RATIO_SMOOTHING,
 };
 pub use echo::{EchoModel, ECHO_QUOTE_CHARS};
 pub use limiter::{

@@ -159,7 +159,10 @@ async fn completions(State(state): State<Arc<FakeState>>, Json(body): Json<Value
         let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
         response.headers_mut().insert(
             "retry-after",
-            b.retry_after_secs.to_string().parse().expect("a header value"),
+            b.retry_after_secs
+                .to_string()
+                .parse()
+                .expect("a header value"),
         );
         (429, response)
     } else if let Some(n_ctx) = b.n_ctx.filter(|n| wanted > *n) {
@@ -180,7 +183,9 @@ async fn completions(State(state): State<Arc<FakeState>>, Json(body): Json<Value
         // An answer within max_tokens: the marker and some words.
         let room = max_tokens.unwrap_or(64).min(64);
         let words = (room / 2).saturating_sub(2) as usize;
-        let text = format!("answer {mark} {}", "ok ".repeat(words)).trim().to_string();
+        let text = format!("answer {mark} {}", "ok ".repeat(words))
+            .trim()
+            .to_string();
         let completion_tokens = fake_tokens(&text);
         let body = json!({
             "id": format!("chatcmpl-fake-{index}"), "object": "chat.completion", "created": 0,

@@ -26,7 +26,9 @@ pub fn long_message(turn: usize) -> String {
         "the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "near", "river",
         "bank", "while", "birds", "sing", "songs", "about", "spring", "rain",
     ];
-    let filler: Vec<&str> = (0..190).map(|i| words[(i * 7 + turn) % words.len()]).collect();
+    let filler: Vec<&str> = (0..190)
+        .map(|i| words[(i * 7 + turn) % words.len()])
+        .collect();
     format!("turn-{turn} {}", filler.join(" "))
 }
 
@@ -71,7 +73,10 @@ async fn a_2048_token_model_answers_every_turn_of_a_long_session() {
     }
     let seen = fake.seen();
     let overflows = seen.iter().filter(|s| s.status == 400).count();
-    assert!(overflows >= 1, "the window was never hit: the test proves nothing");
+    assert!(
+        overflows >= 1,
+        "the window was never hit: the test proves nothing"
+    );
     assert!(
         overflows <= 6,
         "the budget did not adapt: {overflows} overflows in 60 turns"
