@@ -36,6 +36,12 @@ pub const DECREASE_FACTOR: f64 = 0.5;
 /// allowance at once, the rest is spread over the minute.
 pub const RATE_BURST_SECONDS: u32 = 6;
 
+/// Shortest sleep for a rate bucket: rounding must not turn a wait into a busy loop.
+const MIN_RATE_WAIT: Duration = Duration::from_millis(1);
+
+/// Longest single sleep for a rate bucket; the waiter looks again after it.
+const MAX_RATE_WAIT: Duration = Duration::from_secs(60);
+
 /// What a [`ModelLimiter`] enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LimiterSettings {
@@ -84,7 +90,11 @@ impl Bucket {
     /// and then drives the level negative, so later requests repay it.
     fn wait_for(&self, cost: f64) -> Option<Duration> {
         let need = cost.min(self.capacity);
-        (self.level < need).then(|| Duration::from_secs_f64((need - self.level) / self.per_sec))
+        (self.level < need).then(|| {
+            Duration::try_from_secs_f64((need - self.level) / self.per_sec)
+                .unwrap_or(MAX_RATE_WAIT)
+                .clamp(MIN_RATE_WAIT, MAX_RATE_WAIT)
+        })
     }
 }
 

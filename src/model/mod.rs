@@ -1,5 +1,6 @@
 //! Models: the request/response shapes a turn uses, the built-in `echo` model, the
-//! OpenAI-compatible client, per-model token calibration, and token counting.
+//! OpenAI-compatible client, per-model token calibration, the per-model request limiter
+//! (`limiter.rs`: AIMD on 429, requests and tokens per minute), and token counting.
 
 mod calibration;
 mod echo;

@@ -240,7 +240,12 @@ impl OpenAiModel {
         let Some(limiter) = self.limiters.get(model) else {
             return self.attempt(model, request, forward).await;
         };
-        let cost = u64::from(request.prompt_tokens) + u64::from(request.max_output_tokens);
+        // Quotas count the server's tokens: scale ours by what calibration learned.
+        let prompt = match &self.calibration {
+            Some(store) => store.scale(model, request.prompt_tokens),
+            None => request.prompt_tokens,
+        };
+        let cost = u64::from(prompt) + u64::from(request.max_output_tokens);
         let permit = limiter.acquire(cost).await;
         let result = self.attempt(model, request, forward).await;
         match &result {
