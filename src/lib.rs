@@ -21,7 +21,7 @@
 //! - `inbound`: the normalised inbound message, its validation, session keys.
 //! - `store`: sled storage — sessions, transcripts, the durable inbox, group commit.
 //! - `model`: model requests, the built-in `echo` model, the OpenAI-compatible client,
-//!   per-model token calibration, token counting.
+//!   per-model token calibration and request limiter, token counting.
 //! - `context`: the context engine — sources, processors, presets, the dump, the cache.
 //! - `compaction`: summarising old transcript spans (extractive or model), fact retention.
 //! - `pipeline`: the life of one message — admission, turn, delivery — and the actors' backend.

@@ -28,7 +28,14 @@ pub struct LanesConfig {
     pub queue_cap: usize,
     /// How often a failed or panicked turn is retried before an error reply. Default 1.
     pub turn_retries: u32,
-    /// Most model calls running at once across all sessions. Default 64.
+    /// Most model calls running at once across all sessions. Real models take seconds per
+    /// call, so this is sized for throughput against slow models (1,024 at 2 s a call is
+    /// about 500 turns/s); what a provider accepts is the per-model limiter's job
+    /// (`[model] requests_per_minute`, `tokens_per_minute`, back-off on 429). One in-flight
+    /// turn holds its assembled context, the request body and the answer: about 4 bytes per
+    /// context token twice (some 250 KiB at the 32,000-token default), plus the answer (a few
+    /// KiB, capped at 8 MiB), so 1,024 in flight cost some 256 MiB to 512 MiB. Default
+    /// 1,024.
     pub max_concurrent_turns: usize,
     /// Most live lanes; past it the least recently used idle lanes are passivated. Default
     /// 10,000.
@@ -41,7 +48,7 @@ impl Default for LanesConfig {
             idle_timeout_ms: 600_000,
             queue_cap: 1_000,
             turn_retries: 1,
-            max_concurrent_turns: 64,
+            max_concurrent_turns: 1_024,
             max_live_lanes: 10_000,
         }
     }

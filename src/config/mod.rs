@@ -40,7 +40,10 @@ pub use lanes::{
     LanesConfig, MAX_CONCURRENT_TURNS, MAX_LANE_QUEUE_CAP, MAX_LIVE_LANES, MAX_TURN_RETRIES,
 };
 pub use limits::{LimitsConfig, MAX_INBOUND_CHARS};
-pub use model::{ModelConfig, MAX_FALLBACK_MODELS, MAX_MODEL_RETRIES};
+pub use model::{
+    ModelConfig, MAX_FALLBACK_MODELS, MAX_MODEL_RETRIES, MAX_REQUESTS_PER_MINUTE,
+    MAX_TOKENS_PER_MINUTE, MIN_CONTEXT_WINDOW,
+};
 pub use preflight::{
     AccessPolicy, AllowBots, PreflightConfig, PreflightOverride, MAX_DEDUPE_KEYS,
     MAX_HISTORY_CHATS, MAX_HISTORY_LIMIT, MAX_SYSTEM_EVENTS,
@@ -120,12 +123,6 @@ impl Config {
         self.compaction.validate()?;
         self.tools.validate()?;
         self.channels.validate()?;
-        if self.model.context_window <= self.context.reserve_output_tokens {
-            return Err(invalid(
-                "model.context_window",
-                "must be larger than context.reserve_output_tokens",
-            ));
-        }
         if self.compaction.uses_model() && self.model.provider != "openai" {
             return Err(invalid(
                 "compaction.model",

@@ -4,6 +4,17 @@ use serde::{Deserialize, Serialize};
 
 use super::{in_range, invalid, MAX_DURATION_MS, MAX_TOKENS};
 use crate::error::ConfigError;
+use crate::model::MIN_PLAUSIBLE_WINDOW;
+
+/// Smallest `model.context_window`: no chat model works in less (the same bound below which a
+/// window stated by an overflow error is not believed).
+pub const MIN_CONTEXT_WINDOW: u32 = MIN_PLAUSIBLE_WINDOW;
+
+/// Largest `model.requests_per_minute`.
+pub const MAX_REQUESTS_PER_MINUTE: u32 = 10_000_000;
+
+/// Largest `model.tokens_per_minute`.
+pub const MAX_TOKENS_PER_MINUTE: u64 = 100_000_000_000;
 
 /// `[model]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -17,7 +28,10 @@ pub struct ModelConfig {
     pub model: String,
     /// Name of the environment variable holding the API key. Default `OPENAI_API_KEY`.
     pub api_key_env: String,
-    /// The model's context window in tokens. Default 128,000.
+    /// The model's context window in tokens (at least 256). A smaller real window stated by
+    /// an overflow error lowers it for that model; the answer's reserve
+    /// (`context.reserve_output_tokens`) shrinks to a quarter of a small window. Default
+    /// 128,000.
     pub context_window: u32,
     /// Total time one request attempt may take, in ms, including reading a streamed answer.
     /// Default 60,000.
@@ -35,6 +49,13 @@ pub struct ModelConfig {
     /// Models tried in order when `model` still fails after its retries (not on a
     /// context overflow, which needs compaction instead). Default none (at most 8).
     pub fallbacks: Vec<String>,
+    /// Requests per minute sent to each model (primary and fallbacks count separately),
+    /// shared by every session; past it requests wait their turn. Set it to the provider's
+    /// quota. 0 = no limit (default).
+    pub requests_per_minute: u32,
+    /// Tokens per minute sent to each model, counted as the prompt plus the answer's reserve
+    /// (how providers count a quota); past it requests wait. 0 = no limit (default).
+    pub tokens_per_minute: u64,
     /// The model accepts images: image attachments of the current message that carry a URL
     /// are sent as `image_url` parts of the user message (a text-only model rejects such
     /// parts, hence off by default). Their text lines are sent either way. Default false.
@@ -55,6 +76,8 @@ impl Default for ModelConfig {
             backoff_base_ms: 500,
             backoff_max_ms: 20_000,
             fallbacks: Vec::new(),
+            requests_per_minute: 0,
+            tokens_per_minute: 0,
             vision: false,
         }
     }
@@ -68,7 +91,21 @@ pub const MAX_FALLBACK_MODELS: usize = 8;
 
 impl ModelConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
-        in_range("model.context_window", self.context_window, 1..=MAX_TOKENS)?;
+        in_range(
+            "model.context_window",
+            self.context_window,
+            MIN_CONTEXT_WINDOW..=MAX_TOKENS,
+        )?;
+        in_range(
+            "model.requests_per_minute",
+            self.requests_per_minute,
+            0..=MAX_REQUESTS_PER_MINUTE,
+        )?;
+        in_range(
+            "model.tokens_per_minute",
+            self.tokens_per_minute,
+            0..=MAX_TOKENS_PER_MINUTE,
+        )?;
         in_range("model.timeout_ms", self.timeout_ms, 1..=MAX_DURATION_MS)?;
         in_range(
             "model.connect_timeout_ms",

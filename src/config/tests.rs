@@ -320,3 +320,45 @@ fn range_edges_are_accepted() {
         }
     }
 }
+
+#[test]
+fn small_windows_and_model_rate_limits_are_checked() {
+    // A 2,048-token model with the default 4,096-token reserve: the reserve shrinks to fit.
+    let c = Config::parse("[model]\ncontext_window = 2048\n").unwrap();
+    assert_eq!(c.context.reserve_output_tokens, 4_096);
+    assert!(Config::parse(&format!(
+        "[model]\ncontext_window = {}\n",
+        super::MIN_CONTEXT_WINDOW - 1
+    ))
+    .is_err());
+    let c =
+        Config::parse("[model]\nrequests_per_minute = 500\ntokens_per_minute = 90000\n").unwrap();
+    assert_eq!(
+        (c.model.requests_per_minute, c.model.tokens_per_minute),
+        (500, 90_000)
+    );
+    let over = super::MAX_REQUESTS_PER_MINUTE + 1;
+    assert!(Config::parse(&format!("[model]\nrequests_per_minute = {over}\n")).is_err());
+    let over = super::MAX_TOKENS_PER_MINUTE + 1;
+    assert!(Config::parse(&format!("[model]\ntokens_per_minute = {over}\n")).is_err());
+    let defaults = Config::default();
+    assert_eq!(defaults.lanes.max_concurrent_turns, 1_024);
+    assert_eq!(
+        (
+            defaults.model.requests_per_minute,
+            defaults.model.tokens_per_minute
+        ),
+        (0, 0)
+    );
+    // The README block shows the new defaults.
+    let readme = include_str!("../../README.md");
+    let start = readme.find("```toml\n[server]").unwrap() + "```toml\n".len();
+    let block = &readme[start..];
+    let parsed = Config::parse(&block[..block.find("```").unwrap()]).unwrap();
+    assert_eq!(
+        parsed.lanes.max_concurrent_turns,
+        defaults.lanes.max_concurrent_turns
+    );
+    assert_eq!(parsed.model.requests_per_minute, 0);
+    assert_eq!(parsed.model.tokens_per_minute, 0);
+}

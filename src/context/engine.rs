@@ -114,9 +114,10 @@ impl ContextEngine {
     }
 
     /// The budget under `policy`: min(preset max_tokens, `context.max_tokens`, window −
-    /// reserve).
+    /// reserve), the reserve shrunk to fit a small window and the total kept above a floor
+    /// ([`TokenBudget::for_window`]).
     pub fn budget(&self, policy: &ChatPolicy) -> TokenBudget {
-        TokenBudget::new(
+        TokenBudget::for_window(
             policy.max_tokens.min(self.max_tokens),
             self.context_window(),
             self.reserve_output_tokens,

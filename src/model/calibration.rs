@@ -5,7 +5,13 @@
 //! - the **ratio** of the server's prompt tokens to ours, from `usage.prompt_tokens` and from
 //!   overflow errors that state the prompt size; smoothed and clamped to
 //!   [`MIN_RATIO`]..=[`MAX_RATIO`] so one odd answer cannot wreck budgets;
-//! - the **real context window**, from overflow errors that state it.
+//! - the **real context window**, from overflow errors that state it. A stated window below
+//!   [`MIN_PLAUSIBLE_WINDOW`] is logged and ignored (no chat model works in less, so the text
+//!   was misread or the server is broken), and a successful call whose prompt alone was larger
+//!   than the learned window proves it wrong: it is forgotten.
+//!
+//! Everything is keyed by the model that answered: what one model teaches never changes the
+//! budget of another.
 //!
 //! [`CalibrationStore::effective_window`] turns a configured window into one in our tokens.
 //! The store is in memory (it re-learns after a restart in a few turns), bounded to
@@ -31,6 +37,10 @@ pub const RATIO_SMOOTHING: f64 = 0.3;
 /// Prompts smaller than this (in our tokens) teach nothing about the ratio: the chat template's
 /// fixed overhead dominates them.
 pub const MIN_SAMPLE_TOKENS: u32 = 64;
+
+/// Smallest context window (server tokens) an overflow error is believed to state. Below it
+/// the statement is ignored: believing it would starve every session of the model.
+pub const MIN_PLAUSIBLE_WINDOW: u32 = 256;
 
 /// What is known about one model.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -133,12 +143,31 @@ impl CalibrationStore {
     }
 
     /// Learns from a successful call: we counted `our_tokens` for the prompt, the server
-    /// reported `reported_tokens`.
+    /// reported `reported_tokens`. A prompt the server accepted that is larger than the
+    /// learned window shows that window was wrong: it is forgotten.
     pub fn record_usage(&self, model: &str, our_tokens: u32, reported_tokens: u32) {
-        if our_tokens < MIN_SAMPLE_TOKENS || reported_tokens == 0 {
+        if reported_tokens == 0 {
             return;
         }
-        self.update(model, |c| Self::sample(c, our_tokens, reported_tokens));
+        let disproves_window = self
+            .get(model)
+            .and_then(|c| c.window)
+            .is_some_and(|w| reported_tokens > w);
+        if our_tokens < MIN_SAMPLE_TOKENS && !disproves_window {
+            return;
+        }
+        self.update(model, |c| {
+            if c.window.is_some_and(|w| reported_tokens > w) {
+                tracing::info!(
+                    model,
+                    learned = c.window,
+                    accepted = reported_tokens,
+                    "the server accepted a prompt larger than the learned window; forgetting it"
+                );
+                c.window = None;
+            }
+            Self::sample(c, our_tokens, reported_tokens);
+        });
     }
 
     /// Learns from an overflow error: the window it states (`limit`) and the prompt size the
@@ -151,7 +180,18 @@ impl CalibrationStore {
         limit: Option<u32>,
         prompt_tokens: Option<u32>,
     ) {
-        let limit = limit.filter(|l| *l > 0);
+        let limit = limit.filter(|l| {
+            let plausible = *l >= MIN_PLAUSIBLE_WINDOW;
+            if !plausible {
+                tracing::warn!(
+                    model,
+                    stated = *l,
+                    min = MIN_PLAUSIBLE_WINDOW,
+                    "an overflow error states an implausibly small context window; ignoring it"
+                );
+            }
+            plausible
+        });
         if limit.is_none() && prompt_tokens.is_none() {
             return;
         }
@@ -290,6 +330,50 @@ mod tests {
         store.record_overflow("other", 4_000, None, None);
         store.record_error("other", 4_000, &ModelError::Cancelled);
         assert!(store.get("other").is_none());
+    }
+
+    #[test]
+    fn a_learned_window_applies_to_its_model_only() {
+        let store = CalibrationStore::new();
+        store.record_overflow("small", 2_000, Some(1_000), None);
+        assert_eq!(store.effective_window("small", 128_000), 1_000);
+        assert_eq!(store.effective_window("big", 128_000), 128_000);
+        assert!(store.get("big").is_none());
+    }
+
+    #[test]
+    fn implausibly_small_stated_windows_are_ignored() {
+        let store = CalibrationStore::new();
+        store.record_overflow("m", 2_000, Some(MIN_PLAUSIBLE_WINDOW - 1), None);
+        assert!(store.get("m").is_none(), "nothing else was stated");
+        assert_eq!(store.effective_window("m", 8_000), 8_000);
+        store.record_overflow("m", 2_000, Some(5), Some(2_400));
+        let c = store.get("m").unwrap();
+        assert_eq!(c.window, None, "the tiny limit is ignored");
+        assert_eq!(c.samples, 1, "the prompt size still teaches the ratio");
+        store.record_overflow("m", 2_000, Some(MIN_PLAUSIBLE_WINDOW), None);
+        assert_eq!(store.get("m").unwrap().window, Some(MIN_PLAUSIBLE_WINDOW));
+    }
+
+    #[test]
+    fn an_accepted_larger_prompt_disproves_the_learned_window() {
+        let store = CalibrationStore::new();
+        store.record_overflow("m", 900, Some(1_000), None);
+        assert_eq!(store.effective_window("m", 8_000), 1_000);
+        store.record_usage("m", 900, 900);
+        assert_eq!(
+            store.get("m").unwrap().window,
+            Some(1_000),
+            "within it: kept"
+        );
+        // Even a prompt too small to sample the ratio disproves it.
+        store.record_usage("m", 40, 1_500);
+        assert_eq!(store.get("m").unwrap().window, None);
+        assert_eq!(
+            store.get("m").unwrap().samples,
+            1,
+            "the small prompt taught no ratio"
+        );
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Models: the request/response shapes a turn uses, the built-in `echo` model, the
-//! OpenAI-compatible client, per-model token calibration, and token counting.
+//! OpenAI-compatible client, per-model token calibration, the per-model request limiter
+//! (`limiter.rs`: AIMD on 429, requests and tokens per minute), and token counting.
 
 mod calibration;
 mod echo;
+mod limiter;
 pub mod openai;
 mod tokens;
 
@@ -10,10 +12,14 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
 pub use calibration::{
-    Calibration, CalibrationStore, MAX_CALIBRATED_MODELS, MAX_RATIO, MIN_RATIO, MIN_SAMPLE_TOKENS,
-    RATIO_SMOOTHING,
+    Calibration, CalibrationStore, MAX_CALIBRATED_MODELS, MAX_RATIO, MIN_PLAUSIBLE_WINDOW,
+    MIN_RATIO, MIN_SAMPLE_TOKENS, RATIO_SMOOTHING,
 };
 pub use echo::{EchoModel, ECHO_QUOTE_CHARS};
+pub use limiter::{
+    LimiterPermit, LimiterSettings, ModelLimiter, DECREASE_FACTOR, MAX_ADAPTIVE_CONCURRENCY,
+    MIN_ADAPTIVE_CONCURRENCY, RATE_BURST_SECONDS,
+};
 pub use openai::{ApiKey, OpenAiModel, OpenAiSettings};
 pub use tokens::{
     Encoding, TokenCounter, MAX_RUN_BYTES, MEMO_ENTRIES, MEMO_MAX_TEXT_BYTES,

@@ -293,7 +293,7 @@ impl TurnEngine {
             prompt_tokens: assembly.budget.used,
             messages: assembly.messages(),
             tools: self.tools.specs(),
-            max_output_tokens: self.config.context.reserve_output_tokens,
+            max_output_tokens: assembly.budget.reserved,
         };
         let mut prompt_tokens = assembly.budget.used;
         // (call id, tokens, round) of each tool result added in this turn.

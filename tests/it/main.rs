@@ -25,6 +25,11 @@
 //! - `http_edge`: the bounded edge over raw sockets (slow and idle clients closed, the
 //!   connection cap with probes still answering, early `413` for `Expect: 100-continue`,
 //!   every error in the JSON shape).
+//! - `fake_model`: a fake OpenAI-compatible model server (window, overflow shapes, 429s).
+//! - `small_window`: a 2,048-token model answers every turn of a long session; a stated
+//!   1,000-token limit starves no session.
+//! - `rate_limits`: 429 with `Retry-After` backs the model off for every session at once.
+//! - `real_model`: a real llama-server (`TURNSTILE_REALMODEL_DIR`), skipped without it.
 //! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
 //!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
 
@@ -34,6 +39,7 @@ mod bad_input;
 mod callback;
 mod compaction;
 mod delete;
+mod fake_model;
 mod group_memory;
 mod http_api;
 mod http_edge;
@@ -43,8 +49,11 @@ mod loadtest;
 mod openai;
 mod ops_cli;
 mod queue;
+mod rate_limits;
+mod real_model;
 mod restart;
 mod shutdown;
+mod small_window;
 #[path = "../support/mod.rs"]
 mod support;
 mod support_checks;

@@ -5,7 +5,12 @@
 //! model the same way. A context overflow ends the call at once: another attempt with the same
 //! prompt cannot succeed, and the caller must compact. Once a streamed answer has sent text to
 //! the caller's sink, a failure also ends the call, since a retry would repeat that text.
+//!
+//! Every attempt first takes a permit of its model's [`ModelLimiter`] (shared by all sessions):
+//! a 429 pauses and throttles the model for everyone, so a turn retrying after a 429 waits in
+//! the limiter instead of sleeping alone.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -17,7 +22,9 @@ use super::sse::{SseDecoder, SseEvent};
 use super::{errors, wire};
 use crate::config::ModelConfig;
 use crate::error::{ConfigError, ModelError};
-use crate::model::{CalibrationStore, DeltaSink, Model, ModelReply, ModelRequest};
+use crate::model::{
+    CalibrationStore, DeltaSink, LimiterSettings, Model, ModelLimiter, ModelReply, ModelRequest,
+};
 
 /// Most bytes read of an error answer (the message is at the start).
 pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
@@ -34,6 +41,8 @@ pub struct OpenAiModel {
     settings: OpenAiSettings,
     retry: RetryPolicy,
     calibration: Option<CalibrationStore>,
+    /// One limiter per model name (the primary and each fallback).
+    limiters: HashMap<String, ModelLimiter>,
 }
 
 /// A failed attempt, with the delay the server asked for.
@@ -98,12 +107,23 @@ impl OpenAiModel {
             base: settings.backoff_base,
             max: settings.backoff_max,
         };
+        let limits = LimiterSettings {
+            requests_per_minute: settings.requests_per_minute,
+            tokens_per_minute: settings.tokens_per_minute,
+            base_pause: settings.backoff_base,
+            max_pause: settings.backoff_max,
+        };
+        let limiters = std::iter::once(&settings.model)
+            .chain(&settings.fallbacks)
+            .map(|m| (m.clone(), ModelLimiter::new(limits)))
+            .collect();
         Ok(Self {
             client,
             endpoint,
             settings,
             retry,
             calibration: None,
+            limiters,
         })
     }
 
@@ -172,7 +192,7 @@ impl OpenAiModel {
     ) -> Result<ModelReply, ModelError> {
         let mut retry = 0;
         loop {
-            let failure = match self.attempt(model, request, forward).await {
+            let failure = match self.limited_attempt(model, request, forward).await {
                 Ok(reply) => return Ok(reply),
                 Err(failure) => failure,
             };
@@ -192,6 +212,12 @@ impl OpenAiModel {
                 Some(asked) => asked,
                 None => self.retry.delay(retry),
             };
+            // After a 429 the model's limiter holds every session's next attempt back.
+            let delay = if matches!(error, ModelError::RateLimited { .. }) {
+                Duration::ZERO
+            } else {
+                delay
+            };
             tracing::debug!(
                 model,
                 retry,
@@ -202,6 +228,39 @@ impl OpenAiModel {
             tokio::time::sleep(delay).await;
             retry += 1;
         }
+    }
+
+    /// One HTTP request under `model`'s limiter, which learns how it ended.
+    async fn limited_attempt(
+        &self,
+        model: &str,
+        request: &ModelRequest,
+        forward: &mut Forward<'_>,
+    ) -> Result<ModelReply, Failure> {
+        let Some(limiter) = self.limiters.get(model) else {
+            return self.attempt(model, request, forward).await;
+        };
+        // Quotas count the server's tokens: scale ours by what calibration learned.
+        let prompt = match &self.calibration {
+            Some(store) => store.scale(model, request.prompt_tokens),
+            None => request.prompt_tokens,
+        };
+        let cost = u64::from(prompt) + u64::from(request.max_output_tokens);
+        let permit = limiter.acquire(cost).await;
+        let result = self.attempt(model, request, forward).await;
+        match &result {
+            Ok(_) => permit.succeeded(),
+            Err(f) if matches!(f.error, ModelError::RateLimited { .. }) => {
+                permit.rate_limited(f.retry_after);
+            }
+            Err(_) => drop(permit),
+        }
+        result
+    }
+
+    /// The limiter of `model` (the primary or a fallback), for figures and tests.
+    pub fn limiter(&self, model: &str) -> Option<&ModelLimiter> {
+        self.limiters.get(model)
     }
 
     /// One HTTP request.

@@ -55,6 +55,10 @@ pub struct OpenAiSettings {
     pub backoff_base: Duration,
     /// The longest back-off delay and the longest `Retry-After` waited for.
     pub backoff_max: Duration,
+    /// Requests per minute to each model; 0 = no limit.
+    pub requests_per_minute: u32,
+    /// Tokens (prompt plus answer reserve) per minute to each model; 0 = no limit.
+    pub tokens_per_minute: u64,
 }
 
 impl OpenAiSettings {
@@ -95,6 +99,8 @@ impl OpenAiSettings {
             max_retries: config.max_retries,
             backoff_base: Duration::from_millis(config.backoff_base_ms),
             backoff_max: Duration::from_millis(config.backoff_max_ms),
+            requests_per_minute: config.requests_per_minute,
+            tokens_per_minute: config.tokens_per_minute,
         }
     }
 }
