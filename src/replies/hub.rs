@@ -72,11 +72,14 @@ impl ReplyRoute {
     }
 }
 
+/// One waiter of a message id: its token and where its reply goes.
+type Waiting = (u64, oneshot::Sender<Arc<Reply>>);
+
 /// Fan-out of replies.
 pub struct ReplyHub {
     stream: broadcast::Sender<Arc<Reply>>,
     /// Waiters per message id: a retried request waits beside the original one.
-    waiters: DashMap<String, Vec<(u64, oneshot::Sender<Arc<Reply>>)>>,
+    waiters: DashMap<String, Vec<Waiting>>,
     /// Tells the waiters of one message id apart (a dropped one removes only itself).
     next_waiter: AtomicU64,
     router: ChannelRouter,
@@ -167,5 +170,42 @@ impl ReplyHub {
         }
         self.router.route(&reply);
         let _ = self.stream.send(reply);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply_to(id: &str) -> Reply {
+        Reply {
+            session_key: "k".into(),
+            text: format!("answer to {id}"),
+            in_reply_to: vec![id.into()],
+            seq: 1,
+            error: false,
+            route: None,
+            tool_calls: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_waiter_of_a_message_gets_its_reply() {
+        let hub = ReplyHub::new(4);
+        let mut original = hub.wait_for("m1");
+        let mut retry = hub.wait_for("m1");
+        // A third waiter that gave up must not take the others with it.
+        drop(hub.wait_for("m1"));
+        hub.publish(reply_to("m1"));
+        assert_eq!(
+            original.recv().await.map(|r| r.text.clone()).as_deref(),
+            Some("answer to m1")
+        );
+        assert_eq!(
+            retry.recv().await.map(|r| r.text.clone()).as_deref(),
+            Some("answer to m1")
+        );
+        drop((original, retry));
+        assert!(hub.waiters.is_empty(), "no waiter left behind");
     }
 }
