@@ -102,7 +102,17 @@ pub(super) fn parse(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
     };
     let messages = match field("messages") {
         Some(Value::Array(m)) if !m.is_empty() => m,
-        _ => return Err(invalid("messages", "`messages` must be a non-empty array")),
+        Some(Value::Array(_)) => {
+            return Err(invalid("messages", "no user message with text content"))
+        }
+        // Not the body of a chat request at all (the code clients saw before fields were
+        // checked one by one).
+        _ => {
+            return Err(
+                ApiError::bad_request("invalid_json", "`messages` must be an array")
+                    .with_param("messages"),
+            )
+        }
     };
     let (instructions, input) = read_messages(messages)?;
     let client_tools = read_tools(field("tools"))?;

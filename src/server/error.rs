@@ -36,9 +36,13 @@ impl ApiError {
 
     /// 400 `invalid_request` naming the request field `param` at fault.
     pub fn invalid_param(param: impl Into<String>, message: impl Into<String>) -> Self {
-        let mut e = Self::bad_request("invalid_request", message);
-        e.param = Some(param.into());
-        e
+        Self::bad_request("invalid_request", message).with_param(param)
+    }
+
+    /// Names the request field at fault.
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
+        self
     }
 
     /// 400 with `code`.

@@ -49,7 +49,13 @@ pub(super) async fn chat_completions(
         .get("x-session-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
-        .or_else(|| request.user.as_deref().map(user_session_key))
+        .or_else(|| {
+            request
+                .user
+                .as_deref()
+                .filter(|u| !u.trim().is_empty())
+                .map(user_session_key)
+        })
         .filter(|s| !s.trim().is_empty())
         .ok_or_else(|| {
             ApiError::bad_request(
@@ -59,6 +65,14 @@ pub(super) async fn chat_completions(
         })?;
     let id = message_id(&state, &headers, &session, &bytes)?;
     if let Some(instructions) = &request.instructions {
+        // Bounded like a message: they are stored and sent with every turn.
+        let max = state.runtime.config().limits.max_inbound_chars;
+        if instructions.chars().count() > max {
+            return Err(ApiError::invalid_param(
+                "messages",
+                format!("the system messages are longer than {max} characters"),
+            ));
+        }
         state
             .runtime
             .set_session_instructions(&session, instructions)
