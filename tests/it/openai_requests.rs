@@ -381,6 +381,42 @@ async fn client_tool_round_trip() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_answer_carries_the_tool_calls() {
+    let fake = FakeModel::start().await;
+    let server = server_with(&fake, data_dir()).await;
+    let body = json!({"stream": true, "user": "stream-tools", "tools": weather_tool(),
+                      "messages": [user_says("the weather in Oslo?")]});
+    let mut stream = server
+        .sse(
+            server
+                .client
+                .post(server.url("/v1/chat/completions"))
+                .json(&body),
+        )
+        .await;
+    let mut chunks: Vec<Value> = Vec::new();
+    while let Some(event) = tokio::time::timeout(PATIENCE, stream.next())
+        .await
+        .expect("timed out waiting for a chunk")
+    {
+        if event.data != "[DONE]" {
+            chunks.push(event.json());
+        }
+    }
+    let call = chunks
+        .iter()
+        .find_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0).cloned())
+        .unwrap_or_else(|| panic!("no tool call in {chunks:?}"));
+    assert_eq!(call["index"], 0, "{call}");
+    assert_eq!(call["id"], "call_w1", "{call}");
+    assert_eq!(call["function"]["name"], "get_weather", "{call}");
+    let last = chunks.last().expect("a final chunk");
+    assert_eq!(last["choices"][0]["finish_reason"], "tool_calls", "{last}");
+    server.stop().await;
+    fake.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_with_the_same_idempotency_key_joins_the_original() {
     let fake = FakeModel::start().await;
     let server = server_with(&fake, data_dir()).await;
