@@ -11,8 +11,6 @@
 //! Needs `chromium` and `chromedriver` (`.ci/run` installs Debian's). Without them the test
 //! fails when `CI` is set and is skipped with a message otherwise.
 
-#[allow(dead_code)]
-#[path = "it/support.rs"]
 mod support;
 #[path = "browser/webdriver.rs"]
 mod webdriver;

@@ -4,14 +4,14 @@
 //! reported in ARCHITECTURE.md (run them with `cargo test --release --test disk_budget --
 //! --ignored --nocapture`).
 
-mod common;
+mod support;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{disk_bytes, message, post, session_key, transcript, Server};
+use support::{disk_bytes, message, post, session_key, transcript, ServerProcess};
 
 /// Messages per session before the load moves on to the next one.
 const PER_SESSION: u64 = 20;
@@ -134,7 +134,7 @@ struct Load {
 /// Writes `overload` × `budget` bytes of message text with `senders` concurrent senders,
 /// sampling the data dir's size every 100 ms.
 async fn overload(
-    server: &Server,
+    server: &ServerProcess,
     budget: u64,
     overload: u64,
     text_bytes: usize,
@@ -154,7 +154,7 @@ async fn overload(
     .await
 }
 
-async fn run_load(server: &Server, load: &Load) -> Outcome {
+async fn run_load(server: &ServerProcess, load: &Load) -> Outcome {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
@@ -285,7 +285,8 @@ fn budget_config(budget: u64, durability: &str) -> String {
 async fn check_budget(budget: u64, factor: u64, text_bytes: usize, print: bool) {
     let data = tempfile::tempdir().unwrap();
     let conf = tempfile::tempdir().unwrap();
-    let server = Server::start(data.path(), conf.path(), &budget_config(budget, "strict")).await;
+    let server =
+        ServerProcess::start(data.path(), conf.path(), &budget_config(budget, "strict")).await;
     let out = overload(&server, budget, factor, text_bytes, 8).await;
     if print {
         println!("budget {budget} B, {factor}x overload, {text_bytes}-byte messages");
@@ -374,7 +375,7 @@ async fn check_regime(name: &str, budget: u64, config: &str, per_session: u64) {
         }
         Err(_) => conf.path().to_path_buf(),
     };
-    let server = Server::start(data.path(), &conf_dir, config).await;
+    let server = ServerProcess::start(data.path(), &conf_dir, config).await;
     let out = run_load(
         &server,
         &Load {
@@ -464,7 +465,7 @@ async fn measure_strict_vs_batched_throughput() {
     for durability in ["strict", "batched"] {
         let data = tempfile::tempdir().unwrap();
         let conf = tempfile::tempdir().unwrap();
-        let server = Server::start(
+        let server = ServerProcess::start(
             data.path(),
             conf.path(),
             &budget_config(1 << 30, durability),

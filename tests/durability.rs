@@ -3,13 +3,13 @@
 //! transcript exactly once and answered; afterwards `turnstile doctor` must find nothing
 //! undecodable or inconsistent.
 
-mod common;
+mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{message, post, run_cli, session_key, transcript, Server};
+use support::{message, post, run_cli, session_key, transcript, ServerProcess};
 
 /// Kill-and-restart cycles.
 const RUNS: usize = 4;
@@ -52,7 +52,7 @@ async fn acknowledged_messages_survive_kill_9() {
     // session key → message ids acknowledged, across all runs.
     let acked: Arc<Mutex<HashMap<String, HashSet<String>>>> = Arc::default();
     for run in 0..RUNS {
-        let mut server = Server::start(data.path(), conf.path(), CONFIG).await;
+        let mut server = ServerProcess::start(data.path(), conf.path(), CONFIG).await;
         let url = server.url.clone();
         let mut senders = Vec::new();
         for s in 0..SENDERS {
@@ -81,7 +81,7 @@ async fn acknowledged_messages_survive_kill_9() {
         for s in senders {
             let _ = s.await;
         }
-        let server = Server::start(data.path(), conf.path(), CONFIG).await;
+        let server = ServerProcess::start(data.path(), conf.path(), CONFIG).await;
         let snapshot = acked.lock().unwrap().clone();
         check_all_answered(&client, &server.url, &snapshot).await;
         drop(server);

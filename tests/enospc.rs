@@ -3,13 +3,13 @@
 //! is full, reports not ready, keeps answering reads, and takes writes again by itself once
 //! space returns, with every earlier 202 answered.
 
-mod common;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{message, session_key, transcript, Server};
+use support::{message, session_key, transcript, ServerProcess};
 
 /// Unmounts the tmpfs when dropped, also when the test fails.
 struct Mount(PathBuf);
@@ -69,12 +69,6 @@ async fn post_status(
     (status, r.text().await.unwrap_or_default(), retry)
 }
 
-/// The server's log (`Server::start` writes it beside the config), for failure messages.
-fn server_log(dir: &Path, url: &str) -> String {
-    let port = url.rsplit(':').next().unwrap_or_default();
-    std::fs::read_to_string(dir.join(format!("server-{port}.log"))).unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_answers_507_and_recovers_without_a_restart() {
     let root = tempfile::tempdir().unwrap();
@@ -84,7 +78,7 @@ async fn a_full_disk_answers_507_and_recovers_without_a_restart() {
         return;
     };
     let data = mnt.join("data");
-    let mut server = Server::start(
+    let mut server = ServerProcess::start(
         &data,
         root.path(),
         "[storage]\ncache_capacity_bytes = 1048576\n",
@@ -156,7 +150,7 @@ async fn a_full_disk_answers_507_and_recovers_without_a_restart() {
         assert!(
             Instant::now() < deadline,
             "writes did not come back without a restart; server log:\n{}",
-            server_log(root.path(), &url)
+            server.log_text()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
@@ -184,5 +178,5 @@ async fn a_full_disk_answers_507_and_recovers_without_a_restart() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    server.stop();
+    server.stop().await;
 }

@@ -4,13 +4,13 @@
 //! `serve` run on it. Whatever they do, they never panic, and they never report a clean store
 //! (or serve one) holding fewer entries than were written.
 
-mod common;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{message, post, session_key, transcript, Server};
+use support::{message, post, session_key, transcript, ServerProcess};
 
 const CHATS: usize = 10;
 const PER_CHAT: usize = 8;
@@ -19,7 +19,7 @@ const PER_CHAT: usize = 8;
 /// graceful stop. Returns the data dir and the transcript entries it holds.
 async fn written_store(root: &Path) -> (PathBuf, u64) {
     let data = root.join("data");
-    let mut server = Server::start(&data, root, "").await;
+    let mut server = ServerProcess::start(&data, root, "").await;
     let client = reqwest::Client::new();
     // Round by round, each message answered before the next: one turn per message.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -46,7 +46,7 @@ async fn written_store(root: &Path) -> (PathBuf, u64) {
             }
         }
     }
-    server.stop();
+    server.stop().await;
     (data, entries)
 }
 
@@ -133,7 +133,7 @@ fn doctor_never_silent(data: &Path, expected: u64, what: &str) {
 
 /// `serve` on a damaged copy: refuses with a message, or serves every entry.
 async fn serve_never_silent(root: &Path, data: &Path, expected: u64, what: &str) {
-    let port = common::free_port();
+    let port = support::free_port();
     let log_path = root.join(format!("serve-{port}.log"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_turnstile"))
         .args(["serve", "--data-dir", data.to_str().unwrap(), "--listen"])
@@ -272,7 +272,7 @@ async fn a_bad_current_file_refuses_to_start_and_repair_restores_every_entry() {
     let (data, expected) = written_store(root.path()).await;
     for bad in ["db.999", "db.13", "\u{0}\u{1}junk"] {
         std::fs::write(data.join("CURRENT"), bad).unwrap();
-        let port = common::free_port().to_string();
+        let port = support::free_port().to_string();
         let run = cli(&[
             "serve",
             "--data-dir",
@@ -331,7 +331,7 @@ async fn a_lost_tail_is_refused_until_accepted() {
             data.to_str().unwrap(),
             "--listen",
         ])
-        .arg(format!("127.0.0.1:{}", common::free_port()))
+        .arg(format!("127.0.0.1:{}", support::free_port()))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -90,7 +90,7 @@ pub struct StorageConfig {
     /// share. 0 turns the cold tier off (evictions delete). In `[0, 0.6]`, used up to half of
     /// `high_water`. Default 0.4: on, because sled alone holds live data to about a fifth of
     /// the budget, while a share of 0.4 keeps well over the budget itself in raw transcript
-    /// text (compressed segments, no rewrite copy; see ARCHITECTURE.md for the measurements).
+    /// text (compressed segments, no rewrite copy; see docs/storage.md for the measurements).
     pub cold_max_fraction: f64,
 }
 

@@ -753,7 +753,7 @@ mod tests {
         }
     }
 
-    /// The measurement reported in ARCHITECTURE.md: the defaults, and the cold tier off and
+    /// The measurement reported in docs/storage.md: the defaults, and the cold tier off and
     /// at 0.4, 4× the budget (`cargo test --lib store::cold -- --ignored --nocapture`;
     /// `TURNSTILE_BUDGET_MB`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

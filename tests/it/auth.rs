@@ -3,16 +3,16 @@
 
 use reqwest::StatusCode;
 
-use crate::harness::{config, env_var, message, Server};
+use crate::support::{channel_message, config, env_var, TestServer};
 
 #[tokio::test]
 async fn a_configured_key_is_required_everywhere_but_the_probes() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.server.api_key_env = env_var("correct horse battery staple");
-    let server = Server::with_config(c).await;
+    let server = TestServer::with_config(c).await;
     let http = reqwest::Client::new();
-    let url = &server.url;
+    let url = &server.base;
 
     for path in ["/v1/sessions", "/metrics", "/v1/stats"] {
         let r = http.get(format!("{url}{path}")).send().await.unwrap();
@@ -30,7 +30,7 @@ async fn a_configured_key_is_required_everywhere_but_the_probes() {
     assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
     let post = http
         .post(format!("{url}/v1/messages"))
-        .json(&message("webhook", "c1", "m1", "hi"))
+        .json(&channel_message("webhook", "c1", "m1", "hi"))
         .send()
         .await
         .unwrap();
@@ -57,8 +57,8 @@ async fn loopback_without_a_key_is_open() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.server.api_key_env = "TURNSTILE_IT_SURELY_UNSET".into();
-    let server = Server::with_config(c).await;
-    let r = reqwest::get(format!("{}/v1/sessions", server.url))
+    let server = TestServer::with_config(c).await;
+    let r = reqwest::get(format!("{}/v1/sessions", server.base))
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
@@ -71,9 +71,9 @@ async fn over_the_rate_limit_gets_429_with_retry_after() {
     let mut c = config(dir.path());
     c.server.rate_limit.requests_per_second = 1;
     c.server.rate_limit.burst = 2;
-    let server = Server::with_config(c).await;
+    let server = TestServer::with_config(c).await;
     let http = reqwest::Client::new();
-    let url = format!("{}/v1/sessions", server.url);
+    let url = format!("{}/v1/sessions", server.base);
     assert_eq!(
         http.get(&url).send().await.unwrap().status(),
         StatusCode::OK
@@ -93,7 +93,7 @@ async fn over_the_rate_limit_gets_429_with_retry_after() {
     let body: serde_json::Value = limited.json().await.unwrap();
     assert_eq!(body["error"]["code"], "rate_limited");
     let probe = http
-        .get(format!("{}/healthz", server.url))
+        .get(format!("{}/healthz", server.base))
         .send()
         .await
         .unwrap();
@@ -112,11 +112,11 @@ async fn oversized_bodies_get_413() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.server.max_body_bytes = 1_024;
-    let server = Server::with_config(c).await;
+    let server = TestServer::with_config(c).await;
     let r = reqwest::Client::new()
-        .post(format!("{}/v1/messages", server.url))
+        .post(format!("{}/v1/messages", server.base))
         .header("content-type", "application/json")
-        .body(message("webhook", "c", "m", &"x".repeat(2_000)).to_string())
+        .body(channel_message("webhook", "c", "m", &"x".repeat(2_000)).to_string())
         .send()
         .await
         .unwrap();

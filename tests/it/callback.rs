@@ -2,6 +2,7 @@
 //! failures are retried, a receiver that never succeeds does not lose the reply.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -11,7 +12,7 @@ use axum::Router;
 use turnstile::channels::{verify_signature, SIGNATURE_HEADER};
 use turnstile::config::CallbackConfig;
 
-use crate::harness::{config, env_var, eventually, message, Server};
+use crate::support::{channel_message, config, env_var, eventually_some, TestServer};
 
 const SECRET: &str = "callback-secret";
 
@@ -85,15 +86,20 @@ async fn a_reply_is_delivered_signed_after_two_failures() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.channels.callback = Some(callback_config(url, 5));
-    let server = Server::with_config(c).await;
+    let server = TestServer::with_config(c).await;
     let r = reqwest::Client::new()
-        .post(format!("{}/v1/messages", server.url))
-        .json(&message("webhook", "room-1", "m-1", "hello callback"))
+        .post(format!("{}/v1/messages", server.base))
+        .json(&channel_message(
+            "webhook",
+            "room-1",
+            "m-1",
+            "hello callback",
+        ))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
-    let delivered = eventually(10, "the callback delivery", || {
+    let delivered = eventually_some(Duration::from_secs(10), "the callback delivery", || {
         let receiver = Arc::clone(&receiver);
         async move { receiver.delivered.lock().unwrap().first().cloned() }
     })
@@ -120,11 +126,16 @@ async fn a_receiver_that_always_fails_does_not_lose_the_reply() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.channels.callback = Some(callback_config(url, 3));
-    let server = Server::with_config(c).await;
+    let server = TestServer::with_config(c).await;
     let mut replies = server.runtime.subscribe();
     let r = reqwest::Client::new()
-        .post(format!("{}/v1/messages", server.url))
-        .json(&message("webhook", "room-2", "m-2", "are you there"))
+        .post(format!("{}/v1/messages", server.base))
+        .json(&channel_message(
+            "webhook",
+            "room-2",
+            "m-2",
+            "are you there",
+        ))
         .send()
         .await
         .unwrap();
@@ -134,7 +145,7 @@ async fn a_receiver_that_always_fails_does_not_lose_the_reply() {
         .unwrap()
         .unwrap();
     assert_eq!(reply.in_reply_to, vec!["m-2".to_string()]);
-    eventually(10, "three attempts", || {
+    eventually_some(Duration::from_secs(10), "three attempts", || {
         let receiver = Arc::clone(&receiver);
         async move { (*receiver.attempts.lock().unwrap() >= 3).then_some(()) }
     })
@@ -145,7 +156,7 @@ async fn a_receiver_that_always_fails_does_not_lose_the_reply() {
     // The reply stays readable through the API.
     let transcript: serde_json::Value = reqwest::get(format!(
         "{}/v1/sessions/agent%3Amain%3Awebhook%3Agroup%3Aroom-2/transcript",
-        server.url
+        server.base
     ))
     .await
     .unwrap()
@@ -160,7 +171,7 @@ async fn a_receiver_that_always_fails_does_not_lose_the_reply() {
         .map(|e| e["text"].as_str().unwrap())
         .collect();
     assert_eq!(texts, vec![reply.text.as_str()]);
-    let metrics = reqwest::get(format!("{}/metrics", server.url))
+    let metrics = reqwest::get(format!("{}/metrics", server.base))
         .await
         .unwrap()
         .text()

@@ -2,8 +2,9 @@
 //! directories, and the real `turnstile` binary as a child process.
 //!
 //! # Layout
-//! - `support`: servers (in-process and child process), the API client, the SSE reader,
-//!   `eventually`, the message builder.
+//! - `support` (`tests/support/`, shared by every test binary): servers (in-process and child
+//!   process), the API client, the SSE reader, `eventually`, message builders, load;
+//!   `support_checks` tests the helpers themselves.
 //! - `http_api`: the message → transcript → reply path and the session endpoints; many
 //!   sessions at once keep per-session order.
 //! - `openai`: `POST /v1/chat/completions`, streaming and not, session by header or `user`.
@@ -22,7 +23,6 @@
 //! - `shutdown`: SIGTERM stops the binary cleanly and loses nothing.
 //! - `queue`: queue modes, admission (429), passivation under load, panicking turns.
 //! - `loadtest`: the load driver and `turnstile loadtest`.
-//! - `harness`: helpers of the operator tests below.
 //! - `auth`, `callback`, `ops_cli`, `telegram`: bearer auth and limits, webhook callbacks,
 //!   the operator CLI, the Telegram channel against a fake Bot API.
 //! - `http_edge`: the bounded edge over raw sockets (slow and idle clients closed, the
@@ -30,8 +30,6 @@
 //!   every error in the JSON shape).
 //! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
 //!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
-
-mod harness;
 
 mod auth;
 mod bad_config;
@@ -51,6 +49,8 @@ mod ops_cli;
 mod queue;
 mod restart;
 mod shutdown;
+#[path = "../support/mod.rs"]
 mod support;
+mod support_checks;
 mod telegram;
 mod ui;

@@ -8,7 +8,9 @@ use reqwest::StatusCode;
 use serde_json::Value;
 use turnstile::Runtime;
 
-use crate::harness::{config, env_var, eventually, message, GateModel, Server, SharedGate};
+use crate::support::{
+    channel_message, config, env_var, eventually_some, GateModel, SharedGate, TestServer,
+};
 
 const KEY: &str = "operator-key";
 
@@ -52,8 +54,8 @@ async fn operator_commands_against_a_server_and_a_data_dir() {
     c.server.api_key_env = key_env.clone();
     // A tiny budget: the long message below fills more than 90% of it.
     c.context.max_tokens = 300;
-    let server = Server::with_config(c).await;
-    let url = server.url.clone();
+    let server = TestServer::with_config(c).await;
+    let url = server.base.clone();
     let http = reqwest::Client::new();
     for (chat, id, text) in [
         ("a", "1", "hello".to_string()),
@@ -62,7 +64,7 @@ async fn operator_commands_against_a_server_and_a_data_dir() {
         let r = http
             .post(format!("{url}/v1/messages"))
             .bearer_auth(KEY)
-            .json(&message("webhook", chat, id, &text))
+            .json(&channel_message("webhook", chat, id, &text))
             .send()
             .await
             .unwrap();
@@ -73,7 +75,7 @@ async fn operator_commands_against_a_server_and_a_data_dir() {
         "agent%3Amain%3Awebhook%3Agroup%3Ab",
     ] {
         let url = url.clone();
-        eventually(10, "a turn", move || {
+        eventually_some(Duration::from_secs(10), "a turn", move || {
             let url = url.clone();
             async move { (transcript_len(&url, key).await == 2).then_some(()) }
         })
@@ -241,16 +243,16 @@ async fn delete_is_refused_while_a_turn_runs() {
         .build()
         .await
         .unwrap();
-    let server = Server::start(runtime).await;
+    let server = TestServer::serve(runtime, None).await;
     let http = reqwest::Client::new();
     let session = format!(
         "{}/v1/sessions/agent%3Amain%3Awebhook%3Agroup%3Ag",
-        server.url
+        server.base
     );
     let entered = gate.entered.notified();
     let r = http
-        .post(format!("{}/v1/messages", server.url))
-        .json(&message("webhook", "g", "1", "hi"))
+        .post(format!("{}/v1/messages", server.base))
+        .json(&channel_message("webhook", "g", "1", "hi"))
         .send()
         .await
         .unwrap();
@@ -262,8 +264,8 @@ async fn delete_is_refused_while_a_turn_runs() {
     assert_eq!(busy.status(), StatusCode::CONFLICT);
     assert!(busy.headers().contains_key("retry-after"));
     gate.release.notify_one();
-    let url = server.url.clone();
-    eventually(10, "the turn to finish", || {
+    let url = server.base.clone();
+    eventually_some(Duration::from_secs(10), "the turn to finish", || {
         let url = url.clone();
         async move {
             let r = reqwest::get(format!(
@@ -276,7 +278,7 @@ async fn delete_is_refused_while_a_turn_runs() {
         }
     })
     .await;
-    let deleted = eventually(5, "the delete", || {
+    let deleted = eventually_some(Duration::from_secs(5), "the delete", || {
         let (http, session) = (http.clone(), session.clone());
         async move {
             let r = http.delete(&session).send().await.ok()?;

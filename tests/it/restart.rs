@@ -28,7 +28,7 @@ async fn snapshot(api: &Api) -> BTreeMap<String, (Value, Vec<Value>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transcripts_are_identical_after_a_restart() {
     let server = start_server_with(data_dir(), one_turn_per_message).await;
-    let dir = server.dir.clone();
+    let dir = server.dir.clone().expect("the server owns its data dir");
     for chat in ["a", "b", "c"] {
         for m in 0..4 {
             server

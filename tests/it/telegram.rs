@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use turnstile::config::TelegramConfig;
 use turnstile::Runtime;
 
-use crate::harness::{config, env_var, eventually, FixedModel};
+use crate::support::{config, env_var, eventually_some, FixedModel};
 
 const TOKEN: &str = "123456:TEST-token";
 
@@ -136,7 +136,7 @@ async fn a_group_mention_is_answered_in_place_and_long_replies_are_chunked() {
     let rt = runtime(dir.path(), &api_base, &token_env).await;
 
     fake.push(group_message(1, -100123, 42, "@turnbot hello"));
-    let sent = eventually(10, "the reply", || {
+    let sent = eventually_some(Duration::from_secs(10), "the reply", || {
         let fake = Arc::clone(&fake);
         async move { (!fake.sent().is_empty()).then(|| fake.sent()) }
     })
@@ -156,7 +156,7 @@ async fn a_group_mention_is_answered_in_place_and_long_replies_are_chunked() {
     topic["message"]["is_topic_message"] = json!(true);
     topic["message"]["message_thread_id"] = json!(5);
     fake.push(topic);
-    let sent = eventually(10, "the topic reply", || {
+    let sent = eventually_some(Duration::from_secs(10), "the topic reply", || {
         let fake = Arc::clone(&fake);
         async move { (fake.sent().len() >= 2).then(|| fake.sent()) }
     })
@@ -175,7 +175,7 @@ async fn a_group_mention_is_answered_in_place_and_long_replies_are_chunked() {
         43,
         "@turnbot a long answer please",
     ));
-    let sent = eventually(10, "the chunked reply", || {
+    let sent = eventually_some(Duration::from_secs(10), "the chunked reply", || {
         let fake = Arc::clone(&fake);
         async move { (fake.sent().len() >= 4).then(|| fake.sent()) }
     })
@@ -190,7 +190,7 @@ async fn a_group_mention_is_answered_in_place_and_long_replies_are_chunked() {
     // Offsets advanced past every update.
     let offsets = fake.offsets();
     assert_eq!(offsets[0], 0);
-    eventually(5, "offset 4", || {
+    eventually_some(Duration::from_secs(5), "offset 4", || {
         let fake = Arc::clone(&fake);
         async move { fake.offsets().contains(&4).then_some(()) }
     })
@@ -207,12 +207,12 @@ async fn the_offset_survives_a_restart() {
     let rt = runtime(dir.path(), &api_base, &token_env).await;
     fake.push(group_message(10, -5, 1, "@turnbot one"));
     fake.push(group_message(11, -5, 2, "@turnbot two"));
-    eventually(10, "both replies", || {
+    eventually_some(Duration::from_secs(10), "both replies", || {
         let fake = Arc::clone(&fake);
         async move { (fake.sent().len() >= 2).then_some(()) }
     })
     .await;
-    eventually(5, "a poll from offset 12", || {
+    eventually_some(Duration::from_secs(5), "a poll from offset 12", || {
         let fake = Arc::clone(&fake);
         async move { fake.offsets().contains(&12).then_some(()) }
     })
@@ -225,10 +225,14 @@ async fn the_offset_survives_a_restart() {
     fake.offsets.lock().unwrap().clear();
 
     let rt = runtime(dir.path(), &api_base, &token_env).await;
-    let first = eventually(10, "the first poll after restart", || {
-        let fake = Arc::clone(&fake);
-        async move { fake.offsets().first().copied() }
-    })
+    let first = eventually_some(
+        Duration::from_secs(10),
+        "the first poll after restart",
+        || {
+            let fake = Arc::clone(&fake);
+            async move { fake.offsets().first().copied() }
+        },
+    )
     .await;
     assert_eq!(first, 12, "polling resumes after the last handled update");
     tokio::time::sleep(Duration::from_millis(300)).await;

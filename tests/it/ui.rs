@@ -5,8 +5,9 @@
 
 use reqwest::StatusCode;
 use serde_json::Value;
+use std::time::Duration;
 
-use crate::harness::{config, env_var, eventually, message, Server};
+use crate::support::{channel_message, config, env_var, eventually_some, TestServer};
 
 const PAGES: &[&str] = &[
     "/",
@@ -23,11 +24,11 @@ async fn pages_need_no_key_but_the_data_does() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path());
     c.server.api_key_env = env_var("console key");
-    let server = Server::with_config(c).await;
+    let server = TestServer::with_config(c).await;
     let http = reqwest::Client::new();
     for path in PAGES {
         let r = http
-            .get(format!("{}{path}", server.url))
+            .get(format!("{}{path}", server.base))
             .send()
             .await
             .unwrap();
@@ -43,7 +44,7 @@ async fn pages_need_no_key_but_the_data_does() {
         );
         let etag = r.headers()["etag"].clone();
         let again = http
-            .get(format!("{}{path}", server.url))
+            .get(format!("{}{path}", server.base))
             .header("if-none-match", etag)
             .send()
             .await
@@ -51,20 +52,20 @@ async fn pages_need_no_key_but_the_data_does() {
         assert_eq!(again.status(), StatusCode::NOT_MODIFIED, "{path}");
     }
     let missing = http
-        .get(format!("{}/ui/assets/nope.js", server.url))
+        .get(format!("{}/ui/assets/nope.js", server.base))
         .send()
         .await
         .unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     for path in ["/v1/stats", "/v1/stats/history", "/v1/sessions"] {
         let r = http
-            .get(format!("{}{path}", server.url))
+            .get(format!("{}{path}", server.base))
             .send()
             .await
             .unwrap();
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{path}");
         let ok = http
-            .get(format!("{}{path}", server.url))
+            .get(format!("{}{path}", server.base))
             .bearer_auth("console key")
             .send()
             .await
@@ -80,9 +81,9 @@ async fn the_console_is_rate_limited_like_the_api() {
     let mut c = config(dir.path());
     c.server.rate_limit.requests_per_second = 1;
     c.server.rate_limit.burst = 2;
-    let server = Server::with_config(c).await;
+    let server = TestServer::with_config(c).await;
     let http = reqwest::Client::new();
-    let url = format!("{}/ui", server.url);
+    let url = format!("{}/ui", server.base);
     for _ in 0..2 {
         assert_eq!(
             http.get(&url).send().await.unwrap().status(),
@@ -98,17 +99,17 @@ async fn the_console_is_rate_limited_like_the_api() {
 #[tokio::test]
 async fn stats_keep_their_fields_and_gain_the_overview_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::with_config(config(dir.path())).await;
+    let server = TestServer::with_config(config(dir.path())).await;
     let http = reqwest::Client::new();
     let r = http
-        .post(format!("{}/v1/messages", server.url))
-        .json(&message("webhook", "ui-1", "m1", "hello"))
+        .post(format!("{}/v1/messages", server.base))
+        .json(&channel_message("webhook", "ui-1", "m1", "hello"))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::ACCEPTED);
-    let url = server.url.clone();
-    let stats: Value = eventually(60, "the turn to be counted", || {
+    let url = server.base.clone();
+    let stats: Value = eventually_some(Duration::from_secs(60), "the turn to be counted", || {
         let http = http.clone();
         let url = url.clone();
         async move {
@@ -156,7 +157,7 @@ async fn stats_keep_their_fields_and_gain_the_overview_ones() {
     );
 
     // The sampler fills the history every 2 s; its samples account for the turns.
-    let history: Value = eventually(60, "two history samples", || {
+    let history: Value = eventually_some(Duration::from_secs(60), "two history samples", || {
         let http = http.clone();
         let url = url.clone();
         async move {
