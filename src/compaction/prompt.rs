@@ -90,6 +90,7 @@ pub fn request(
         tools: Vec::new(),
         prompt_tokens,
         max_output_tokens: max_tokens,
+        params: Default::default(),
     }
 }
 

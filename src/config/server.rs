@@ -38,7 +38,11 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Largest accepted request body in bytes. Default 256 KiB.
     pub max_body_bytes: usize,
-    /// How long an OpenAI-compatible request waits for its reply, in ms. Default 120,000.
+    /// How long an OpenAI-compatible request waits for its reply, in ms. Default 600,000:
+    /// longer than the default retry chain of one turn (2 turn tries × 4 model attempts ×
+    /// the 60 s `[model] timeout_ms`, plus back-off, about 490 s), so a slow model is not
+    /// answered 504 while it is still being retried. A client retry after a 504 joins the
+    /// same turn (see `Idempotency-Key` in the README) instead of storing the message again.
     pub reply_timeout_ms: u64,
     /// Replies buffered for each `/v1/events` subscriber before a slow one misses some.
     /// Default 1,024.
@@ -116,7 +120,7 @@ impl Default for ServerConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 7878)),
             max_body_bytes: 256 * 1024,
-            reply_timeout_ms: 120_000,
+            reply_timeout_ms: 600_000,
             events_buffer: 1_024,
             shutdown_grace_ms: 8_000,
             api_key_env: "TURNSTILE_API_KEY".into(),

@@ -70,6 +70,12 @@ pub trait ContextStore: Send + Sync {
 
     /// The chat (channel, chat id) `session_key`'s messages were stored under, if any.
     fn session_chat(&self, session_key: &str) -> Result<Option<(String, String)>, StoreError>;
+
+    /// The request-level system instructions of `session_key` (the system messages of its
+    /// newest OpenAI-compatible request), if any. Stores without them have none.
+    fn session_instructions(&self, _session_key: &str) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
 }
 
 /// The recorded chat message of user entry `entry` and the chatter that turn carried (the
@@ -186,6 +192,10 @@ impl ContextStore for Store {
 
     fn session_chat(&self, session_key: &str) -> Result<Option<(String, String)>, StoreError> {
         Store::session_chat(self, session_key)
+    }
+
+    fn session_instructions(&self, session_key: &str) -> Result<Option<String>, StoreError> {
+        Store::session_instructions(self, session_key)
     }
 }
 

@@ -16,7 +16,7 @@ pub use refusal::{DropReason, Refusal};
 pub use sanitize::{sanitize_text, untrusted, untrusted_block, MAX_UNTRUSTED_CHARS};
 pub use session_key::{
     channel_name, identity_links, normalize_id, normalize_session_key, peer_id, session_key,
-    SessionKeys, GLOBAL_SESSION_KEY, MAX_NORMALIZED_ID_CHARS, PHONE_CHANNELS,
+    user_session_key, SessionKeys, GLOBAL_SESSION_KEY, MAX_NORMALIZED_ID_CHARS, PHONE_CHANNELS,
 };
 
 /// What a channel submits: a validated message, and optionally the session it must go to

@@ -315,5 +315,30 @@ pub fn normalize_session_key(raw: &str) -> String {
     raw.trim().to_lowercase()
 }
 
+/// The session key of an OpenAI-compatible request's `user` field. A user id is opaque, so
+/// the key must tell every two ids apart although session keys are lowercased: each byte of a
+/// character that lowercasing, trimming or key checks would change (upper case, white space,
+/// control characters) and of `%` itself is written `%xx` (lower-case hex), everything else
+/// is kept. `alice-oa` stays `alice-oa`; `CaseUser` becomes `%43ase%55ser`, apart from
+/// `caseuser`. Injective, and unchanged by [`normalize_session_key`].
+pub fn user_session_key(user: &str) -> String {
+    let mut out = String::with_capacity(user.len());
+    for c in user.chars() {
+        let keep = c != '%'
+            && !c.is_whitespace()
+            && !c.is_control()
+            && c.to_lowercase().eq(std::iter::once(c));
+        if keep {
+            out.push(c);
+        } else {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02x}"));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;

@@ -70,6 +70,7 @@ mod tests {
             tools: vec![],
             prompt_tokens: 17,
             max_output_tokens: 100,
+            params: Default::default(),
         };
         let reply = EchoModel.complete(&request).await.unwrap();
         assert_eq!(

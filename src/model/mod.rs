@@ -107,6 +107,32 @@ pub struct ModelRequest {
     pub prompt_tokens: u32,
     /// Most tokens the answer may use.
     pub max_output_tokens: u32,
+    /// Sampling and output parameters the client asked for (OpenAI-compatible endpoint).
+    pub params: RequestParams,
+}
+
+/// Per-request parameters forwarded to an OpenAI-compatible server; `None`/empty: not sent, the
+/// server's default applies. Models that cannot honour them (the echo model) ignore them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestParams {
+    /// Most tokens of the answer; replaces `max_output_tokens` when lower.
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature (0 to 2).
+    pub temperature: Option<f64>,
+    /// Nucleus sampling (0 to 1).
+    pub top_p: Option<f64>,
+    /// Sequences that end the answer (at most four).
+    pub stop: Vec<String>,
+    /// Seed for repeatable sampling.
+    pub seed: Option<i64>,
+    /// Penalty for tokens by how often they appeared (-2 to 2).
+    pub frequency_penalty: Option<f64>,
+    /// Penalty for tokens that appeared at all (-2 to 2).
+    pub presence_penalty: Option<f64>,
+    /// The answer's format (`{"type": "json_object"}`…), as the client sent it.
+    pub response_format: Option<serde_json::Value>,
+    /// Which tool the model must or may call, as the client sent it.
+    pub tool_choice: Option<serde_json::Value>,
 }
 
 /// Token usage reported by the server.

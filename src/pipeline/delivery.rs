@@ -8,6 +8,7 @@ use super::compaction::Compaction;
 use super::turn::now_ms;
 use crate::context::ContextEngine;
 use crate::error::Error;
+use crate::model::ToolCall;
 use crate::replies::{Reply, ReplyHub, ReplyRoute};
 use crate::store::{Committed, InboxItem, Store, TranscriptEntry, TurnCommit, TurnCommitter};
 
@@ -53,6 +54,44 @@ impl Delivery {
     ) -> Result<(), Error> {
         let text = answer.text.clone();
         entries.push(answer);
+        self.commit_and_publish(
+            session_key,
+            batch,
+            entries,
+            text,
+            error,
+            window_full,
+            Vec::new(),
+        )
+        .await
+    }
+
+    /// Like [`Delivery::deliver`] for a turn that stopped at calls of client-side tools: the
+    /// entries end with the `tool_call` entries, and the published reply carries `calls` (its
+    /// text is the model's text beside them). The client's tool results continue the turn.
+    pub async fn deliver_tool_calls(
+        &self,
+        session_key: &str,
+        batch: &[InboxItem],
+        entries: Vec<TranscriptEntry>,
+        text: String,
+        calls: Vec<ToolCall>,
+    ) -> Result<(), Error> {
+        self.commit_and_publish(session_key, batch, entries, text, false, false, calls)
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn commit_and_publish(
+        &self,
+        session_key: &str,
+        batch: &[InboxItem],
+        entries: Vec<TranscriptEntry>,
+        text: String,
+        error: bool,
+        window_full: bool,
+        tool_calls: Vec<ToolCall>,
+    ) -> Result<(), Error> {
         let committed = self
             .committer
             .commit(
@@ -85,6 +124,7 @@ impl Delivery {
             seq: seqs.last().copied().unwrap_or_default(),
             error,
             route: ReplyRoute::of(batch),
+            tool_calls,
         });
         Ok(())
     }

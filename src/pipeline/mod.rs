@@ -28,6 +28,7 @@ pub mod admission;
 mod batch;
 mod compaction;
 pub mod delivery;
+pub mod requests;
 mod running;
 pub mod turn;
 
@@ -43,6 +44,9 @@ pub use admission::{queue_policy, Accepted, Admitter};
 pub use batch::{queue_info, DROPPED_LINE_CHARS};
 pub use compaction::{Compaction, COMPACTION_WAIT, MAX_OVERFLOW_COMPACTIONS};
 pub use delivery::Delivery;
+pub use requests::{
+    ClientToolResult, RequestExtras, Requests, MAX_RECENT_REQUESTS, RECENT_REQUEST_TTL_MS,
+};
 pub(crate) use running::RunningTurns;
 pub(crate) use turn::now_ms;
 pub use turn::TurnEngine;

@@ -21,11 +21,36 @@ use crate::error::{Error, ModelError};
 use crate::inbound::sanitize_text;
 use crate::metrics;
 use crate::model::{
-    Model, ModelReply, ModelRequest, Role, TokenCounter, ToolCall, MESSAGE_OVERHEAD_TOKENS,
+    Model, ModelReply, ModelRequest, Role, TokenCounter, ToolCall, ToolSpec,
+    MESSAGE_OVERHEAD_TOKENS,
 };
 use crate::replies::ReplyHub;
 use crate::store::{EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry};
 use crate::tools::{call_message, repair_tool_messages, result_message, ToolRegistry};
+
+use super::requests::{place_tool_results, ClientToolResult, RequestExtras, Requests};
+
+/// Splits `items` into the messages someone said and the client tool results some of them
+/// carry (those items become `tool_result` entries, not user entries).
+/// Each result comes with the id of the message that carried it.
+fn split_tool_results(
+    items: &[InboxItem],
+    extras: &[Option<Arc<RequestExtras>>],
+) -> (Vec<InboxItem>, Vec<(String, ClientToolResult)>) {
+    let mut said = Vec::with_capacity(items.len());
+    let mut results = Vec::new();
+    for (item, extras) in items.iter().zip(extras) {
+        match extras {
+            Some(e) if !e.tool_results.is_empty() => results.extend(
+                e.tool_results
+                    .iter()
+                    .map(|r| (item.record.message.message_id.clone(), r.clone())),
+            ),
+            _ => said.push(item.clone()),
+        }
+    }
+    (said, results)
+}
 
 /// Everything a turn needs; shared by all lanes.
 pub struct TurnEngine {
@@ -43,6 +68,8 @@ pub struct TurnEngine {
     compaction: Compaction,
     /// Commits and publishes what a turn produced.
     delivery: Delivery,
+    /// What OpenAI-compatible requests ask of their turns (parameters, client tools).
+    requests: Arc<Requests>,
 }
 
 pub(crate) fn now_ms() -> u64 {
@@ -60,6 +87,8 @@ struct Answer {
     steered: Vec<InboxItem>,
     /// Completion tokens of the final call (the server's count when it reports usage).
     completion_tokens: u32,
+    /// Calls of client-side tools the turn stopped at (empty: a final answer).
+    client_calls: Vec<ToolCall>,
 }
 
 /// Why the tool loop stopped without an answer.
@@ -102,7 +131,22 @@ impl TurnEngine {
             context,
             tools,
             compaction,
+            requests: Arc::new(Requests::default()),
         }
+    }
+
+    /// What OpenAI-compatible requests ask of their turns.
+    pub fn requests(&self) -> &Arc<Requests> {
+        &self.requests
+    }
+
+    /// What the requests of `items` ask of the turn, one per item (`None`: nothing).
+    fn extras_of(&self, items: &[InboxItem]) -> Vec<Option<Arc<RequestExtras>>> {
+        let now = now_ms();
+        items
+            .iter()
+            .map(|i| self.requests.extras(&i.record.message.message_id, now))
+            .collect()
     }
 
     /// The context engine (its cache figures, invalidation).
@@ -176,8 +220,12 @@ impl TurnEngine {
         let all: Vec<InboxItem> = batch.all_items().cloned().collect();
         let oldest = all.iter().map(|i| i.record.accepted_at_ms).min();
         let mut timer = metrics::TurnTimer::start(oldest.unwrap_or_default(), now_ms());
-        let users = self.user_entries(all.iter());
-        let current: Vec<CurrentMessage> = all
+        let extras = self.extras_of(&all);
+        let (said, carried) = split_tool_results(&all, &extras);
+        let results: Vec<ClientToolResult> = carried.iter().map(|(_, r)| r.clone()).collect();
+        let turn_extras = extras.iter().rev().flatten().next().cloned();
+        let users = self.user_entries(said.iter());
+        let current: Vec<CurrentMessage> = said
             .iter()
             .zip(&users)
             .filter(|(item, _)| batch.items.iter().any(|i| i.seq == item.seq))
@@ -198,7 +246,10 @@ impl TurnEngine {
             if let Some(span) = &assembly.summary_span {
                 self.compaction.compact_ttl_span(session_key, span.to_seq);
             }
-            match self.answer(&assembly, &mut control).await {
+            match self
+                .answer(&assembly, &mut control, turn_extras.as_deref(), &results)
+                .await
+            {
                 Ok(answer) => break answer,
                 Err(Stop::Cancelled) => return Err(TurnError::Cancelled),
                 Err(Stop::Failed(e)) => return Err(failed(e)),
@@ -230,8 +281,28 @@ impl TurnEngine {
         };
         timer.model_done();
         let completion_tokens = answer.completion_tokens;
-        let mut entries = users;
+        let mut entries = self.result_entries(&carried);
+        entries.extend(users);
         entries.extend(answer.entries);
+        if !answer.client_calls.is_empty() {
+            let report = TurnReport {
+                steered: answer.steered.iter().map(|i| i.seq).collect(),
+            };
+            let mut consumed = all;
+            consumed.extend(answer.steered);
+            self.delivery
+                .deliver_tool_calls(
+                    session_key,
+                    &consumed,
+                    entries,
+                    answer.text,
+                    answer.client_calls,
+                )
+                .await
+                .map_err(failed)?;
+            timer.finished(completion_tokens);
+            return Ok(report);
+        }
         let reply = TranscriptEntry {
             kind: EntryKind::Assistant,
             tokens: self.tokens.count(&answer.text),
@@ -286,16 +357,29 @@ impl TurnEngine {
         &self,
         assembly: &Assembly,
         control: &mut TurnControl<InboxItem>,
+        extras: Option<&RequestExtras>,
+        results: &[ClientToolResult],
     ) -> Result<Answer, Stop> {
         let limits = &self.config.tools;
         let timeout = Duration::from_millis(limits.timeout_ms);
+        let mut messages = assembly.messages();
+        place_tool_results(&mut messages, results);
+        let mut tools = self.tools.specs();
+        let client_tools = self.client_tools(extras);
+        tools.extend(client_tools.iter().cloned());
         let mut request = ModelRequest {
             prompt_tokens: assembly.budget.used,
-            messages: assembly.messages(),
-            tools: self.tools.specs(),
+            messages,
+            tools,
             max_output_tokens: assembly.budget.reserved,
+            params: extras.map(|e| e.params.clone()).unwrap_or_default(),
         };
-        let mut prompt_tokens = assembly.budget.used;
+        let mut prompt_tokens = assembly.budget.used.saturating_add(
+            results
+                .iter()
+                .map(|r| self.tokens.count(&r.content) + MESSAGE_OVERHEAD_TOKENS)
+                .sum(),
+        );
         // (call id, tokens, round) of each tool result added in this turn.
         let mut results: Vec<(String, u32, u32)> = Vec::new();
         let mut entries = Vec::new();
@@ -329,6 +413,7 @@ impl TurnEngine {
                     text: reply.text,
                     steered,
                     completion_tokens,
+                    client_calls: Vec::new(),
                 });
             }
             if round >= limits.max_rounds {
@@ -343,12 +428,17 @@ impl TurnEngine {
                     text,
                     steered,
                     completion_tokens,
+                    client_calls: Vec::new(),
                 });
             }
             round += 1;
             let calls: Vec<ToolCall> = reply.tool_calls;
+            let is_client = |call: &ToolCall| client_tools.iter().any(|t| t.name == call.name);
             let outputs = join_all(calls.iter().enumerate().map(|(i, call)| async move {
-                if i >= limits.max_calls_per_round {
+                if is_client(call) {
+                    // The client runs it; its result comes with the next request.
+                    String::new()
+                } else if i >= limits.max_calls_per_round {
                     format!(
                         "error: at most {} tool calls run per round",
                         limits.max_calls_per_round
@@ -380,7 +470,12 @@ impl TurnEngine {
                 });
             }
             request.messages.push(call_message(&reply.text, &calls));
+            let client_calls: Vec<ToolCall> =
+                calls.iter().filter(|c| is_client(c)).cloned().collect();
             for (call, output) in calls.iter().zip(outputs) {
+                if is_client(call) {
+                    continue;
+                }
                 let tokens = self.tokens.count(&output);
                 prompt_tokens = prompt_tokens.saturating_add(tokens + MESSAGE_OVERHEAD_TOKENS);
                 results.push((call.id.clone(), tokens, round));
@@ -397,6 +492,16 @@ impl TurnEngine {
                         name: call.name.clone(),
                         arguments: String::new(),
                     }),
+                });
+            }
+            if !client_calls.is_empty() {
+                let completion_tokens = self.tokens.count(&reply.text);
+                return Ok(Answer {
+                    entries,
+                    text: reply.text,
+                    steered,
+                    completion_tokens,
+                    client_calls,
                 });
             }
             // Over budget: clear this turn's older results, oldest first (the newest round's
@@ -421,6 +526,43 @@ impl TurnEngine {
                 }
             }
         }
+    }
+
+    /// The request's client-side tools, except those named like a registered tool (the
+    /// registered one runs).
+    fn client_tools(&self, extras: Option<&RequestExtras>) -> Vec<ToolSpec> {
+        let registered = self.tools.specs();
+        extras
+            .map(|e| {
+                e.client_tools
+                    .iter()
+                    .filter(|t| !registered.iter().any(|r| r.name == t.name))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The `tool_result` entries of the client's tool results, paired with their calls by id
+    /// and naming the message that carried them (a retry of it finds its answer after them).
+    fn result_entries(&self, results: &[(String, ClientToolResult)]) -> Vec<TranscriptEntry> {
+        let now = now_ms();
+        results
+            .iter()
+            .map(|(message_id, r)| TranscriptEntry {
+                kind: EntryKind::ToolResult,
+                tokens: self.tokens.count(&r.content),
+                text: r.content.clone(),
+                message_id: Some(message_id.clone()),
+                sender: None,
+                timestamp_ms: now,
+                tool: Some(ToolInfo {
+                    call_id: r.call_id.clone(),
+                    name: String::new(),
+                    arguments: String::new(),
+                }),
+            })
+            .collect()
     }
 
     /// Answers a turn that failed past its retries with an error notice and consumes its items.

@@ -2,6 +2,7 @@
 //! subscribers) and to whoever waits for the answer to one particular message (the
 //! OpenAI-compatible endpoint).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -10,6 +11,7 @@ use tokio::sync::{broadcast, oneshot};
 
 use super::router::ChannelRouter;
 use crate::inbound::ChatKind;
+use crate::model::ToolCall;
 use crate::store::InboxItem;
 
 /// One reply of the agent.
@@ -29,6 +31,10 @@ pub struct Reply {
     /// Where the reply goes back to on its platform.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<ReplyRoute>,
+    /// Calls of client-side tools (tools the request offered): the turn waits for their
+    /// results, which the client sends with its next request.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// Where a reply goes back to: the chat of the newest message it answers. Channels that push
@@ -66,10 +72,16 @@ impl ReplyRoute {
     }
 }
 
+/// One waiter of a message id: its token and where its reply goes.
+type Waiting = (u64, oneshot::Sender<Arc<Reply>>);
+
 /// Fan-out of replies.
 pub struct ReplyHub {
     stream: broadcast::Sender<Arc<Reply>>,
-    waiters: DashMap<String, oneshot::Sender<Arc<Reply>>>,
+    /// Waiters per message id: a retried request waits beside the original one.
+    waiters: DashMap<String, Vec<Waiting>>,
+    /// Tells the waiters of one message id apart (a dropped one removes only itself).
+    next_waiter: AtomicU64,
     router: ChannelRouter,
 }
 
@@ -78,6 +90,7 @@ pub struct ReplyHub {
 pub struct ReplyWaiter<'a> {
     hub: &'a ReplyHub,
     message_id: String,
+    token: u64,
     rx: oneshot::Receiver<Arc<Reply>>,
 }
 
@@ -90,7 +103,13 @@ impl ReplyWaiter<'_> {
 
 impl Drop for ReplyWaiter<'_> {
     fn drop(&mut self) {
-        self.hub.waiters.remove(&self.message_id);
+        let token = self.token;
+        self.hub
+            .waiters
+            .remove_if_mut(&self.message_id, |_, waiting| {
+                waiting.retain(|(t, _)| *t != token);
+                waiting.is_empty()
+            });
     }
 }
 
@@ -101,6 +120,7 @@ impl ReplyHub {
         Self {
             stream,
             waiters: DashMap::new(),
+            next_waiter: AtomicU64::new(0),
             router: ChannelRouter::default(),
         }
     }
@@ -114,10 +134,15 @@ impl ReplyHub {
     /// Registers interest in the reply to `message_id`; register before submitting.
     pub fn wait_for(&self, message_id: &str) -> ReplyWaiter<'_> {
         let (tx, rx) = oneshot::channel();
-        self.waiters.insert(message_id.to_string(), tx);
+        let token = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        self.waiters
+            .entry(message_id.to_string())
+            .or_default()
+            .push((token, tx));
         ReplyWaiter {
             hub: self,
             message_id: message_id.to_string(),
+            token,
             rx,
         }
     }
@@ -137,11 +162,50 @@ impl ReplyHub {
     pub fn publish(&self, reply: Reply) {
         let reply = Arc::new(reply);
         for id in &reply.in_reply_to {
-            if let Some((_, tx)) = self.waiters.remove(id) {
-                let _ = tx.send(Arc::clone(&reply));
+            if let Some((_, waiting)) = self.waiters.remove(id) {
+                for (_, tx) in waiting {
+                    let _ = tx.send(Arc::clone(&reply));
+                }
             }
         }
         self.router.route(&reply);
         let _ = self.stream.send(reply);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply_to(id: &str) -> Reply {
+        Reply {
+            session_key: "k".into(),
+            text: format!("answer to {id}"),
+            in_reply_to: vec![id.into()],
+            seq: 1,
+            error: false,
+            route: None,
+            tool_calls: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn every_waiter_of_a_message_gets_its_reply() {
+        let hub = ReplyHub::new(4);
+        let mut original = hub.wait_for("m1");
+        let mut retry = hub.wait_for("m1");
+        // A third waiter that gave up must not take the others with it.
+        drop(hub.wait_for("m1"));
+        hub.publish(reply_to("m1"));
+        assert_eq!(
+            original.recv().await.map(|r| r.text.clone()).as_deref(),
+            Some("answer to m1")
+        );
+        assert_eq!(
+            retry.recv().await.map(|r| r.text.clone()).as_deref(),
+            Some("answer to m1")
+        );
+        drop((original, retry));
+        assert!(hub.waiters.is_empty(), "no waiter left behind");
     }
 }

@@ -143,6 +143,7 @@ mod tests {
                 thread_id: None,
                 message_id: "1".into(),
             }),
+            tool_calls: Vec::new(),
         })
     }
 

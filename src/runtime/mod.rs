@@ -7,6 +7,7 @@ mod builder;
 mod compaction_tests;
 mod ops;
 mod ports;
+mod requests;
 #[cfg(test)]
 mod turn_tests;
 
@@ -24,6 +25,7 @@ pub use api_channel::ApiChannel;
 pub use builder::RuntimeBuilder;
 pub use ops::{Compacted, Deleted, Stats};
 pub use ports::ChannelPort;
+pub use requests::{StoredAnswer, MAX_ANSWER_SCAN};
 
 use crate::config::Config;
 use crate::context::{Assembly, CacheStats};

@@ -18,6 +18,8 @@ pub struct ApiError {
     code: &'static str,
     message: String,
     retry_after_secs: Option<u64>,
+    /// The request field at fault, when one is (OpenAI's `param`).
+    param: Option<String>,
 }
 
 impl ApiError {
@@ -28,7 +30,19 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after_secs: None,
+            param: None,
         }
+    }
+
+    /// 400 `invalid_request` naming the request field `param` at fault.
+    pub fn invalid_param(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::bad_request("invalid_request", message).with_param(param)
+    }
+
+    /// Names the request field at fault.
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
+        self
     }
 
     /// 400 with `code`.
@@ -158,13 +172,18 @@ impl ApiError {
         self.status
     }
 
+    /// The request field at fault, if named.
+    pub fn param(&self) -> Option<&str> {
+        self.param.as_deref()
+    }
+
     /// The JSON body.
     fn body(&self) -> serde_json::Value {
         json!({"error": {
             "code": self.code,
             "message": self.message,
             "type": error_type(self.status),
-            "param": null,
+            "param": self.param,
         }})
     }
 
@@ -211,15 +230,22 @@ impl IntoResponse for ApiError {
 pub(super) fn parse_json<T: serde::de::DeserializeOwned>(
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<T, ApiError> {
-    let bytes = body.map_err(|rejection| {
+    let bytes = body_bytes(body)?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))
+}
+
+/// The body's bytes, mapping a failed read to 400 (and an oversized body to 413).
+pub(super) fn body_bytes(
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<axum::body::Bytes, ApiError> {
+    body.map_err(|rejection| {
         let status = rejection.status();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(status, "payload_too_large", rejection.body_text())
         } else {
             ApiError::bad_request("invalid_body", rejection.body_text())
         }
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))
+    })
 }
 
 #[cfg(test)]

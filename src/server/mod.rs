@@ -9,6 +9,7 @@
 
 mod admin;
 mod auth;
+mod chat_request;
 mod conn_io;
 mod edge;
 mod error;

@@ -14,50 +14,17 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::error::{parse_json, ApiError};
+use super::chat_request;
+use super::error::{body_bytes, ApiError};
 use super::AppState;
-use crate::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
+use crate::inbound::{user_session_key, ChatKind, DropReason, InboundMessage, MessageKind, Sender};
+use crate::pipeline::now_ms;
+use crate::runtime::{Runtime, StoredAnswer};
 
 /// Most characters sent in one streamed chunk.
 pub(super) const STREAM_CHUNK_CHARS: usize = 64;
-
-#[derive(Debug, Deserialize)]
-pub(super) struct ChatRequest {
-    #[serde(default)]
-    model: Option<String>,
-    messages: Vec<RequestMessage>,
-    #[serde(default)]
-    stream: bool,
-    #[serde(default)]
-    user: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RequestMessage {
-    role: String,
-    #[serde(default)]
-    content: Value,
-}
-
-/// The text of a message's `content`: a string, or an array of parts of which the `text`
-/// parts count.
-fn content_text(content: &Value) -> Option<String> {
-    match content {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(parts) => {
-            let texts: Vec<&str> = parts
-                .iter()
-                .filter(|p| p.get("type").and_then(Value::as_str) == Some("text"))
-                .filter_map(|p| p.get("text").and_then(Value::as_str))
-                .collect();
-            (!texts.is_empty()).then(|| texts.join("\n"))
-        }
-        _ => None,
-    }
-}
 
 fn completion_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -76,12 +43,19 @@ pub(super) async fn chat_completions(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let request: ChatRequest = parse_json(body)?;
+    let bytes = body_bytes(body)?;
+    let request = chat_request::parse(&bytes)?;
     let session = headers
         .get("x-session-key")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
-        .or_else(|| request.user.clone())
+        .or_else(|| {
+            request
+                .user
+                .as_deref()
+                .filter(|u| !u.trim().is_empty())
+                .map(user_session_key)
+        })
         .filter(|s| !s.trim().is_empty())
         .ok_or_else(|| {
             ApiError::bad_request(
@@ -89,16 +63,25 @@ pub(super) async fn chat_completions(
                 "name the session with the `user` field or an X-Session-Key header",
             )
         })?;
-    let text = request
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == "user")
-        .and_then(|m| content_text(&m.content))
-        .ok_or_else(|| {
-            ApiError::bad_request("invalid_request", "no user message with text content")
-        })?;
-    let id = completion_id();
+    let id = message_id(&state, &headers, &session, &bytes)?;
+    if let Some(instructions) = &request.instructions {
+        // Bounded like a message: they are stored and sent with every turn.
+        let max = state.runtime.config().limits.max_inbound_chars;
+        if instructions.chars().count() > max {
+            return Err(ApiError::invalid_param(
+                "messages",
+                format!("the system messages are longer than {max} characters"),
+            ));
+        }
+        state
+            .runtime
+            .set_session_instructions(&session, instructions)
+            .await?;
+    }
+    state
+        .runtime
+        .requests()
+        .set_extras(&id, request.extras.clone(), now_ms());
     let model = request.model.clone().unwrap_or_else(|| "turnstile".into());
     let message = InboundMessage {
         channel: "openai".into(),
@@ -112,7 +95,7 @@ pub(super) async fn chat_completions(
             name: String::new(),
             is_bot: false,
         },
-        text,
+        text: request.input.text(),
         mentions: Vec::new(),
         mentioned_bot: true,
         reply_to: None,
@@ -129,11 +112,17 @@ pub(super) async fn chat_completions(
 
     if !request.stream {
         let mut waiter = runtime.reply_to(&id);
-        runtime.submit_to(message, Some(session)).await?;
-        let reply = tokio::time::timeout(timeout, waiter.recv())
-            .await
-            .map_err(|_| crate::Error::Timeout("the model's reply"))?
-            .ok_or(crate::Error::ShuttingDown)?;
+        let (text, tool_calls) = match submit_or_join(&runtime, message, &session).await? {
+            Some(answer) => (answer.text, answer.tool_calls),
+            None => {
+                let reply = tokio::time::timeout(timeout, waiter.recv())
+                    .await
+                    .map_err(|_| crate::Error::Timeout("the model's reply"))?
+                    .ok_or(crate::Error::ShuttingDown)?;
+                (reply.text.clone(), reply.tool_calls.clone())
+            }
+        };
+        let (message, finish_reason) = chat_request::answer_message(&text, &tool_calls);
         return Ok(Json(json!({
             "id": id,
             "object": "chat.completion",
@@ -141,8 +130,8 @@ pub(super) async fn chat_completions(
             "model": model,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": reply.text},
-                "finish_reason": "stop",
+                "message": message,
+                "finish_reason": finish_reason,
             }],
         }))
         .into_response());
@@ -154,15 +143,16 @@ pub(super) async fn chat_completions(
     let stream_id = id.clone();
     tokio::spawn(async move {
         let mut waiter = runtime.reply_to(&stream_id);
-        match runtime.submit_to(message, Some(session)).await {
-            Ok(_) => {
+        let joined = match submit_or_join(&runtime, message, &session).await {
+            Ok(joined) => {
                 let _ = accepted_tx.send(Ok(()));
+                joined
             }
             Err(e) => {
-                let _ = accepted_tx.send(Err(ApiError::from(e)));
+                let _ = accepted_tx.send(Err(e));
                 return;
             }
-        }
+        };
         let chunk = |delta: Value, finish: Value| {
             let data = json!({
                 "id": stream_id,
@@ -180,9 +170,16 @@ pub(super) async fn chat_completions(
         {
             return;
         }
-        match tokio::time::timeout(timeout, waiter.recv()).await {
-            Ok(Some(reply)) => {
-                let chars: Vec<char> = reply.text.chars().collect();
+        let answer = match joined {
+            Some(answer) => Some((answer.text, answer.tool_calls)),
+            None => match tokio::time::timeout(timeout, waiter.recv()).await {
+                Ok(Some(reply)) => Some((reply.text.clone(), reply.tool_calls.clone())),
+                _ => None,
+            },
+        };
+        match answer {
+            Some((text, tool_calls)) => {
+                let chars: Vec<char> = text.chars().collect();
                 for piece in chars.chunks(STREAM_CHUNK_CHARS) {
                     let text: String = piece.iter().collect();
                     if tx
@@ -193,7 +190,22 @@ pub(super) async fn chat_completions(
                         return;
                     }
                 }
-                let _ = tx.send(chunk(json!({}), json!("stop"))).await;
+                if !tool_calls.is_empty() {
+                    let calls: Vec<Value> = tool_calls
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| {
+                            let mut call = chat_request::tool_call_json(c);
+                            call["index"] = json!(i);
+                            call
+                        })
+                        .collect();
+                    let _ = tx
+                        .send(chunk(json!({"tool_calls": calls}), Value::Null))
+                        .await;
+                }
+                let (_, finish) = chat_request::answer_message("", &tool_calls);
+                let _ = tx.send(chunk(json!({}), json!(finish))).await;
             }
             _ => {
                 let error = json!({"error": {
@@ -222,4 +234,54 @@ pub(super) async fn chat_completions(
         rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
     });
     Ok(Sse::new(events).into_response())
+}
+
+/// The message id of this request: derived from its `Idempotency-Key` when it has one; else,
+/// for a retry of the official clients (`x-stainless-retry-count` > 0) with the body of a
+/// recent request of the session, that request's id; else a fresh one (remembered for its
+/// retries).
+fn message_id(
+    state: &AppState,
+    headers: &HeaderMap,
+    session: &str,
+    body: &[u8],
+) -> Result<String, ApiError> {
+    if let Some(value) = headers.get("idempotency-key") {
+        let key = chat_request::idempotency_key(value.as_bytes())?;
+        return Ok(chat_request::idempotent_message_id(session, &key));
+    }
+    let requests = state.runtime.requests();
+    let now = now_ms();
+    let fingerprint = chat_request::fingerprint(session, body);
+    let retry = headers
+        .get("x-stainless-retry-count")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .is_some_and(|n| n > 0);
+    if retry {
+        if let Some(id) = requests.earlier_attempt(&fingerprint, now) {
+            return Ok(id);
+        }
+    }
+    let id = completion_id();
+    requests.remember_attempt(&fingerprint, &id, now);
+    Ok(id)
+}
+
+/// Submits `message`; a retry of an accepted one (a duplicate) joins it instead: `Some` with
+/// its stored answer when it was answered, `None` when its reply is still to come (wait on a
+/// waiter registered before this call).
+async fn submit_or_join(
+    runtime: &Runtime,
+    message: InboundMessage,
+    session: &str,
+) -> Result<Option<StoredAnswer>, ApiError> {
+    let id = message.message_id.clone();
+    match runtime.submit_to(message, Some(session.to_string())).await {
+        Ok(_) => Ok(None),
+        Err(e) if e.dropped() == Some(DropReason::Duplicate) => {
+            Ok(runtime.stored_answer(session, &id)?)
+        }
+        Err(e) => Err(e.into()),
+    }
 }

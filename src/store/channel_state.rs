@@ -45,4 +45,14 @@ impl Store {
             .map_err(StoreError::sled("writing channel state"))?;
         Ok(inner.commit.ticket())
     }
+
+    /// Removes `channel`'s value under `key` (not yet flushed).
+    pub fn delete_channel_state(&self, channel: &str, key: &str) -> Result<(), StoreError> {
+        let _write = self.write_gate();
+        self.inner()
+            .channel_state
+            .remove(state_key(channel, key))
+            .map_err(StoreError::sled("deleting channel state"))?;
+        Ok(())
+    }
 }

@@ -38,6 +38,7 @@ impl Store {
             // After the write gate is released: this takes it per batch.
             self.delete_channel_messages(session_key)?;
         }
+        self.delete_session_instructions(session_key)?;
         Ok(deleted)
     }
 

@@ -43,6 +43,7 @@ mod export;
 mod generations;
 mod health;
 mod import_openclaw;
+mod instructions;
 mod keys;
 mod ledger;
 mod migrate;

@@ -8,6 +8,9 @@
 //! - `http_api`: the message → transcript → reply path and the session endpoints; many
 //!   sessions at once keep per-session order.
 //! - `openai`: `POST /v1/chat/completions`, streaming and not, session by header or `user`.
+//! - `openai_requests`: its request fields against a recording fake model server (system
+//!   instructions, forwarded parameters, refused fields, client tools, idempotent retries,
+//!   case-distinct users), and the official Python client.
 //! - `bad_input`: every refusal is a clear 4xx and stores nothing.
 //! - `bad_config`: `serve` refuses an out-of-range config value with a clear error.
 //! - `restart`: transcripts are identical across a graceful restart.
@@ -47,6 +50,7 @@ mod import;
 mod kill9;
 mod loadtest;
 mod openai;
+mod openai_requests;
 mod ops_cli;
 mod queue;
 mod rate_limits;

@@ -49,17 +49,28 @@ impl ContextSource for SystemPromptSource {
         session: &SessionView<'_>,
         _budget: &TokenBudget,
     ) -> Result<Vec<ContextBlock>, ContextError> {
-        if self.text.is_empty() {
-            return Ok(Vec::new());
+        let mut blocks = Vec::with_capacity(2);
+        if !self.text.is_empty() {
+            let tokens = *self.tokens.get_or_init(|| session.tokens.count(&self.text));
+            let mut block = ContextBlock::new(
+                BlockKind::SystemPrompt,
+                self.text.clone(),
+                tokens + MESSAGE_OVERHEAD_TOKENS,
+            );
+            // Never trimmed or dropped: without it the agent has no instructions at all.
+            block.immutable = true;
+            blocks.push(block);
         }
-        let tokens = *self.tokens.get_or_init(|| session.tokens.count(&self.text));
-        let mut block = ContextBlock::new(
-            BlockKind::SystemPrompt,
-            self.text.clone(),
-            tokens + MESSAGE_OVERHEAD_TOKENS,
-        );
-        // Never trimmed or dropped: without it the agent has no instructions at all.
-        block.immutable = true;
-        Ok(vec![block])
+        // The client's own instructions (its request's system messages), after the trusted
+        // prompt; kept whole like it, since the client asked for exactly them.
+        if let Some(text) = session.store().session_instructions(session.key)? {
+            if !text.is_empty() {
+                let tokens = session.tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS;
+                let mut block = ContextBlock::new(BlockKind::SystemPrompt, text, tokens);
+                block.immutable = true;
+                blocks.push(block);
+            }
+        }
+        Ok(blocks)
     }
 }

@@ -337,3 +337,25 @@ fn the_default_helper_matches_the_default_config() {
         SessionKeys::new(&SessionConfig::default()).unwrap().key(&m)
     );
 }
+
+#[test]
+fn user_ids_map_to_distinct_keys_that_survive_normalising() {
+    let users = [
+        "alice-oa", "CaseUser", "caseuser", "caseUser", "a b", "a%20b", " a", "ÄBC", "äbc", "x\ty",
+    ];
+    let keys: Vec<String> = users.iter().map(|u| user_session_key(u)).collect();
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(
+            &normalize_session_key(k),
+            k,
+            "{:?} changes when normalised",
+            users[i]
+        );
+        assert!(crate::inbound::check_session_key(k).is_ok(), "{k:?}");
+        for (j, other) in keys.iter().enumerate().skip(i + 1) {
+            assert_ne!(k, other, "{:?} and {:?} collide", users[i], users[j]);
+        }
+    }
+    assert_eq!(keys[0], "alice-oa", "lower-case ids keep their key");
+    assert_eq!(keys[1], "%43ase%55ser");
+}

@@ -165,6 +165,7 @@ fn request() -> ModelRequest {
         tools: vec![],
         prompt_tokens: 100,
         max_output_tokens: 256,
+        params: Default::default(),
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 
 use super::errors;
 use crate::error::ModelError;
-use crate::model::{ChatMessage, ModelReply, ModelRequest, Role, ToolCall, Usage};
+use crate::model::{ChatMessage, ModelReply, ModelRequest, RequestParams, Role, ToolCall, Usage};
 
 /// Most bytes of text and tool arguments accepted in one answer; more means a runaway stream.
 pub const MAX_REPLY_BYTES: usize = 8 << 20;
@@ -38,14 +38,47 @@ pub(crate) fn request_body(model: &str, request: &ModelRequest, stream: bool) ->
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
-    if request.max_output_tokens > 0 {
-        body.insert("max_tokens".into(), json!(request.max_output_tokens));
+    let max_tokens = match (request.max_output_tokens, request.params.max_tokens) {
+        (0, asked) => asked.unwrap_or(0),
+        (reserve, Some(asked)) => reserve.min(asked),
+        (reserve, None) => reserve,
+    };
+    if max_tokens > 0 {
+        body.insert("max_tokens".into(), json!(max_tokens));
     }
+    insert_params(&mut body, &request.params);
     body.insert("stream".into(), json!(stream));
     if stream {
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
     Value::Object(body)
+}
+
+/// The client's sampling and output parameters, only those it set.
+fn insert_params(body: &mut Map<String, Value>, p: &RequestParams) {
+    let numbers = [
+        ("temperature", p.temperature),
+        ("top_p", p.top_p),
+        ("frequency_penalty", p.frequency_penalty),
+        ("presence_penalty", p.presence_penalty),
+    ];
+    for (name, value) in numbers {
+        if let Some(v) = value {
+            body.insert(name.into(), json!(v));
+        }
+    }
+    if !p.stop.is_empty() {
+        body.insert("stop".into(), json!(p.stop));
+    }
+    if let Some(seed) = p.seed {
+        body.insert("seed".into(), json!(seed));
+    }
+    if let Some(format) = &p.response_format {
+        body.insert("response_format".into(), format.clone());
+    }
+    if let Some(choice) = &p.tool_choice {
+        body.insert("tool_choice".into(), choice.clone());
+    }
 }
 
 fn message(m: &ChatMessage) -> Value {
@@ -412,6 +445,7 @@ mod tests {
             }],
             prompt_tokens: 10,
             max_output_tokens: 64,
+            params: Default::default(),
         };
         let body = request_body("m", &request, true);
         assert_eq!(
@@ -441,6 +475,60 @@ mod tests {
     }
 
     #[test]
+    fn client_params_are_sent_only_when_set() {
+        let mut request = ModelRequest {
+            messages: vec![ChatMessage::text(Role::User, "hi")],
+            tools: vec![],
+            prompt_tokens: 3,
+            max_output_tokens: 512,
+            params: RequestParams {
+                max_tokens: Some(40),
+                temperature: Some(0.5),
+                top_p: Some(0.9),
+                stop: vec!["END".into()],
+                seed: Some(7),
+                frequency_penalty: None,
+                presence_penalty: Some(0.25),
+                response_format: Some(json!({"type": "json_object"})),
+                tool_choice: Some(json!("none")),
+            },
+        };
+        let body = request_body("m", &request, false);
+        assert_eq!(
+            body["max_tokens"],
+            json!(40),
+            "the lower of reserve and asked"
+        );
+        assert_eq!(body["temperature"], json!(0.5));
+        assert_eq!(body["top_p"], json!(0.9));
+        assert_eq!(body["stop"], json!(["END"]));
+        assert_eq!(body["seed"], json!(7));
+        assert_eq!(body["presence_penalty"], json!(0.25));
+        assert!(body.get("frequency_penalty").is_none());
+        assert_eq!(body["response_format"], json!({"type": "json_object"}));
+        assert_eq!(body["tool_choice"], json!("none"));
+        request.params.max_tokens = Some(4_096);
+        let body = request_body("m", &request, false);
+        assert_eq!(
+            body["max_tokens"],
+            json!(512),
+            "never above the output reserve"
+        );
+        request.params = RequestParams::default();
+        let body = request_body("m", &request, false);
+        for name in [
+            "temperature",
+            "top_p",
+            "stop",
+            "seed",
+            "response_format",
+            "tool_choice",
+        ] {
+            assert!(body.get(name).is_none(), "{name} sent unasked");
+        }
+    }
+
+    #[test]
     fn images_are_image_url_parts_after_the_text() {
         let mut user = ChatMessage::text(Role::User, "what is this?\n[image: p.png, image/png]");
         user.image_urls = vec!["https://x.test/p.png".into(), "http://y.test/q".into()];
@@ -449,6 +537,7 @@ mod tests {
             tools: vec![],
             prompt_tokens: 10,
             max_output_tokens: 0,
+            params: Default::default(),
         };
         let body = request_body("m", &request, false);
         assert_eq!(
