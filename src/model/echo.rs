@@ -52,6 +52,8 @@ fn echo(request: &ModelRequest) -> ModelReply {
             prompt_tokens: request.prompt_tokens,
             completion_tokens,
         }),
+        finish_reason: Some("stop".into()),
+        model: Some("echo".into()),
     }
 }
 

@@ -8,8 +8,21 @@ use super::compaction::Compaction;
 use super::turn::now_ms;
 use crate::context::ContextEngine;
 use crate::error::Error;
-use crate::replies::{Reply, ReplyHub, ReplyRoute};
+use crate::replies::{Reply, ReplyErrorKind, ReplyHub, ReplyRoute, ReplyUsage};
 use crate::store::{Committed, InboxItem, Store, TranscriptEntry, TurnCommit, TurnCommitter};
+
+/// What the reply says about how it was made, beside its text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplyMeta {
+    /// Token counts of the answer.
+    pub usage: Option<ReplyUsage>,
+    /// Why the model stopped.
+    pub finish_reason: Option<String>,
+    /// The model that answered.
+    pub model: Option<String>,
+    /// Set for an error notice: what failed.
+    pub error: Option<ReplyErrorKind>,
+}
 
 /// What delivering a turn needs; owned by the turn engine.
 pub struct Delivery {
@@ -48,7 +61,7 @@ impl Delivery {
         batch: &[InboxItem],
         mut entries: Vec<TranscriptEntry>,
         answer: TranscriptEntry,
-        error: bool,
+        meta: ReplyMeta,
         window_full: bool,
     ) -> Result<(), Error> {
         let text = answer.text.clone();
@@ -83,8 +96,12 @@ impl Delivery {
                 .map(|i| i.record.message.message_id.clone())
                 .collect(),
             seq: seqs.last().copied().unwrap_or_default(),
-            error,
+            error: meta.error.is_some(),
             route: ReplyRoute::of(batch),
+            usage: meta.usage,
+            finish_reason: meta.finish_reason,
+            model: meta.model,
+            error_kind: meta.error,
         });
         Ok(())
     }

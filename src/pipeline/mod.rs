@@ -28,6 +28,7 @@ pub mod admission;
 mod batch;
 mod compaction;
 pub mod delivery;
+pub mod failure;
 mod running;
 pub mod turn;
 
@@ -42,7 +43,7 @@ use turnstile_actors::{
 pub use admission::{queue_policy, Accepted, Admitter};
 pub use batch::{queue_info, DROPPED_LINE_CHARS};
 pub use compaction::{Compaction, COMPACTION_WAIT, MAX_OVERFLOW_COMPACTIONS};
-pub use delivery::Delivery;
+pub use delivery::{Delivery, ReplyMeta};
 pub(crate) use running::RunningTurns;
 pub(crate) use turn::now_ms;
 pub use turn::TurnEngine;

@@ -1,12 +1,14 @@
 //! The reply hub: every reply goes to the broadcast stream (`/v1/events`, library
 //! subscribers) and to whoever waits for the answer to one particular message (the
-//! OpenAI-compatible endpoint).
+//! OpenAI-compatible endpoint). While a turn streams, its text deltas go the same ways (see
+//! [`ReplyHub::delta_fanout`]): bounded everywhere, a slow consumer loses deltas, never the
+//! final reply, and a turn nobody watches does not stream at all.
 
 use std::sync::Arc;
 
 use dashmap::DashMap;
 use serde::Serialize;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::router::ChannelRouter;
 use crate::inbound::ChatKind;
@@ -29,7 +31,77 @@ pub struct Reply {
     /// Where the reply goes back to on its platform.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route: Option<ReplyRoute>,
+    /// Token counts of the answer (the model's report, else ours); none for an error notice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ReplyUsage>,
+    /// Why the model stopped (`stop`, `length`, `tool_calls`), as it said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    /// The model that answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// What failed, when `error` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<ReplyErrorKind>,
 }
+
+/// Token counts of one answer, in the OpenAI `usage` shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ReplyUsage {
+    /// Tokens of the prompt.
+    pub prompt_tokens: u32,
+    /// Tokens of the answer.
+    pub completion_tokens: u32,
+    /// Their sum.
+    pub total_tokens: u32,
+}
+
+impl ReplyUsage {
+    /// The usage of a prompt and an answer of these sizes.
+    pub fn new(prompt_tokens: u32, completion_tokens: u32) -> Self {
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens.saturating_add(completion_tokens),
+        }
+    }
+}
+
+/// Why a turn ended without an answer: the HTTP status a waiting client gets depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplyErrorKind {
+    /// The model failed (transport, an error answer, an unreadable answer): 502.
+    Model,
+    /// The model did not answer in time: 504.
+    Timeout,
+    /// Something of ours failed (storage, a panic): 500.
+    Internal,
+}
+
+/// A piece of a reply's text while the turn's model call streams it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Delta {
+    /// The session it belongs to.
+    pub session_key: String,
+    /// The message ids the turn answers.
+    pub in_reply_to: Vec<String>,
+    /// 1, 2, 3… within the turn: a gap means this consumer lost deltas.
+    pub seq: u64,
+    /// The new text.
+    pub text: String,
+    /// Model call of the turn this text belongs to (a tool round starts a new one, whose text
+    /// does not continue the previous one's).
+    #[serde(skip)]
+    pub round: u32,
+}
+
+/// Most deltas `/v1/events` subscribers may lag behind before they miss some.
+pub const DELTA_STREAM_BUFFER: usize = 256;
+
+/// Most deltas queued for one waiting request (a streaming OpenAI client) before it misses
+/// some; it still gets the whole text with the final reply.
+pub const DELTA_WAITER_BUFFER: usize = 64;
 
 /// Where a reply goes back to: the chat of the newest message it answers. Channels that push
 /// replies to a platform (Telegram, callbacks) read it; the channel router picks the channel by
@@ -70,6 +142,10 @@ impl ReplyRoute {
 pub struct ReplyHub {
     stream: broadcast::Sender<Arc<Reply>>,
     waiters: DashMap<String, oneshot::Sender<Arc<Reply>>>,
+    /// Deltas for every subscriber (`/v1/events`).
+    delta_stream: broadcast::Sender<Arc<Delta>>,
+    /// Deltas for the request waiting on one message id.
+    delta_waiters: DashMap<String, mpsc::Sender<Arc<Delta>>>,
     router: ChannelRouter,
 }
 
@@ -79,6 +155,17 @@ pub struct ReplyWaiter<'a> {
     hub: &'a ReplyHub,
     message_id: String,
     rx: oneshot::Receiver<Arc<Reply>>,
+    /// The deltas, for a waiter that asked for them.
+    deltas: Option<mpsc::Receiver<Arc<Delta>>>,
+}
+
+/// What a streaming waiter hears next.
+#[derive(Debug)]
+pub enum Heard {
+    /// A piece of the text, while the turn runs.
+    Delta(Arc<Delta>),
+    /// The final reply.
+    Reply(Arc<Reply>),
 }
 
 impl ReplyWaiter<'_> {
@@ -86,11 +173,69 @@ impl ReplyWaiter<'_> {
     pub async fn recv(&mut self) -> Option<Arc<Reply>> {
         (&mut self.rx).await.ok()
     }
+
+    /// Waits for the next delta or the final reply (deltas queued before the reply come
+    /// first). `None`: the hub closed.
+    pub async fn next(&mut self) -> Option<Heard> {
+        let Some(deltas) = &mut self.deltas else {
+            return (&mut self.rx).await.ok().map(Heard::Reply);
+        };
+        tokio::select! {
+            biased;
+            Some(delta) = deltas.recv() => Some(Heard::Delta(delta)),
+            // Deltas are queued before their reply is published: biased, they come first.
+            reply = &mut self.rx => reply.ok().map(Heard::Reply),
+        }
+    }
 }
 
 impl Drop for ReplyWaiter<'_> {
     fn drop(&mut self) {
         self.hub.waiters.remove(&self.message_id);
+        if self.deltas.is_some() {
+            self.hub.delta_waiters.remove(&self.message_id);
+        }
+    }
+}
+
+/// The deltas of one model call sequence (one turn) on their way to whoever watches; made by
+/// [`ReplyHub::delta_fanout`] only when someone does.
+pub struct DeltaFanout<'a> {
+    hub: &'a ReplyHub,
+    session_key: String,
+    in_reply_to: Vec<String>,
+    route: Option<ReplyRoute>,
+    seq: u64,
+    round: u32,
+}
+
+impl DeltaFanout<'_> {
+    /// Sends `text` on; never waits (full queues drop it).
+    pub fn send(&mut self, text: String) {
+        if text.is_empty() {
+            return;
+        }
+        self.seq += 1;
+        let delta = Arc::new(Delta {
+            session_key: self.session_key.clone(),
+            in_reply_to: self.in_reply_to.clone(),
+            seq: self.seq,
+            text,
+            round: self.round,
+        });
+        for id in &self.in_reply_to {
+            if let Some(tx) = self.hub.delta_waiters.get(id) {
+                // Full: this waiter loses the delta and sees the gap in `seq`.
+                let _ = tx.try_send(Arc::clone(&delta));
+            }
+        }
+        self.hub.router.route_delta(self.route.as_ref(), &delta);
+        let _ = self.hub.delta_stream.send(delta);
+    }
+
+    /// The next model call starts (after a tool round): its text starts afresh.
+    pub fn next_round(&mut self) {
+        self.round += 1;
     }
 }
 
@@ -98,11 +243,53 @@ impl ReplyHub {
     /// A hub whose subscribers each buffer up to `buffer` replies.
     pub fn new(buffer: usize) -> Self {
         let (stream, _) = broadcast::channel(buffer.max(1));
+        let (delta_stream, _) = broadcast::channel(DELTA_STREAM_BUFFER);
         Self {
             stream,
             waiters: DashMap::new(),
+            delta_stream,
+            delta_waiters: DashMap::new(),
             router: ChannelRouter::default(),
         }
+    }
+
+    /// Subscribes to every delta from now on (a subscriber more than
+    /// [`DELTA_STREAM_BUFFER`] behind misses some; replies are unaffected).
+    pub fn subscribe_deltas(&self) -> broadcast::Receiver<Arc<Delta>> {
+        self.delta_stream.subscribe()
+    }
+
+    /// Like [`ReplyHub::wait_for`], also hearing the reply's deltas while it streams.
+    pub fn wait_streaming(&self, message_id: &str) -> ReplyWaiter<'_> {
+        let mut waiter = self.wait_for(message_id);
+        let (tx, rx) = mpsc::channel(DELTA_WAITER_BUFFER);
+        self.delta_waiters.insert(message_id.to_string(), tx);
+        waiter.deltas = Some(rx);
+        waiter
+    }
+
+    /// A fan-out for the deltas of a turn answering `in_reply_to`, or `None` when nobody
+    /// watches them (no `/v1/events` subscriber, no streaming waiter of these messages, no
+    /// channel taking deltas for `route`): then the turn calls the model without streaming.
+    pub fn delta_fanout(
+        &self,
+        session_key: &str,
+        in_reply_to: Vec<String>,
+        route: Option<ReplyRoute>,
+    ) -> Option<DeltaFanout<'_>> {
+        let watched = self.delta_stream.receiver_count() > 0
+            || in_reply_to
+                .iter()
+                .any(|id| self.delta_waiters.contains_key(id))
+            || self.router.wants_deltas(route.as_ref());
+        watched.then(|| DeltaFanout {
+            hub: self,
+            session_key: session_key.to_string(),
+            in_reply_to,
+            route,
+            seq: 0,
+            round: 0,
+        })
     }
 
     /// Subscribes to every reply from now on. A subscriber more than the buffer behind misses
@@ -119,12 +306,14 @@ impl ReplyHub {
             hub: self,
             message_id: message_id.to_string(),
             rx,
+            deltas: None,
         }
     }
 
     /// Stops every pending waiter (they see `None`); used at shutdown.
     pub fn close(&self) {
         self.waiters.clear();
+        self.delta_waiters.clear();
         self.router.clear();
     }
 
@@ -140,6 +329,7 @@ impl ReplyHub {
             if let Some((_, tx)) = self.waiters.remove(id) {
                 let _ = tx.send(Arc::clone(&reply));
             }
+            self.delta_waiters.remove(id);
         }
         self.router.route(&reply);
         let _ = self.stream.send(reply);

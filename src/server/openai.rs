@@ -1,6 +1,10 @@
 //! `POST /v1/chat/completions`, OpenAI-compatible. The runtime owns the history: only the
 //! newest user message of the request is taken; the session comes from `X-Session-Key` or the
-//! `user` field.
+//! `user` field. The reply side lives in `openai/response.rs` (whole answers, errors,
+//! `/v1/models`) and `openai/stream.rs` (streamed answers).
+
+mod response;
+mod stream;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,19 +14,19 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, Sse};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::stream;
+use futures_util::stream as futures_stream;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::error::{parse_json, ApiError};
 use super::AppState;
 use crate::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
 
-/// Most characters sent in one streamed chunk.
-pub(super) const STREAM_CHUNK_CHARS: usize = 64;
+pub(super) use response::models;
+pub(crate) use stream::{STREAM_EVENT_BUFFER, STREAM_KEEPALIVE};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ChatRequest {
@@ -32,7 +36,15 @@ pub(super) struct ChatRequest {
     #[serde(default)]
     stream: bool,
     #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
     user: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -134,26 +146,27 @@ pub(super) async fn chat_completions(
             .await
             .map_err(|_| crate::Error::Timeout("the model's reply"))?
             .ok_or(crate::Error::ShuttingDown)?;
-        return Ok(Json(json!({
-            "id": id,
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": reply.text},
-                "finish_reason": "stop",
-            }],
-        }))
-        .into_response());
+        if reply.error {
+            return Err(response::failure(&reply));
+        }
+        return Ok(Json(response::completion(&id, created, &reply, &model)).into_response());
     }
 
-    // Streaming: acknowledge first (errors still get a proper status), then stream the reply.
-    let (tx, rx) = tokio::sync::mpsc::channel::<Event>(16);
+    // Streaming: acknowledge first (errors still get a proper status), then stream the reply
+    // as the model produces it.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Event>(STREAM_EVENT_BUFFER);
     let (accepted_tx, accepted_rx) = tokio::sync::oneshot::channel();
-    let stream_id = id.clone();
+    let head = stream::StreamHead {
+        id: id.clone(),
+        created,
+        model,
+        include_usage: request
+            .stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage),
+    };
     tokio::spawn(async move {
-        let mut waiter = runtime.reply_to(&stream_id);
+        let waiter = runtime.reply_stream_to(&head.id);
         match runtime.submit_to(message, Some(session)).await {
             Ok(_) => {
                 let _ = accepted_tx.send(Ok(()));
@@ -163,49 +176,7 @@ pub(super) async fn chat_completions(
                 return;
             }
         }
-        let chunk = |delta: Value, finish: Value| {
-            let data = json!({
-                "id": stream_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            });
-            Event::default().data(data.to_string())
-        };
-        if tx
-            .send(chunk(json!({"role": "assistant"}), Value::Null))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        match tokio::time::timeout(timeout, waiter.recv()).await {
-            Ok(Some(reply)) => {
-                let chars: Vec<char> = reply.text.chars().collect();
-                for piece in chars.chunks(STREAM_CHUNK_CHARS) {
-                    let text: String = piece.iter().collect();
-                    if tx
-                        .send(chunk(json!({"content": text}), Value::Null))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                let _ = tx.send(chunk(json!({}), json!("stop"))).await;
-            }
-            _ => {
-                let error = json!({"error": {
-                    "code": "timeout",
-                    "message": "no reply in time",
-                    "type": "server_error",
-                    "param": null,
-                }});
-                let _ = tx.send(Event::default().data(error.to_string())).await;
-            }
-        }
-        let _ = tx.send(Event::default().data("[DONE]")).await;
+        stream::forward(head, waiter, timeout, tx).await;
     });
     match accepted_rx.await {
         Ok(Ok(())) => {}
@@ -218,8 +189,10 @@ pub(super) async fn chat_completions(
             ))
         }
     }
-    let events = stream::unfold(rx, |mut rx| async move {
+    let events = futures_stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
     });
-    Ok(Sse::new(events).into_response())
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(STREAM_KEEPALIVE))
+        .into_response())
 }

@@ -1,0 +1,212 @@
+//! The streaming reply of `/v1/chat/completions`: a `chat.completion.chunk` per text delta as
+//! the model produces it, the rest of the text and the finish reason with the final reply, the
+//! usage chunk when asked for, then `[DONE]`. A failed turn ends the stream with an error
+//! payload (the status line went out with the first byte).
+
+use std::time::Duration;
+
+use axum::response::sse::Event;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::response::{failure_payload, failure_status, finish_reason_of, model_of, usage_json};
+use crate::replies::{Delta, Heard, Reply, ReplyWaiter};
+
+/// Comment lines sent this often while a stream is silent (before the first token, during
+/// tool rounds), so proxies and clients keep the connection.
+pub(crate) const STREAM_KEEPALIVE: Duration = Duration::from_secs(5);
+
+/// Events buffered between the stream's task and the HTTP body; a client slower than this
+/// makes the task wait, and the deltas it misses meanwhile come with the final reply.
+pub(crate) const STREAM_EVENT_BUFFER: usize = 16;
+
+/// What every chunk of one stream repeats.
+pub(super) struct StreamHead {
+    /// The completion id.
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The model named until the reply says which answered.
+    pub model: String,
+    /// `stream_options.include_usage`: a last chunk with `usage` and no choices.
+    pub include_usage: bool,
+}
+
+impl StreamHead {
+    fn chunk(&self, model: &str, delta: Value, finish: Value) -> Event {
+        let data = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        });
+        Event::default().data(data.to_string())
+    }
+}
+
+/// What of the current model call's text the client has: the deltas since the call started,
+/// as long as none was missed. The final reply's text continues it (or, after a miss or a
+/// tool round, is sent whole or not at all; see [`Sent::rest_of`]).
+#[derive(Debug, Default)]
+struct Sent {
+    text: String,
+    round: u32,
+    last_seq: u64,
+    /// A delta of this call was missed: stop sending them, the final text fills in.
+    gap: bool,
+}
+
+impl Sent {
+    /// The delta's text if it continues what was sent.
+    fn take(&mut self, delta: &Delta) -> Option<String> {
+        let continues = delta.seq == self.last_seq + 1;
+        if delta.round != self.round || delta.seq <= self.last_seq {
+            // A new model call (a tool round, or the turn started over): its text starts
+            // afresh; missing its first delta is a gap too.
+            self.text.clear();
+            self.round = delta.round;
+            self.gap = !continues && delta.seq != 1;
+        } else if !continues {
+            self.gap = true;
+        }
+        self.last_seq = delta.seq;
+        if self.gap {
+            return None;
+        }
+        self.text.push_str(&delta.text);
+        Some(delta.text.clone())
+    }
+
+    /// What of `final_text` the client lacks: the part after what was sent of this call, or
+    /// nothing when the final text does not continue it.
+    fn rest_of<'a>(&self, final_text: &'a str) -> &'a str {
+        final_text.strip_prefix(self.text.as_str()).unwrap_or("")
+    }
+}
+
+/// Feeds `tx` until the reply (or the deadline): the stream task of one request.
+pub(super) async fn forward(
+    head: StreamHead,
+    mut waiter: ReplyWaiter<'_>,
+    timeout: Duration,
+    tx: mpsc::Sender<Event>,
+) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    if tx
+        .send(head.chunk(&head.model, json!({"role": "assistant"}), Value::Null))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let mut sent = Sent::default();
+    let reply = loop {
+        match tokio::time::timeout_at(deadline, waiter.next()).await {
+            Ok(Some(Heard::Delta(delta))) => {
+                if let Some(text) = sent.take(&delta) {
+                    let chunk = head.chunk(&head.model, json!({"content": text}), Value::Null);
+                    if tx.send(chunk).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Ok(Some(Heard::Reply(reply))) => break Some(reply),
+            Ok(None) => break None,
+            Err(_) => {
+                let payload = failure_payload("timeout", "no reply in time");
+                let _ = tx.send(Event::default().data(payload.to_string())).await;
+                let _ = tx.send(Event::default().data("[DONE]")).await;
+                return;
+            }
+        }
+    };
+    drop(waiter);
+    for event in closing_events(&head, &sent, reply.as_deref()) {
+        if tx.send(event).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The events after the last delta: the rest of the text, the finish chunk, the usage chunk,
+/// `[DONE]`; or the error payload and `[DONE]`.
+fn closing_events(head: &StreamHead, sent: &Sent, reply: Option<&Reply>) -> Vec<Event> {
+    let done = Event::default().data("[DONE]");
+    let Some(reply) = reply else {
+        let payload = failure_payload("shutting_down", "the server is shutting down");
+        return vec![Event::default().data(payload.to_string()), done];
+    };
+    if reply.error {
+        let (_, code) = failure_status(reply.error_kind);
+        let payload = failure_payload(code, &reply.text);
+        return vec![Event::default().data(payload.to_string()), done];
+    }
+    let model = model_of(reply, &head.model);
+    let mut events = Vec::with_capacity(4);
+    let rest = sent.rest_of(&reply.text);
+    if !rest.is_empty() {
+        events.push(head.chunk(model, json!({"content": rest}), Value::Null));
+    }
+    events.push(head.chunk(model, json!({}), json!(finish_reason_of(reply))));
+    if head.include_usage {
+        let data = json!({
+            "id": head.id,
+            "object": "chat.completion.chunk",
+            "created": head.created,
+            "model": model,
+            "choices": [],
+            "usage": usage_json(reply.usage),
+        });
+        events.push(Event::default().data(data.to_string()));
+    }
+    events.push(done);
+    events
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(seq: u64, round: u32, text: &str) -> Delta {
+        Delta {
+            session_key: "k".into(),
+            in_reply_to: vec!["m".into()],
+            seq,
+            text: text.into(),
+            round,
+        }
+    }
+
+    #[test]
+    fn contiguous_deltas_are_sent_and_the_reply_fills_the_rest() {
+        let mut sent = Sent::default();
+        assert_eq!(sent.take(&delta(1, 0, "Hel")).as_deref(), Some("Hel"));
+        assert_eq!(sent.take(&delta(2, 0, "lo")).as_deref(), Some("lo"));
+        assert_eq!(sent.rest_of("Hello world"), " world");
+        assert_eq!(sent.rest_of("Hello"), "");
+    }
+
+    #[test]
+    fn a_missed_delta_stops_deltas_and_the_reply_fills_in() {
+        let mut sent = Sent::default();
+        assert!(sent.take(&delta(1, 0, "a")).is_some());
+        assert!(sent.take(&delta(3, 0, "c")).is_none());
+        assert!(sent.take(&delta(4, 0, "d")).is_none());
+        assert_eq!(sent.rest_of("abcd"), "bcd");
+    }
+
+    #[test]
+    fn a_new_round_starts_afresh() {
+        let mut sent = Sent::default();
+        assert!(sent.take(&delta(1, 0, "let me look")).is_some());
+        assert_eq!(sent.take(&delta(2, 1, "It is ")).as_deref(), Some("It is "));
+        assert_eq!(sent.rest_of("It is 4."), "4.");
+        // The turn started over (seq back to 1): afresh again.
+        assert_eq!(sent.take(&delta(1, 0, "x")).as_deref(), Some("x"));
+        assert_eq!(sent.rest_of("xy"), "y");
+        // A round whose first delta was missed sends nothing until the reply, then all of it.
+        assert!(sent.take(&delta(4, 1, "z")).is_none());
+        assert_eq!(sent.rest_of("yz"), "yz");
+    }
+}
