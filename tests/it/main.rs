@@ -25,6 +25,9 @@
 //! - `http_edge`: the bounded edge over raw sockets (slow and idle clients closed, the
 //!   connection cap with probes still answering, early `413` for `Expect: 100-continue`,
 //!   every error in the JSON shape).
+//! - `streaming`: real token streaming against `fake_model::FakeStreamingModel` (first chunk
+//!   before the model finished, `/v1/events` deltas, usage, finish reasons, 502 without URLs,
+//!   `/v1/models`); `openai_client`: the same surface through the official Python client.
 //! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
 //!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
 
@@ -36,6 +39,7 @@ mod bad_input;
 mod callback;
 mod compaction;
 mod delete;
+mod fake_model;
 mod group_memory;
 mod http_api;
 mod http_edge;
@@ -43,10 +47,12 @@ mod import;
 mod kill9;
 mod loadtest;
 mod openai;
+mod openai_client;
 mod ops_cli;
 mod queue;
 mod restart;
 mod shutdown;
+mod streaming;
 mod support;
 mod telegram;
 mod ui;
