@@ -66,7 +66,10 @@ mod tests {
             "a <url> b <url>"
         );
         assert_eq!(strip_urls("no links: http:/ here"), "no links: http:/ here");
-        assert_eq!(strip_urls("ünïcode https://ä.example/ö é"), "ünïcode <url> é");
+        assert_eq!(
+            strip_urls("ünïcode https://ä.example/ö é"),
+            "ünïcode <url> é"
+        );
     }
 
     #[test]
@@ -84,9 +87,6 @@ mod tests {
             failure_kind(&model(ModelError::Server("boom".into()))),
             ReplyErrorKind::Model
         );
-        assert_eq!(
-            failure_kind(&Error::ShuttingDown),
-            ReplyErrorKind::Internal
-        );
+        assert_eq!(failure_kind(&Error::ShuttingDown), ReplyErrorKind::Internal);
     }
 }

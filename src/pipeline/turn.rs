@@ -269,9 +269,7 @@ impl TurnEngine {
         let meta = ReplyMeta {
             usage: Some(answer.usage),
             finish_reason: answer.finish_reason,
-            model: answer
-                .model
-                .or_else(|| Some(self.model.name().to_string())),
+            model: answer.model.or_else(|| Some(self.model.name().to_string())),
             error: None,
         };
         let mut entries = users;

@@ -29,7 +29,11 @@ pub(super) async fn stream(
     let delta_filter = filter.clone();
     let deltas = BroadcastStream::new(state.runtime.subscribe_deltas()).filter_map(move |d| {
         let event = match d {
-            Ok(delta) if delta_filter.as_ref().is_none_or(|k| *k == delta.session_key) => {
+            Ok(delta)
+                if delta_filter
+                    .as_ref()
+                    .is_none_or(|k| *k == delta.session_key) =>
+            {
                 serde_json::to_string(&*delta)
                     .ok()
                     .map(|data| Event::default().event("delta").data(data))
@@ -39,25 +43,24 @@ pub(super) async fn stream(
         };
         std::future::ready(event.map(Ok))
     });
-    let replies = BroadcastStream::new(state.runtime.subscribe())
-        .filter_map(move |r| {
-            let event = match r {
-                Ok(reply) if filter.as_ref().is_none_or(|k| *k == reply.session_key) => {
-                    serde_json::to_string(&*reply)
-                        .ok()
-                        .map(|data| Event::default().event("reply").data(data))
-                }
-                Ok(_) => None,
-                Err(BroadcastStreamRecvError::Lagged(n)) => {
-                    Some(Event::default().event("lagged").data(n.to_string()))
-                }
-            };
-            std::future::ready(event.map(Ok))
-        });
+    let replies = BroadcastStream::new(state.runtime.subscribe()).filter_map(move |r| {
+        let event = match r {
+            Ok(reply) if filter.as_ref().is_none_or(|k| *k == reply.session_key) => {
+                serde_json::to_string(&*reply)
+                    .ok()
+                    .map(|data| Event::default().event("reply").data(data))
+            }
+            Ok(_) => None,
+            Err(BroadcastStreamRecvError::Lagged(n)) => {
+                Some(Event::default().event("lagged").data(n.to_string()))
+            }
+        };
+        std::future::ready(event.map(Ok))
+    });
     // Deltas first: a reply's deltas are sent before it is published, so polling them first
     // keeps them ahead of their reply.
-    let events = select_with_strategy(deltas, replies, |_: &mut ()| PollNext::Left)
-        .take_until(async move {
+    let events =
+        select_with_strategy(deltas, replies, |_: &mut ()| PollNext::Left).take_until(async move {
             let _ = closing.wait_for(|c| *c).await;
         });
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))

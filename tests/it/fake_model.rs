@@ -144,9 +144,9 @@ async fn complete(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
         let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return (status, axum::Json(body)).into_response();
     }
-    let usage = script.usage.map(|(p, c)| {
-        json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c})
-    });
+    let usage = script
+        .usage
+        .map(|(p, c)| json!({"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}));
     if request["stream"] != json!(true) {
         let mut body = json!({
             "id": "fake-1",

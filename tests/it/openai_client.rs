@@ -79,7 +79,10 @@ async fn the_official_python_client_reads_our_replies() {
         String::from_utf8_lossy(&output.stderr)
     );
     let status = status.unwrap_or_else(|| panic!("the script did not finish in time\n{report}"));
-    assert!(status.success(), "the openai client checks failed\n{report}");
+    assert!(
+        status.success(),
+        "the openai client checks failed\n{report}"
+    );
     server.stop().await;
     failing.stop().await;
 }

@@ -194,17 +194,24 @@ async fn usage_finish_reason_and_model_pass_through() {
     let (_, body) = post_chat(&server, &chat("st-usage", "count yourself", false)).await;
     let usage = &body["usage"];
     assert!(usage["prompt_tokens"].as_u64().unwrap_or(0) > 0, "{body}");
-    assert!(usage["completion_tokens"].as_u64().unwrap_or(0) > 0, "{body}");
+    assert!(
+        usage["completion_tokens"].as_u64().unwrap_or(0) > 0,
+        "{body}"
+    );
     assert_eq!(
         usage["total_tokens"].as_u64(),
-        Some(usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap())
+        Some(
+            usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+        )
     );
     server.stop().await;
 }
 
 fn assert_no_url(text: &str) {
     assert!(
-        !text.contains("http://") && !text.contains("127.0.0.1") && !text.contains("internal.example"),
+        !text.contains("http://")
+            && !text.contains("127.0.0.1")
+            && !text.contains("internal.example"),
         "a URL leaked: {text}"
     );
 }
@@ -224,7 +231,10 @@ async fn a_failed_model_answers_502_without_urls() {
     assert!(error["param"].is_null(), "{body}");
     assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
     assert_no_url(&body.to_string());
-    let transcript = server.transcript_json("st-fail").await.expect("the session");
+    let transcript = server
+        .transcript_json("st-fail")
+        .await
+        .expect("the session");
     assert_no_url(&serde_json::to_string(&transcript).unwrap());
     server.stop().await;
 
@@ -252,7 +262,10 @@ async fn a_failed_model_answers_502_without_urls() {
     let error = before.last().expect("an error payload").json();
     assert_eq!(error["error"]["code"], "model_error", "{error}");
     assert_no_url(&error.to_string());
-    let transcript = server.transcript_json("st-fail-2").await.expect("the session");
+    let transcript = server
+        .transcript_json("st-fail-2")
+        .await
+        .expect("the session");
     assert_no_url(&serde_json::to_string(&transcript).unwrap());
     server.stop().await;
 }

@@ -55,9 +55,7 @@ pub(super) fn failure_status(kind: Option<ReplyErrorKind>) -> (StatusCode, &'sta
     match kind {
         Some(ReplyErrorKind::Timeout) => (StatusCode::GATEWAY_TIMEOUT, "model_timeout"),
         Some(ReplyErrorKind::Model) => (StatusCode::BAD_GATEWAY, "model_error"),
-        Some(ReplyErrorKind::Internal) | None => {
-            (StatusCode::INTERNAL_SERVER_ERROR, "turn_failed")
-        }
+        Some(ReplyErrorKind::Internal) | None => (StatusCode::INTERNAL_SERVER_ERROR, "turn_failed"),
     }
 }
 
