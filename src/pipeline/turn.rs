@@ -25,7 +25,7 @@ use crate::metrics;
 use crate::model::{
     Model, ModelReply, ModelRequest, Role, TokenCounter, ToolCall, MESSAGE_OVERHEAD_TOKENS,
 };
-use crate::replies::{DeltaFanout, ReplyErrorKind, ReplyHub, ReplyRoute, ReplyUsage};
+use crate::replies::{DeltaFanout, ReplyErrorKind, ReplyHub, ReplyUsage};
 use crate::store::{EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry};
 use crate::tools::{call_message, repair_tool_messages, result_message, ToolRegistry};
 
@@ -211,13 +211,7 @@ impl TurnEngine {
         let mut compactions = 0u32;
         let mut window_full;
         // Someone watches this turn's text as it streams: call the model streaming.
-        let mut fanout = self.replies.delta_fanout(
-            session_key,
-            all.iter()
-                .map(|i| i.record.message.message_id.clone())
-                .collect(),
-            ReplyRoute::of(&all),
-        );
+        let mut fanout = self.replies.delta_fanout(session_key, &all);
         let answer = loop {
             let assembly = self
                 .assemble(session_key, &current, queue_info(batch))

@@ -268,25 +268,26 @@ impl ReplyHub {
         waiter
     }
 
-    /// A fan-out for the deltas of a turn answering `in_reply_to`, or `None` when nobody
-    /// watches them (no `/v1/events` subscriber, no streaming waiter of these messages, no
-    /// channel taking deltas for `route`): then the turn calls the model without streaming.
-    pub fn delta_fanout(
-        &self,
-        session_key: &str,
-        in_reply_to: Vec<String>,
-        route: Option<ReplyRoute>,
-    ) -> Option<DeltaFanout<'_>> {
+    /// A fan-out for the deltas of a turn answering `batch`, or `None` when nobody watches
+    /// them (no `/v1/events` subscriber, no streaming waiter of these messages, no channel
+    /// taking deltas for the batch's platform): then the turn calls the model without
+    /// streaming, and this check allocates nothing.
+    pub fn delta_fanout(&self, session_key: &str, batch: &[InboxItem]) -> Option<DeltaFanout<'_>> {
         let watched = self.delta_stream.receiver_count() > 0
-            || in_reply_to
+            || batch
                 .iter()
-                .any(|id| self.delta_waiters.contains_key(id))
-            || self.router.wants_deltas(route.as_ref());
+                .any(|i| self.delta_waiters.contains_key(&i.record.message.message_id))
+            || batch
+                .last()
+                .is_some_and(|i| self.router.wants_deltas(&i.record.message.channel));
         watched.then(|| DeltaFanout {
             hub: self,
             session_key: session_key.to_string(),
-            in_reply_to,
-            route,
+            in_reply_to: batch
+                .iter()
+                .map(|i| i.record.message.message_id.clone())
+                .collect(),
+            route: ReplyRoute::of(batch),
             seq: 0,
             round: 0,
         })

@@ -96,11 +96,16 @@ impl ChannelRouter {
         }
     }
 
-    /// Whether the channel serving `route` takes deltas.
-    pub fn wants_deltas(&self, route: Option<&ReplyRoute>) -> bool {
-        route
-            .and_then(|r| self.sink(r))
-            .is_some_and(|s| s.wants_deltas())
+    /// Whether the channel serving replies to messages of `channel` takes deltas.
+    pub fn wants_deltas(&self, channel: &str) -> bool {
+        match self.routes.read() {
+            Ok(routes) => routes
+                .named
+                .get(channel)
+                .or(routes.fallback.as_ref())
+                .is_some_and(|s| s.wants_deltas()),
+            Err(_) => false,
+        }
     }
 
     /// Hands `delta` to the channel serving `route`, if it takes deltas.
