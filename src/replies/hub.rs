@@ -4,6 +4,7 @@
 //! [`ReplyHub::delta_fanout`]): bounded everywhere, a slow consumer loses deltas, never the
 //! final reply, and a turn nobody watches does not stream at all.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -142,8 +143,10 @@ impl ReplyRoute {
 pub struct ReplyHub {
     stream: broadcast::Sender<Arc<Reply>>,
     waiters: DashMap<String, oneshot::Sender<Arc<Reply>>>,
-    /// Deltas for every subscriber (`/v1/events`).
+    /// Deltas for every subscriber (`/v1/events`), of turns that stream.
     delta_stream: broadcast::Sender<Arc<Delta>>,
+    /// Subscribers that want every turn to stream (`/v1/events?deltas=true`).
+    delta_watchers: AtomicUsize,
     /// Deltas for the request waiting on one message id.
     delta_waiters: DashMap<String, mpsc::Sender<Arc<Delta>>>,
     router: ChannelRouter,
@@ -198,6 +201,15 @@ impl Drop for ReplyWaiter<'_> {
     }
 }
 
+/// Held by a subscriber that wants every turn to stream; see [`ReplyHub::watch_deltas`].
+pub struct DeltaWatch(Arc<ReplyHub>);
+
+impl Drop for DeltaWatch {
+    fn drop(&mut self) {
+        self.0.delta_watchers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The deltas of one model call sequence (one turn) on their way to whoever watches; made by
 /// [`ReplyHub::delta_fanout`] only when someone does.
 pub struct DeltaFanout<'a> {
@@ -248,15 +260,26 @@ impl ReplyHub {
             stream,
             waiters: DashMap::new(),
             delta_stream,
+            delta_watchers: AtomicUsize::new(0),
             delta_waiters: DashMap::new(),
             router: ChannelRouter::default(),
         }
     }
 
-    /// Subscribes to every delta from now on (a subscriber more than
-    /// [`DELTA_STREAM_BUFFER`] behind misses some; replies are unaffected).
+    /// Subscribes to the deltas of every turn that streams from now on (a subscriber more
+    /// than [`DELTA_STREAM_BUFFER`] behind misses some; replies are unaffected). A turn
+    /// streams when a streaming request or channel waits for it, or while a [`DeltaWatch`]
+    /// is held.
     pub fn subscribe_deltas(&self) -> broadcast::Receiver<Arc<Delta>> {
         self.delta_stream.subscribe()
+    }
+
+    /// Makes every turn stream while the guard lives (a subscriber asked for all deltas).
+    /// Plain subscribers do not: a dashboard watching replies must not make every turn pay
+    /// for streaming.
+    pub fn watch_deltas(self: &Arc<Self>) -> DeltaWatch {
+        self.delta_watchers.fetch_add(1, Ordering::Relaxed);
+        DeltaWatch(Arc::clone(self))
     }
 
     /// Like [`ReplyHub::wait_for`], also hearing the reply's deltas while it streams.
@@ -269,14 +292,15 @@ impl ReplyHub {
     }
 
     /// A fan-out for the deltas of a turn answering `batch`, or `None` when nobody watches
-    /// them (no `/v1/events` subscriber, no streaming waiter of these messages, no channel
+    /// them (no [`DeltaWatch`], no streaming waiter of these messages, no channel
     /// taking deltas for the batch's platform): then the turn calls the model without
     /// streaming, and this check allocates nothing.
     pub fn delta_fanout(&self, session_key: &str, batch: &[InboxItem]) -> Option<DeltaFanout<'_>> {
-        let watched = self.delta_stream.receiver_count() > 0
-            || batch
-                .iter()
-                .any(|i| self.delta_waiters.contains_key(&i.record.message.message_id))
+        let watched = self.delta_watchers.load(Ordering::Relaxed) > 0
+            || batch.iter().any(|i| {
+                self.delta_waiters
+                    .contains_key(&i.record.message.message_id)
+            })
             || batch
                 .last()
                 .is_some_and(|i| self.router.wants_deltas(&i.record.message.channel));

@@ -6,7 +6,7 @@ mod hub;
 mod router;
 
 pub use hub::{
-    Delta, DeltaFanout, Heard, Reply, ReplyErrorKind, ReplyHub, ReplyRoute, ReplyUsage,
+    Delta, DeltaFanout, DeltaWatch, Heard, Reply, ReplyErrorKind, ReplyHub, ReplyRoute, ReplyUsage,
     ReplyWaiter, DELTA_STREAM_BUFFER, DELTA_WAITER_BUFFER,
 };
 pub use router::{ChannelRouter, ReplySink, Serves};

@@ -244,6 +244,12 @@ impl Runtime {
         self.inner.replies.subscribe_deltas()
     }
 
+    /// Makes every turn stream its text while the guard lives (for a subscriber of
+    /// [`Runtime::subscribe_deltas`] that wants all of them).
+    pub fn watch_deltas(&self) -> crate::replies::DeltaWatch {
+        self.inner.replies.watch_deltas()
+    }
+
     /// One session, if it exists.
     pub fn session(&self, key: &str) -> Result<Option<SessionInfo>, Error> {
         let key = &normalize_session_key(key);

@@ -18,6 +18,10 @@ use crate::inbound::normalize_session_key;
 #[derive(Debug, Deserialize)]
 pub(super) struct EventsQuery {
     session_key: Option<String>,
+    /// `true`: every turn streams its text while this subscriber is connected (otherwise
+    /// only the deltas of turns that stream anyway — for a streaming request — are sent).
+    #[serde(default)]
+    deltas: bool,
 }
 
 pub(super) async fn stream(
@@ -27,6 +31,7 @@ pub(super) async fn stream(
     let filter = q.session_key.as_deref().map(normalize_session_key);
     let mut closing = state.closing.clone();
     let delta_filter = filter.clone();
+    let watch = q.deltas.then(|| state.runtime.watch_deltas());
     let deltas = BroadcastStream::new(state.runtime.subscribe_deltas()).filter_map(move |d| {
         let event = match d {
             Ok(delta)
@@ -61,6 +66,8 @@ pub(super) async fn stream(
     // keeps them ahead of their reply.
     let events =
         select_with_strategy(deltas, replies, |_: &mut ()| PollNext::Left).take_until(async move {
+            // The watch lasts as long as the stream.
+            let _watch = watch;
             let _ = closing.wait_for(|c| *c).await;
         });
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))

@@ -52,6 +52,8 @@ async fn the_first_chunk_arrives_before_the_model_finished() {
     };
     let fake = FakeStreamingModel::start(script.clone()).await;
     let server = server_for(&fake).await;
+    // A plain subscriber does not make turns stream, but hears the deltas of one that does.
+    let mut events = server.events(Some("st-first")).await;
     let request = server
         .client
         .post(server.url("/v1/chat/completions"))
@@ -92,6 +94,17 @@ async fn the_first_chunk_arrives_before_the_model_finished() {
         .map(|e| e.text.as_str())
         .collect();
     assert_eq!(replies, [script.whole().as_str()]);
+
+    let mut heard = String::new();
+    let reply = loop {
+        let event = events.expect_next().await;
+        match event.event.as_deref() {
+            Some("delta") => heard.push_str(event.json()["text"].as_str().unwrap_or_default()),
+            _ => break event,
+        }
+    };
+    assert_eq!(reply.event.as_deref(), Some("reply"), "{reply:?}");
+    assert_eq!(heard, script.whole());
     server.stop().await;
 }
 
@@ -100,7 +113,13 @@ async fn events_send_deltas_then_the_reply() {
     let script = Script::text(&["one ", "two ", "three"]);
     let fake = FakeStreamingModel::start(script.clone()).await;
     let server = server_for(&fake).await;
-    let mut events = server.events(Some("st-events")).await;
+    let mut events = server
+        .sse(
+            server
+                .client
+                .get(server.url("/v1/events?session_key=st-events&deltas=true")),
+        )
+        .await;
     let (status, body) = post_chat(&server, &chat("st-events", "count", false)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
 
@@ -126,7 +145,7 @@ async fn events_send_deltas_then_the_reply() {
     assert_eq!(reply["session_key"], "st-events");
     assert!(reply["seq"].is_u64(), "{reply}");
     assert_eq!(body["choices"][0]["message"]["content"], script.whole());
-    // Someone watched the events: the model was called streaming.
+    // A subscriber asked for every turn's deltas: the model was called streaming.
     assert_eq!(fake.requests()[0]["stream"], true);
     server.stop().await;
 }
@@ -136,10 +155,18 @@ async fn nobody_watching_means_no_streaming_call() {
     let script = Script::text(&["plain"]);
     let fake = FakeStreamingModel::start(script).await;
     let server = server_for(&fake).await;
+    // A plain /v1/events subscriber (a dashboard) does not make turns stream.
+    let mut events = server.events(None).await;
     let (status, body) = post_chat(&server, &chat("st-plain", "hi", false)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["choices"][0]["message"]["content"], "plain");
     assert_eq!(fake.requests()[0]["stream"], false);
+    let reply = events.expect_next().await;
+    assert_eq!(
+        reply.event.as_deref(),
+        Some("reply"),
+        "no deltas first: {reply:?}"
+    );
     server.stop().await;
 }
 
