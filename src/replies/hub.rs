@@ -360,3 +360,102 @@ impl ReplyHub {
         let _ = self.stream.send(reply);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbound::{InboundMessage, MessageKind, Sender};
+    use crate::store::InboxRecord;
+
+    fn item(message_id: &str) -> InboxItem {
+        InboxItem {
+            seq: 1,
+            record: Arc::new(InboxRecord {
+                message: InboundMessage {
+                    channel: "openai".into(),
+                    account_id: "default".into(),
+                    chat_kind: ChatKind::Direct,
+                    chat_id: "c".into(),
+                    thread_id: None,
+                    message_id: message_id.into(),
+                    sender: Sender {
+                        id: "u".into(),
+                        name: String::new(),
+                        is_bot: false,
+                    },
+                    text: "hi".into(),
+                    mentions: vec![],
+                    mentioned_bot: true,
+                    reply_to: None,
+                    timestamp_ms: 1,
+                    attachments: vec![],
+                    kind: MessageKind::Message,
+                },
+                accepted_at_ms: 1,
+                system_events: vec![],
+                group_history: vec![],
+            }),
+        }
+    }
+
+    fn reply(message_id: &str, text: &str) -> Reply {
+        Reply {
+            session_key: "k".into(),
+            text: text.into(),
+            in_reply_to: vec![message_id.into()],
+            seq: 2,
+            error: false,
+            route: None,
+            usage: None,
+            finish_reason: None,
+            model: None,
+            error_kind: None,
+        }
+    }
+
+    #[test]
+    fn nobody_watching_means_no_fanout() {
+        let hub = Arc::new(ReplyHub::new(8));
+        let _plain = hub.subscribe_deltas();
+        assert!(hub.delta_fanout("k", &[item("m1")]).is_none());
+        let _other = hub.wait_streaming("m2");
+        assert!(hub.delta_fanout("k", &[item("m1")]).is_none());
+        assert!(hub.delta_fanout("k", &[item("m2")]).is_some());
+        let watch = hub.watch_deltas();
+        assert!(hub.delta_fanout("k", &[item("m1")]).is_some());
+        drop(watch);
+        assert!(hub.delta_fanout("k", &[item("m1")]).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_slow_waiter_loses_deltas_but_never_the_reply() {
+        let hub = Arc::new(ReplyHub::new(8));
+        let mut plain = hub.subscribe_deltas();
+        let mut waiter = hub.wait_streaming("m1");
+        let mut fanout = hub.delta_fanout("k", &[item("m1")]).expect("a waiter watches");
+        // Nobody reads while the turn sends more than either buffer holds: it never waits.
+        let sent = DELTA_WAITER_BUFFER.max(DELTA_STREAM_BUFFER) + 10;
+        for i in 0..sent {
+            fanout.send(format!("{i} "));
+        }
+        drop(fanout);
+        hub.publish(reply("m1", "the whole text"));
+        let mut deltas = Vec::new();
+        let final_reply = loop {
+            match waiter.next().await.expect("the hub is open") {
+                Heard::Delta(d) => deltas.push(d.seq),
+                Heard::Reply(r) => break r,
+            }
+        };
+        assert_eq!(final_reply.text, "the whole text");
+        assert_eq!(deltas.len(), DELTA_WAITER_BUFFER, "the buffer's worth, in order");
+        assert!(deltas.windows(2).all(|w| w[0] + 1 == w[1]), "{deltas:?}");
+        // The broadcast subscriber lagged: it hears that, then the newest deltas.
+        assert!(matches!(
+            plain.recv().await,
+            Err(broadcast::error::RecvError::Lagged(_))
+        ));
+        drop(waiter);
+        assert!(hub.delta_waiters.is_empty() && hub.waiters.is_empty());
+    }
+}
