@@ -46,33 +46,56 @@ impl StreamHead {
 }
 
 /// What of the current model call's text the client has: the deltas since the call started,
-/// as long as none was missed. The final reply's text continues it (or, after a miss or a
-/// tool round, is sent whole or not at all; see [`Sent::rest_of`]).
+/// as long as none was missed. The final reply's text continues it (see [`Sent::rest_of`]).
+/// When the turn starts over (interrupt mode, a retry: `seq` goes back), the new attempt's
+/// text is matched against what the client already has, and only what extends it is sent.
 #[derive(Debug, Default)]
 struct Sent {
     text: String,
     round: u32,
     last_seq: u64,
-    /// A delta of this call was missed: stop sending them, the final text fills in.
+    /// A delta of this call was missed, or a new attempt said something else: stop sending
+    /// deltas, the final text fills in what it can.
     gap: bool,
+    /// The text of an attempt that started over, while it repeats what was sent.
+    replay: Option<String>,
 }
 
 impl Sent {
-    /// The delta's text if it continues what was sent.
+    /// What of the delta's text to send, if anything.
     fn take(&mut self, delta: &Delta) -> Option<String> {
         let continues = delta.seq == self.last_seq + 1;
-        if delta.round != self.round || delta.seq <= self.last_seq {
-            // A new model call (a tool round, or the turn started over): its text starts
-            // afresh; missing its first delta is a gap too.
+        if delta.seq <= self.last_seq {
+            // The turn started over: the client keeps what it has.
+            self.round = delta.round;
+            self.gap = delta.seq != 1;
+            self.replay = Some(String::new());
+        } else if delta.round != self.round {
+            // A new model call (a tool round): its text starts afresh; missing its first
+            // delta is a gap too.
             self.text.clear();
             self.round = delta.round;
-            self.gap = !continues && delta.seq != 1;
+            self.gap = !continues;
+            self.replay = None;
         } else if !continues {
             self.gap = true;
         }
         self.last_seq = delta.seq;
         if self.gap {
             return None;
+        }
+        if let Some(replay) = &mut self.replay {
+            replay.push_str(&delta.text);
+            if self.text.starts_with(replay.as_str()) {
+                return None;
+            }
+            let Some(new) = replay.strip_prefix(self.text.as_str()).map(str::to_string) else {
+                self.gap = true;
+                return None;
+            };
+            self.text = std::mem::take(replay);
+            self.replay = None;
+            return Some(new);
         }
         self.text.push_str(&delta.text);
         Some(delta.text.clone())
@@ -202,11 +225,25 @@ mod tests {
         assert!(sent.take(&delta(1, 0, "let me look")).is_some());
         assert_eq!(sent.take(&delta(2, 1, "It is ")).as_deref(), Some("It is "));
         assert_eq!(sent.rest_of("It is 4."), "4.");
-        // The turn started over (seq back to 1): afresh again.
-        assert_eq!(sent.take(&delta(1, 0, "x")).as_deref(), Some("x"));
-        assert_eq!(sent.rest_of("xy"), "y");
         // A round whose first delta was missed sends nothing until the reply, then all of it.
-        assert!(sent.take(&delta(4, 1, "z")).is_none());
+        assert!(sent.take(&delta(4, 2, "z")).is_none());
         assert_eq!(sent.rest_of("yz"), "yz");
+    }
+
+    #[test]
+    fn a_turn_that_starts_over_sends_only_what_extends_the_text() {
+        let mut sent = Sent::default();
+        assert!(sent.take(&delta(1, 0, "Hello")).is_some());
+        assert!(sent.take(&delta(2, 0, ", wo")).is_some());
+        // Interrupted; the new attempt repeats, then goes further.
+        assert!(sent.take(&delta(1, 0, "Hel")).is_none());
+        assert!(sent.take(&delta(2, 0, "lo, ")).is_none());
+        assert_eq!(sent.take(&delta(3, 0, "world")).as_deref(), Some("rld"));
+        assert_eq!(sent.take(&delta(4, 0, "!")).as_deref(), Some("!"));
+        assert_eq!(sent.rest_of("Hello, world!"), "");
+        // An attempt that says something else: nothing more is sent, not even at the end.
+        assert!(sent.take(&delta(1, 0, "Bye")).is_none());
+        assert!(sent.take(&delta(2, 0, "!")).is_none());
+        assert_eq!(sent.rest_of("Bye!"), "");
     }
 }
