@@ -432,7 +432,9 @@ mod tests {
         let hub = Arc::new(ReplyHub::new(8));
         let mut plain = hub.subscribe_deltas();
         let mut waiter = hub.wait_streaming("m1");
-        let mut fanout = hub.delta_fanout("k", &[item("m1")]).expect("a waiter watches");
+        let mut fanout = hub
+            .delta_fanout("k", &[item("m1")])
+            .expect("a waiter watches");
         // Nobody reads while the turn sends more than either buffer holds: it never waits.
         let sent = DELTA_WAITER_BUFFER.max(DELTA_STREAM_BUFFER) + 10;
         for i in 0..sent {
@@ -448,7 +450,11 @@ mod tests {
             }
         };
         assert_eq!(final_reply.text, "the whole text");
-        assert_eq!(deltas.len(), DELTA_WAITER_BUFFER, "the buffer's worth, in order");
+        assert_eq!(
+            deltas.len(),
+            DELTA_WAITER_BUFFER,
+            "the buffer's worth, in order"
+        );
         assert!(deltas.windows(2).all(|w| w[0] + 1 == w[1]), "{deltas:?}");
         // The broadcast subscriber lagged: it hears that, then the newest deltas.
         assert!(matches!(

@@ -322,3 +322,59 @@ async fn models_lists_the_configured_models() {
     assert_eq!(ids, [FAKE_MODEL, "backup-model"]);
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_stream_commits_nothing_and_the_client_gets_the_new_answer_once() {
+    let script = Script {
+        gated: true,
+        ..Script::text(&["Hello", ", ", "world"])
+    };
+    let fake = FakeStreamingModel::start(script.clone()).await;
+    let base = fake.base_url.clone();
+    let server = start_server_with(data_dir(), move |c| {
+        use_model(c, &base);
+        c.queue.mode = turnstile::config::QueueModeSetting::Interrupt;
+        c.queue.debounce_ms = 0;
+    })
+    .await;
+    let request = server
+        .client
+        .post(server.url("/v1/chat/completions"))
+        .json(&chat("st-int", "tell me", true));
+    let mut stream = server.sse(request).await;
+    stream.expect_next().await;
+    let first = stream.expect_next().await;
+    assert_eq!(content_of(&first).as_deref(), Some("Hello"));
+
+    // A new message interrupts the held call; the next call streams freely.
+    fake.set_script(Script::text(&["Hello", ", ", "world"]));
+    let (status, body) = post_chat(&server, &chat("st-int", "go on", false)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], script.whole());
+
+    let rest = stream.rest().await;
+    let mut text = String::from("Hello");
+    for event in &rest {
+        text.push_str(&content_of(event).unwrap_or_default());
+    }
+    assert_eq!(
+        text,
+        script.whole(),
+        "the restarted turn's text is not repeated"
+    );
+    assert_eq!(rest.last().map(|e| e.data.as_str()), Some("[DONE]"));
+    assert_eq!(
+        fake.requests().len(),
+        2,
+        "the interrupted call, then the new one"
+    );
+
+    let transcript = server.transcript("st-int").await.expect("the session");
+    let kinds: Vec<&str> = transcript.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["user", "user", "assistant"],
+        "nothing of the cancelled turn"
+    );
+    server.stop().await;
+}
