@@ -287,8 +287,7 @@ impl Model for RecordingModel {
         Box::pin(async {
             Ok(ModelReply {
                 text: Self::ANSWER.to_string(),
-                tool_calls: Vec::new(),
-                usage: None,
+                ..ModelReply::default()
             })
         })
     }

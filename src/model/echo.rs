@@ -3,7 +3,7 @@
 
 use futures_util::future::BoxFuture;
 
-use super::{Model, ModelReply, ModelRequest, Role, Usage};
+use super::{DeltaSink, Model, ModelReply, ModelRequest, Role, Usage};
 use crate::error::ModelError;
 
 /// Longest excerpt of the last message quoted in an echo reply.
@@ -23,6 +23,24 @@ impl Model for EchoModel {
         request: &'a ModelRequest,
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(async move { Ok(echo(request)) })
+    }
+
+    /// Streams the reply a word at a time, so streaming consumers see several deltas.
+    fn complete_streaming<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        sink: DeltaSink,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            let reply = echo(request);
+            for word in reply.text.split_inclusive(' ') {
+                // A closed sink means nobody is watching; the reply is still returned.
+                if sink.send(word.to_string()).await.is_err() {
+                    break;
+                }
+            }
+            Ok(reply)
+        })
     }
 }
 
@@ -52,6 +70,8 @@ fn echo(request: &ModelRequest) -> ModelReply {
             prompt_tokens: request.prompt_tokens,
             completion_tokens,
         }),
+        finish_reason: Some("stop".into()),
+        model: Some("echo".into()),
     }
 }
 
@@ -77,5 +97,14 @@ mod tests {
             reply.text,
             "echo: received 2 messages (17 tokens); last: hello there"
         );
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let streamed = EchoModel.complete_streaming(&request, tx).await.unwrap();
+        let mut pieces = Vec::new();
+        while let Some(piece) = rx.recv().await {
+            pieces.push(piece);
+        }
+        assert!(pieces.len() > 1, "{pieces:?}");
+        assert_eq!(pieces.concat(), streamed.text);
+        assert_eq!(streamed, reply);
     }
 }

@@ -153,6 +153,10 @@ pub struct ModelReply {
     pub tool_calls: Vec<ToolCall>,
     /// Usage, when the server reports it.
     pub usage: Option<Usage>,
+    /// Why the model stopped (`stop`, `length`, `tool_calls`…), as the server said.
+    pub finish_reason: Option<String>,
+    /// The model that answered (the primary or a fallback), when the client knows it.
+    pub model: Option<String>,
 }
 
 /// Receives the text of a streamed answer as it arrives. Bounded by its channel's capacity.

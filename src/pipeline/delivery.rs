@@ -9,8 +9,21 @@ use super::turn::now_ms;
 use crate::context::ContextEngine;
 use crate::error::Error;
 use crate::model::ToolCall;
-use crate::replies::{Reply, ReplyHub, ReplyRoute};
+use crate::replies::{Reply, ReplyErrorKind, ReplyHub, ReplyRoute, ReplyUsage};
 use crate::store::{Committed, InboxItem, Store, TranscriptEntry, TurnCommit, TurnCommitter};
+
+/// What the reply says about how it was made, beside its text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplyMeta {
+    /// Token counts of the answer.
+    pub usage: Option<ReplyUsage>,
+    /// Why the model stopped.
+    pub finish_reason: Option<String>,
+    /// The model that answered.
+    pub model: Option<String>,
+    /// Set for an error notice: what failed.
+    pub error: Option<ReplyErrorKind>,
+}
 
 /// What delivering a turn needs; owned by the turn engine.
 pub struct Delivery {
@@ -49,7 +62,7 @@ impl Delivery {
         batch: &[InboxItem],
         mut entries: Vec<TranscriptEntry>,
         answer: TranscriptEntry,
-        error: bool,
+        meta: ReplyMeta,
         window_full: bool,
     ) -> Result<(), Error> {
         let text = answer.text.clone();
@@ -59,7 +72,7 @@ impl Delivery {
             batch,
             entries,
             text,
-            error,
+            meta,
             window_full,
             Vec::new(),
         )
@@ -76,8 +89,9 @@ impl Delivery {
         entries: Vec<TranscriptEntry>,
         text: String,
         calls: Vec<ToolCall>,
+        meta: ReplyMeta,
     ) -> Result<(), Error> {
-        self.commit_and_publish(session_key, batch, entries, text, false, false, calls)
+        self.commit_and_publish(session_key, batch, entries, text, meta, false, calls)
             .await
     }
 
@@ -88,7 +102,7 @@ impl Delivery {
         batch: &[InboxItem],
         entries: Vec<TranscriptEntry>,
         text: String,
-        error: bool,
+        meta: ReplyMeta,
         window_full: bool,
         tool_calls: Vec<ToolCall>,
     ) -> Result<(), Error> {
@@ -122,9 +136,13 @@ impl Delivery {
                 .map(|i| i.record.message.message_id.clone())
                 .collect(),
             seq: seqs.last().copied().unwrap_or_default(),
-            error,
+            error: meta.error.is_some(),
             route: ReplyRoute::of(batch),
             tool_calls,
+            usage: meta.usage,
+            finish_reason: meta.finish_reason,
+            model: meta.model,
+            error_kind: meta.error,
         });
         Ok(())
     }

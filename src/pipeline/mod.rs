@@ -19,8 +19,11 @@
 //!                                          the channel that serves its platform
 //! ```
 //!
-//! A turn that fails past its retries ends in `Backend::abandon_turn`: an error notice,
-//! delivered the same way. Stages: [`admission`] ([`Admitter::admit`]), [`turn`]
+//! While someone watches a turn's text (`ReplyHub::delta_fanout`: a streaming request, a
+//! `/v1/events?deltas=true` subscriber, a channel taking deltas), the turn calls the model
+//! streaming and its text deltas go through the hub as they arrive; otherwise it calls the
+//! model whole. A turn that fails past its retries ends in `Backend::abandon_turn`: an error
+//! notice (its kind from `failure.rs`, its text without URLs), delivered the same way. Stages: [`admission`] ([`Admitter::admit`]), [`turn`]
 //! ([`TurnEngine::run`]), [`delivery`] ([`Delivery::deliver`]). The actors reach them only
 //! through [`TurnBackend`], the domain's implementation of their [`Backend`] trait.
 
@@ -28,6 +31,7 @@ pub mod admission;
 mod batch;
 mod compaction;
 pub mod delivery;
+pub mod failure;
 pub mod requests;
 mod running;
 pub mod turn;
@@ -43,7 +47,7 @@ use turnstile_actors::{
 pub use admission::{queue_policy, Accepted, Admitter};
 pub use batch::{queue_info, DROPPED_LINE_CHARS};
 pub use compaction::{Compaction, COMPACTION_WAIT, MAX_OVERFLOW_COMPACTIONS};
-pub use delivery::Delivery;
+pub use delivery::{Delivery, ReplyMeta};
 pub use requests::{
     ClientToolResult, RequestExtras, Requests, MAX_RECENT_REQUESTS, RECENT_REQUEST_TTL_MS,
 };

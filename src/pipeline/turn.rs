@@ -5,13 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use dashmap::DashMap;
 use futures_util::future::join_all;
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, Semaphore};
 use turnstile_actors::{CompactionReason, TurnBatch, TurnControl, TurnError, TurnReport};
 
 use super::batch::queue_info;
 use super::compaction::{Compaction, MAX_OVERFLOW_COMPACTIONS};
-use super::delivery::Delivery;
+use super::delivery::{Delivery, ReplyMeta};
+use super::failure::{failure_kind, strip_urls};
 use crate::config::Config;
 use crate::context::processors::CLEARED_TOOL_RESULT;
 use crate::context::{
@@ -24,7 +26,7 @@ use crate::model::{
     Model, ModelReply, ModelRequest, Role, TokenCounter, ToolCall, ToolSpec,
     MESSAGE_OVERHEAD_TOKENS,
 };
-use crate::replies::ReplyHub;
+use crate::replies::{DeltaFanout, ReplyErrorKind, ReplyHub, ReplyUsage};
 use crate::store::{EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry};
 use crate::tools::{call_message, repair_tool_messages, result_message, ToolRegistry};
 
@@ -70,7 +72,20 @@ pub struct TurnEngine {
     delivery: Delivery,
     /// What OpenAI-compatible requests ask of their turns (parameters, client tools).
     requests: Arc<Requests>,
+    /// Where a streaming turn's deltas go.
+    replies: Arc<ReplyHub>,
+    /// What made each session's last turn fail, until the turn succeeds or is abandoned (the
+    /// notice says what failed). At most [`MAX_REMEMBERED_FAILURES`] entries.
+    failures: DashMap<String, ReplyErrorKind>,
 }
+
+/// Most sessions whose failed turn's kind is remembered for its notice; past it, a notice says
+/// `internal`. A failing session holds an entry only between its failure and its retry's end.
+pub const MAX_REMEMBERED_FAILURES: usize = 10_000;
+
+/// Most text deltas of one model call buffered between the model client and the fan-out; the
+/// fan-out never waits, so this only smooths bursts.
+pub const MODEL_DELTA_BUFFER: usize = 32;
 
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -85,8 +100,12 @@ struct Answer {
     entries: Vec<TranscriptEntry>,
     text: String,
     steered: Vec<InboxItem>,
-    /// Completion tokens of the final call (the server's count when it reports usage).
-    completion_tokens: u32,
+    /// Token counts of the final call (the server's when it reports usage, else ours).
+    usage: ReplyUsage,
+    /// Why the model stopped, as it said.
+    finish_reason: Option<String>,
+    /// The model that answered.
+    model: Option<String>,
     /// Calls of client-side tools the turn stopped at (empty: a final answer).
     client_calls: Vec<ToolCall>,
 }
@@ -120,9 +139,11 @@ impl TurnEngine {
             delivery: Delivery::new(
                 store.clone(),
                 Arc::clone(&context),
-                replies,
+                Arc::clone(&replies),
                 compaction.clone(),
             ),
+            replies,
+            failures: DashMap::new(),
             tokens: context.tokens(),
             model_permits: Semaphore::new(config.lanes.max_concurrent_turns),
             store,
@@ -237,6 +258,8 @@ impl TurnEngine {
             .collect();
         let mut compactions = 0u32;
         let mut window_full;
+        // Someone watches this turn's text as it streams: call the model streaming.
+        let mut fanout = self.replies.delta_fanout(session_key, &all);
         let answer = loop {
             let assembly = self
                 .assemble(session_key, &current, queue_info(batch))
@@ -247,19 +270,28 @@ impl TurnEngine {
                 self.compaction.compact_ttl_span(session_key, span.to_seq);
             }
             match self
-                .answer(&assembly, &mut control, turn_extras.as_deref(), &results)
+                .answer(
+                    &assembly,
+                    &mut control,
+                    turn_extras.as_deref(),
+                    &results,
+                    &mut fanout,
+                )
                 .await
             {
                 Ok(answer) => break answer,
                 Err(Stop::Cancelled) => return Err(TurnError::Cancelled),
-                Err(Stop::Failed(e)) => return Err(failed(e)),
+                Err(Stop::Failed(e)) => {
+                    self.remember_failure(session_key, &e);
+                    return Err(failed(e));
+                }
                 Err(Stop::Overflow(e)) if compactions >= MAX_OVERFLOW_COMPACTIONS => {
                     tracing::warn!(session_key, error = %e, "context still too long after compacting; answering with an error");
                     let reason = format!(
                         "the conversation is too long for the model even after {compactions} compactions"
                     );
                     return self
-                        .abandon(session_key, batch, &reason)
+                        .abandon_as(session_key, batch, &reason, ReplyErrorKind::Model)
                         .await
                         .map(|()| TurnReport::default())
                         .map_err(failed);
@@ -276,11 +308,21 @@ impl TurnEngine {
                         tracing::warn!(session_key, error = %e, "overflow compaction failed");
                     }
                     self.context.invalidate(session_key);
+                    if let Some(fanout) = &mut fanout {
+                        fanout.next_round();
+                    }
                 }
             }
         };
+        self.failures.remove(session_key);
         timer.model_done();
-        let completion_tokens = answer.completion_tokens;
+        let completion_tokens = answer.usage.completion_tokens;
+        let meta = ReplyMeta {
+            usage: Some(answer.usage),
+            finish_reason: answer.finish_reason,
+            model: answer.model.or_else(|| Some(self.model.name().to_string())),
+            error: None,
+        };
         let mut entries = self.result_entries(&carried);
         entries.extend(users);
         entries.extend(answer.entries);
@@ -297,6 +339,7 @@ impl TurnEngine {
                     entries,
                     answer.text,
                     answer.client_calls,
+                    meta,
                 )
                 .await
                 .map_err(failed)?;
@@ -318,7 +361,7 @@ impl TurnEngine {
         let mut consumed = all;
         consumed.extend(answer.steered);
         self.delivery
-            .deliver(session_key, &consumed, entries, reply, false, window_full)
+            .deliver(session_key, &consumed, entries, reply, meta, window_full)
             .await
             .map_err(failed)?;
         timer.finished(completion_tokens);
@@ -331,6 +374,7 @@ impl TurnEngine {
         &self,
         request: &ModelRequest,
         control: &mut TurnControl<InboxItem>,
+        fanout: &mut Option<DeltaFanout<'_>>,
     ) -> Result<ModelReply, Stop> {
         let _permit = tokio::select! {
             permit = self.model_permits.acquire() => {
@@ -339,7 +383,7 @@ impl TurnEngine {
             _ = control.cancelled() => return Err(Stop::Cancelled),
         };
         tokio::select! {
-            reply = self.model.complete(request) => reply.map_err(|e| {
+            reply = self.call_model(request, fanout) => reply.map_err(|e| {
                 metrics::model_error(e.kind());
                 if e.is_overflow() {
                     Stop::Overflow(e.into())
@@ -351,6 +395,33 @@ impl TurnEngine {
         }
     }
 
+    /// Calls the model, streaming its text to `fanout` when someone watches. Dropping the
+    /// future (cancellation) ends the stream with the call.
+    async fn call_model(
+        &self,
+        request: &ModelRequest,
+        fanout: &mut Option<DeltaFanout<'_>>,
+    ) -> Result<ModelReply, ModelError> {
+        let Some(fanout) = fanout else {
+            return self.model.complete(request).await;
+        };
+        let (tx, mut rx) = mpsc::channel(MODEL_DELTA_BUFFER);
+        let call = self.model.complete_streaming(request, tx);
+        tokio::pin!(call);
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(text) = rx.recv() => fanout.send(text),
+                result = &mut call => break result,
+            }
+        };
+        while let Ok(text) = rx.try_recv() {
+            fanout.send(text);
+        }
+        fanout.next_round();
+        result
+    }
+
     /// Calls the model until it answers without tool calls (or the round limit is reached),
     /// running the tools it asks for in between.
     async fn answer(
@@ -359,6 +430,7 @@ impl TurnEngine {
         control: &mut TurnControl<InboxItem>,
         extras: Option<&RequestExtras>,
         results: &[ClientToolResult],
+        fanout: &mut Option<DeltaFanout<'_>>,
     ) -> Result<Answer, Stop> {
         let limits = &self.config.tools;
         let timeout = Duration::from_millis(limits.timeout_ms);
@@ -403,16 +475,19 @@ impl TurnEngine {
             }
             repair_tool_messages(&mut request.messages);
             request.prompt_tokens = prompt_tokens;
-            let reply = self.complete(&request, control).await?;
+            let reply = self.complete(&request, control, fanout).await?;
             if reply.tool_calls.is_empty() {
-                let completion_tokens = reply
-                    .usage
-                    .map_or_else(|| self.tokens.count(&reply.text), |u| u.completion_tokens);
+                let usage = match reply.usage {
+                    Some(u) => ReplyUsage::new(u.prompt_tokens, u.completion_tokens),
+                    None => ReplyUsage::new(prompt_tokens, self.tokens.count(&reply.text)),
+                };
                 return Ok(Answer {
                     entries,
                     text: reply.text,
                     steered,
-                    completion_tokens,
+                    usage,
+                    finish_reason: reply.finish_reason,
+                    model: reply.model,
                     client_calls: Vec::new(),
                 });
             }
@@ -422,12 +497,17 @@ impl TurnEngine {
                 } else {
                     reply.text
                 };
-                let completion_tokens = self.tokens.count(&text);
+                let usage = ReplyUsage::new(
+                    reply.usage.map_or(prompt_tokens, |u| u.prompt_tokens),
+                    self.tokens.count(&text),
+                );
                 return Ok(Answer {
                     entries,
                     text,
                     steered,
-                    completion_tokens,
+                    usage,
+                    finish_reason: reply.finish_reason,
+                    model: reply.model,
                     client_calls: Vec::new(),
                 });
             }
@@ -495,12 +575,19 @@ impl TurnEngine {
                 });
             }
             if !client_calls.is_empty() {
-                let completion_tokens = self.tokens.count(&reply.text);
+                let usage = ReplyUsage::new(
+                    reply.usage.map_or(prompt_tokens, |u| u.prompt_tokens),
+                    reply
+                        .usage
+                        .map_or_else(|| self.tokens.count(&reply.text), |u| u.completion_tokens),
+                );
                 return Ok(Answer {
                     entries,
                     text: reply.text,
                     steered,
-                    completion_tokens,
+                    usage,
+                    finish_reason: Some("tool_calls".into()),
+                    model: reply.model,
                     client_calls,
                 });
             }
@@ -565,6 +652,15 @@ impl TurnEngine {
             .collect()
     }
 
+    /// Remembers what made a turn of `session_key` fail, for the notice if it is abandoned.
+    fn remember_failure(&self, session_key: &str, error: &Error) {
+        if self.failures.len() < MAX_REMEMBERED_FAILURES || self.failures.contains_key(session_key)
+        {
+            self.failures
+                .insert(session_key.to_string(), failure_kind(error));
+        }
+    }
+
     /// Answers a turn that failed past its retries with an error notice and consumes its items.
     pub async fn abandon(
         &self,
@@ -572,9 +668,28 @@ impl TurnEngine {
         batch: &TurnBatch<InboxItem>,
         reason: &str,
     ) -> Result<(), Error> {
+        let kind = self
+            .failures
+            .remove(session_key)
+            .map_or(ReplyErrorKind::Internal, |(_, kind)| kind);
+        self.abandon_as(session_key, batch, reason, kind).await
+    }
+
+    /// [`TurnEngine::abandon`] with a known kind of failure. The notice (stored and sent) names
+    /// the reason without URLs.
+    async fn abandon_as(
+        &self,
+        session_key: &str,
+        batch: &TurnBatch<InboxItem>,
+        reason: &str,
+        kind: ReplyErrorKind,
+    ) -> Result<(), Error> {
         let all: Vec<InboxItem> = batch.all_items().cloned().collect();
         let users = self.user_entries(all.iter());
-        let text = format!("Sorry, this message could not be answered ({reason}).");
+        let text = format!(
+            "Sorry, this message could not be answered ({}).",
+            strip_urls(reason)
+        );
         let notice = TranscriptEntry {
             kind: EntryKind::Assistant,
             tokens: self.tokens.count(&text),
@@ -585,7 +700,17 @@ impl TurnEngine {
             tool: None,
         };
         self.delivery
-            .deliver(session_key, &all, users, notice, true, false)
+            .deliver(
+                session_key,
+                &all,
+                users,
+                notice,
+                ReplyMeta {
+                    error: Some(kind),
+                    ..ReplyMeta::default()
+                },
+                false,
+            )
             .await
     }
 }

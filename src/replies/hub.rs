@@ -1,13 +1,15 @@
 //! The reply hub: every reply goes to the broadcast stream (`/v1/events`, library
 //! subscribers) and to whoever waits for the answer to one particular message (the
-//! OpenAI-compatible endpoint).
+//! OpenAI-compatible endpoint). While a turn streams, its text deltas go the same ways (see
+//! [`ReplyHub::delta_fanout`]): bounded everywhere, a slow consumer loses deltas, never the
+//! final reply, and a turn nobody watches does not stream at all.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
 use serde::Serialize;
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::router::ChannelRouter;
 use crate::inbound::ChatKind;
@@ -35,7 +37,77 @@ pub struct Reply {
     /// results, which the client sends with its next request.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
+    /// Token counts of the answer (the model's report, else ours); none for an error notice.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ReplyUsage>,
+    /// Why the model stopped (`stop`, `length`, `tool_calls`), as it said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    /// The model that answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// What failed, when `error` is set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<ReplyErrorKind>,
 }
+
+/// Token counts of one answer, in the OpenAI `usage` shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ReplyUsage {
+    /// Tokens of the prompt.
+    pub prompt_tokens: u32,
+    /// Tokens of the answer.
+    pub completion_tokens: u32,
+    /// Their sum.
+    pub total_tokens: u32,
+}
+
+impl ReplyUsage {
+    /// The usage of a prompt and an answer of these sizes.
+    pub fn new(prompt_tokens: u32, completion_tokens: u32) -> Self {
+        Self {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens.saturating_add(completion_tokens),
+        }
+    }
+}
+
+/// Why a turn ended without an answer: the HTTP status a waiting client gets depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplyErrorKind {
+    /// The model failed (transport, an error answer, an unreadable answer): 502.
+    Model,
+    /// The model did not answer in time: 504.
+    Timeout,
+    /// Something of ours failed (storage, a panic): 500.
+    Internal,
+}
+
+/// A piece of a reply's text while the turn's model call streams it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Delta {
+    /// The session it belongs to.
+    pub session_key: String,
+    /// The message ids the turn answers.
+    pub in_reply_to: Vec<String>,
+    /// 1, 2, 3… within the turn: a gap means this consumer lost deltas.
+    pub seq: u64,
+    /// The new text.
+    pub text: String,
+    /// Model call of the turn this text belongs to (a tool round starts a new one, whose text
+    /// does not continue the previous one's).
+    #[serde(skip)]
+    pub round: u32,
+}
+
+/// Most deltas `/v1/events` subscribers may lag behind before they miss some.
+pub const DELTA_STREAM_BUFFER: usize = 256;
+
+/// Most deltas queued for one waiting request (a streaming OpenAI client) before it misses
+/// some; it still gets the whole text with the final reply.
+pub const DELTA_WAITER_BUFFER: usize = 64;
 
 /// Where a reply goes back to: the chat of the newest message it answers. Channels that push
 /// replies to a platform (Telegram, callbacks) read it; the channel router picks the channel by
@@ -75,6 +147,9 @@ impl ReplyRoute {
 /// One waiter of a message id: its token and where its reply goes.
 type Waiting = (u64, oneshot::Sender<Arc<Reply>>);
 
+/// One streaming waiter of a message id: its token and where its deltas go.
+type DeltaWaiting = (u64, mpsc::Sender<Arc<Delta>>);
+
 /// Fan-out of replies.
 pub struct ReplyHub {
     stream: broadcast::Sender<Arc<Reply>>,
@@ -82,6 +157,12 @@ pub struct ReplyHub {
     waiters: DashMap<String, Vec<Waiting>>,
     /// Tells the waiters of one message id apart (a dropped one removes only itself).
     next_waiter: AtomicU64,
+    /// Deltas for every subscriber (`/v1/events`), of turns that stream.
+    delta_stream: broadcast::Sender<Arc<Delta>>,
+    /// Subscribers that want every turn to stream (`/v1/events?deltas=true`).
+    delta_watchers: AtomicUsize,
+    /// Deltas for the request waiting on one message id.
+    delta_waiters: DashMap<String, Vec<DeltaWaiting>>,
     router: ChannelRouter,
 }
 
@@ -92,12 +173,37 @@ pub struct ReplyWaiter<'a> {
     message_id: String,
     token: u64,
     rx: oneshot::Receiver<Arc<Reply>>,
+    /// The deltas, for a waiter that asked for them.
+    deltas: Option<mpsc::Receiver<Arc<Delta>>>,
+}
+
+/// What a streaming waiter hears next.
+#[derive(Debug)]
+pub enum Heard {
+    /// A piece of the text, while the turn runs.
+    Delta(Arc<Delta>),
+    /// The final reply.
+    Reply(Arc<Reply>),
 }
 
 impl ReplyWaiter<'_> {
     /// Waits for the reply.
     pub async fn recv(&mut self) -> Option<Arc<Reply>> {
         (&mut self.rx).await.ok()
+    }
+
+    /// Waits for the next delta or the final reply (deltas queued before the reply come
+    /// first). `None`: the hub closed.
+    pub async fn next(&mut self) -> Option<Heard> {
+        let Some(deltas) = &mut self.deltas else {
+            return (&mut self.rx).await.ok().map(Heard::Reply);
+        };
+        tokio::select! {
+            biased;
+            Some(delta) = deltas.recv() => Some(Heard::Delta(delta)),
+            // Deltas are queued before their reply is published: biased, they come first.
+            reply = &mut self.rx => reply.ok().map(Heard::Reply),
+        }
     }
 }
 
@@ -110,6 +216,66 @@ impl Drop for ReplyWaiter<'_> {
                 waiting.retain(|(t, _)| *t != token);
                 waiting.is_empty()
             });
+        if self.deltas.is_some() {
+            self.hub
+                .delta_waiters
+                .remove_if_mut(&self.message_id, |_, waiting| {
+                    waiting.retain(|(t, _)| *t != token);
+                    waiting.is_empty()
+                });
+        }
+    }
+}
+
+/// Held by a subscriber that wants every turn to stream; see [`ReplyHub::watch_deltas`].
+pub struct DeltaWatch(Arc<ReplyHub>);
+
+impl Drop for DeltaWatch {
+    fn drop(&mut self) {
+        self.0.delta_watchers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The deltas of one model call sequence (one turn) on their way to whoever watches; made by
+/// [`ReplyHub::delta_fanout`] only when someone does.
+pub struct DeltaFanout<'a> {
+    hub: &'a ReplyHub,
+    session_key: String,
+    in_reply_to: Vec<String>,
+    route: Option<ReplyRoute>,
+    seq: u64,
+    round: u32,
+}
+
+impl DeltaFanout<'_> {
+    /// Sends `text` on; never waits (full queues drop it).
+    pub fn send(&mut self, text: String) {
+        if text.is_empty() {
+            return;
+        }
+        self.seq += 1;
+        let delta = Arc::new(Delta {
+            session_key: self.session_key.clone(),
+            in_reply_to: self.in_reply_to.clone(),
+            seq: self.seq,
+            text,
+            round: self.round,
+        });
+        for id in &self.in_reply_to {
+            if let Some(waiting) = self.hub.delta_waiters.get(id) {
+                for (_, tx) in waiting.iter() {
+                    // Full: this waiter loses the delta and sees the gap in `seq`.
+                    let _ = tx.try_send(Arc::clone(&delta));
+                }
+            }
+        }
+        self.hub.router.route_delta(self.route.as_ref(), &delta);
+        let _ = self.hub.delta_stream.send(delta);
+    }
+
+    /// The next model call starts (after a tool round): its text starts afresh.
+    pub fn next_round(&mut self) {
+        self.round += 1;
     }
 }
 
@@ -117,12 +283,70 @@ impl ReplyHub {
     /// A hub whose subscribers each buffer up to `buffer` replies.
     pub fn new(buffer: usize) -> Self {
         let (stream, _) = broadcast::channel(buffer.max(1));
+        let (delta_stream, _) = broadcast::channel(DELTA_STREAM_BUFFER);
         Self {
             stream,
             waiters: DashMap::new(),
             next_waiter: AtomicU64::new(0),
+            delta_stream,
+            delta_watchers: AtomicUsize::new(0),
+            delta_waiters: DashMap::new(),
             router: ChannelRouter::default(),
         }
+    }
+
+    /// Subscribes to the deltas of every turn that streams from now on (a subscriber more
+    /// than [`DELTA_STREAM_BUFFER`] behind misses some; replies are unaffected). A turn
+    /// streams when a streaming request or channel waits for it, or while a [`DeltaWatch`]
+    /// is held.
+    pub fn subscribe_deltas(&self) -> broadcast::Receiver<Arc<Delta>> {
+        self.delta_stream.subscribe()
+    }
+
+    /// Makes every turn stream while the guard lives (a subscriber asked for all deltas).
+    /// Plain subscribers do not: a dashboard watching replies must not make every turn pay
+    /// for streaming.
+    pub fn watch_deltas(self: &Arc<Self>) -> DeltaWatch {
+        self.delta_watchers.fetch_add(1, Ordering::Relaxed);
+        DeltaWatch(Arc::clone(self))
+    }
+
+    /// Like [`ReplyHub::wait_for`], also hearing the reply's deltas while it streams.
+    pub fn wait_streaming(&self, message_id: &str) -> ReplyWaiter<'_> {
+        let mut waiter = self.wait_for(message_id);
+        let (tx, rx) = mpsc::channel(DELTA_WAITER_BUFFER);
+        self.delta_waiters
+            .entry(message_id.to_string())
+            .or_default()
+            .push((waiter.token, tx));
+        waiter.deltas = Some(rx);
+        waiter
+    }
+
+    /// A fan-out for the deltas of a turn answering `batch`, or `None` when nobody watches
+    /// them (no [`DeltaWatch`], no streaming waiter of these messages, no channel
+    /// taking deltas for the batch's platform): then the turn calls the model without
+    /// streaming, and this check allocates nothing.
+    pub fn delta_fanout(&self, session_key: &str, batch: &[InboxItem]) -> Option<DeltaFanout<'_>> {
+        let watched = self.delta_watchers.load(Ordering::Relaxed) > 0
+            || batch.iter().any(|i| {
+                self.delta_waiters
+                    .contains_key(&i.record.message.message_id)
+            })
+            || batch
+                .last()
+                .is_some_and(|i| self.router.wants_deltas(&i.record.message.channel));
+        watched.then(|| DeltaFanout {
+            hub: self,
+            session_key: session_key.to_string(),
+            in_reply_to: batch
+                .iter()
+                .map(|i| i.record.message.message_id.clone())
+                .collect(),
+            route: ReplyRoute::of(batch),
+            seq: 0,
+            round: 0,
+        })
     }
 
     /// Subscribes to every reply from now on. A subscriber more than the buffer behind misses
@@ -144,12 +368,14 @@ impl ReplyHub {
             message_id: message_id.to_string(),
             token,
             rx,
+            deltas: None,
         }
     }
 
     /// Stops every pending waiter (they see `None`); used at shutdown.
     pub fn close(&self) {
         self.waiters.clear();
+        self.delta_waiters.clear();
         self.router.clear();
     }
 
@@ -167,6 +393,7 @@ impl ReplyHub {
                     let _ = tx.send(Arc::clone(&reply));
                 }
             }
+            self.delta_waiters.remove(id);
         }
         self.router.route(&reply);
         let _ = self.stream.send(reply);
@@ -176,17 +403,106 @@ impl ReplyHub {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inbound::{InboundMessage, MessageKind, Sender};
+    use crate::store::InboxRecord;
 
-    fn reply_to(id: &str) -> Reply {
+    fn item(message_id: &str) -> InboxItem {
+        InboxItem {
+            seq: 1,
+            record: Arc::new(InboxRecord {
+                message: InboundMessage {
+                    channel: "openai".into(),
+                    account_id: "default".into(),
+                    chat_kind: ChatKind::Direct,
+                    chat_id: "c".into(),
+                    thread_id: None,
+                    message_id: message_id.into(),
+                    sender: Sender {
+                        id: "u".into(),
+                        name: String::new(),
+                        is_bot: false,
+                    },
+                    text: "hi".into(),
+                    mentions: vec![],
+                    mentioned_bot: true,
+                    reply_to: None,
+                    timestamp_ms: 1,
+                    attachments: vec![],
+                    kind: MessageKind::Message,
+                },
+                accepted_at_ms: 1,
+                system_events: vec![],
+                group_history: vec![],
+            }),
+        }
+    }
+
+    fn reply(message_id: &str, text: &str) -> Reply {
         Reply {
             session_key: "k".into(),
-            text: format!("answer to {id}"),
-            in_reply_to: vec![id.into()],
-            seq: 1,
+            text: text.into(),
+            in_reply_to: vec![message_id.into()],
+            seq: 2,
             error: false,
             route: None,
             tool_calls: Vec::new(),
+            usage: None,
+            finish_reason: None,
+            model: None,
+            error_kind: None,
         }
+    }
+
+    #[test]
+    fn nobody_watching_means_no_fanout() {
+        let hub = Arc::new(ReplyHub::new(8));
+        let _plain = hub.subscribe_deltas();
+        assert!(hub.delta_fanout("k", &[item("m1")]).is_none());
+        let _other = hub.wait_streaming("m2");
+        assert!(hub.delta_fanout("k", &[item("m1")]).is_none());
+        assert!(hub.delta_fanout("k", &[item("m2")]).is_some());
+        let watch = hub.watch_deltas();
+        assert!(hub.delta_fanout("k", &[item("m1")]).is_some());
+        drop(watch);
+        assert!(hub.delta_fanout("k", &[item("m1")]).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_slow_waiter_loses_deltas_but_never_the_reply() {
+        let hub = Arc::new(ReplyHub::new(8));
+        let mut plain = hub.subscribe_deltas();
+        let mut waiter = hub.wait_streaming("m1");
+        let mut fanout = hub
+            .delta_fanout("k", &[item("m1")])
+            .expect("a waiter watches");
+        // Nobody reads while the turn sends more than either buffer holds: it never waits.
+        let sent = DELTA_WAITER_BUFFER.max(DELTA_STREAM_BUFFER) + 10;
+        for i in 0..sent {
+            fanout.send(format!("{i} "));
+        }
+        drop(fanout);
+        hub.publish(reply("m1", "the whole text"));
+        let mut deltas = Vec::new();
+        let final_reply = loop {
+            match waiter.next().await.expect("the hub is open") {
+                Heard::Delta(d) => deltas.push(d.seq),
+                Heard::Reply(r) => break r,
+            }
+        };
+        assert_eq!(final_reply.text, "the whole text");
+        assert_eq!(
+            deltas.len(),
+            DELTA_WAITER_BUFFER,
+            "the buffer's worth, in order"
+        );
+        assert!(deltas.windows(2).all(|w| w[0] + 1 == w[1]), "{deltas:?}");
+        // The broadcast subscriber lagged: it hears that, then the newest deltas.
+        assert!(matches!(
+            plain.recv().await,
+            Err(broadcast::error::RecvError::Lagged(_))
+        ));
+        drop(waiter);
+        assert!(hub.delta_waiters.is_empty() && hub.waiters.is_empty());
     }
 
     #[tokio::test]
@@ -196,7 +512,7 @@ mod tests {
         let mut retry = hub.wait_for("m1");
         // A third waiter that gave up must not take the others with it.
         drop(hub.wait_for("m1"));
-        hub.publish(reply_to("m1"));
+        hub.publish(reply("m1", "answer to m1"));
         assert_eq!(
             original.recv().await.map(|r| r.text.clone()).as_deref(),
             Some("answer to m1")

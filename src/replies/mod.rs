@@ -5,5 +5,8 @@
 mod hub;
 mod router;
 
-pub use hub::{Reply, ReplyHub, ReplyRoute, ReplyWaiter};
+pub use hub::{
+    Delta, DeltaFanout, DeltaWatch, Heard, Reply, ReplyErrorKind, ReplyHub, ReplyRoute, ReplyUsage,
+    ReplyWaiter, DELTA_STREAM_BUFFER, DELTA_WAITER_BUFFER,
+};
 pub use router::{ChannelRouter, ReplySink, Serves};

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use turnstile_actors::ActorsError;
 
-use super::hub::Reply;
+use super::hub::{Delta, Reply, ReplyRoute};
 use crate::error::ConfigError;
 use crate::metrics;
 
@@ -19,6 +19,13 @@ pub trait ReplySink: Send + Sync + 'static {
     /// Hands the reply over; delivery (and its retries) happens elsewhere. Fails only when the
     /// channel's actor is gone.
     fn deliver(&self, reply: Arc<Reply>) -> Result<(), ActorsError>;
+    /// Whether the channel shows replies while they stream (then turns it serves stream).
+    fn wants_deltas(&self) -> bool {
+        false
+    }
+    /// Takes a delta of a streaming reply without waiting; the final reply still comes through
+    /// [`ReplySink::deliver`].
+    fn deliver_delta(&self, _delta: Arc<Delta>) {}
 }
 
 /// Which replies a channel serves.
@@ -77,18 +84,43 @@ impl ChannelRouter {
         Ok(())
     }
 
-    /// Hands `reply` to the channel serving its route, if any.
-    pub fn route(&self, reply: &Arc<Reply>) {
-        let Some(route) = &reply.route else { return };
-        let sink = match self.routes.read() {
+    /// The channel serving `route`, if any.
+    fn sink(&self, route: &ReplyRoute) -> Option<Arc<dyn ReplySink>> {
+        match self.routes.read() {
             Ok(routes) => routes
                 .named
                 .get(&route.channel)
                 .or(routes.fallback.as_ref())
                 .cloned(),
             Err(_) => None,
-        };
-        let Some(sink) = sink else { return };
+        }
+    }
+
+    /// Whether the channel serving replies to messages of `channel` takes deltas.
+    pub fn wants_deltas(&self, channel: &str) -> bool {
+        match self.routes.read() {
+            Ok(routes) => routes
+                .named
+                .get(channel)
+                .or(routes.fallback.as_ref())
+                .is_some_and(|s| s.wants_deltas()),
+            Err(_) => false,
+        }
+    }
+
+    /// Hands `delta` to the channel serving `route`, if it takes deltas.
+    pub fn route_delta(&self, route: Option<&ReplyRoute>, delta: &Arc<Delta>) {
+        if let Some(sink) = route.and_then(|r| self.sink(r)) {
+            if sink.wants_deltas() {
+                sink.deliver_delta(Arc::clone(delta));
+            }
+        }
+    }
+
+    /// Hands `reply` to the channel serving its route, if any.
+    pub fn route(&self, reply: &Arc<Reply>) {
+        let Some(route) = &reply.route else { return };
+        let Some(sink) = self.sink(route) else { return };
         if let Err(error) = sink.deliver(Arc::clone(reply)) {
             metrics::delivery(sink.name(), false);
             tracing::warn!(
@@ -135,6 +167,10 @@ mod tests {
             in_reply_to: vec!["1".into()],
             seq: 1,
             error: false,
+            usage: None,
+            finish_reason: None,
+            model: None,
+            error_kind: None,
             route: Some(ReplyRoute {
                 channel: channel.into(),
                 account_id: "default".into(),

@@ -236,6 +236,22 @@ impl Runtime {
         self.inner.replies.wait_for(message_id)
     }
 
+    /// Like [`Runtime::reply_to`], also hearing the reply's text deltas while it streams.
+    pub fn reply_stream_to(&self, message_id: &str) -> ReplyWaiter<'_> {
+        self.inner.replies.wait_streaming(message_id)
+    }
+
+    /// Subscribes to the text deltas of every streaming reply from now on.
+    pub fn subscribe_deltas(&self) -> broadcast::Receiver<Arc<crate::replies::Delta>> {
+        self.inner.replies.subscribe_deltas()
+    }
+
+    /// Makes every turn stream its text while the guard lives (for a subscriber of
+    /// [`Runtime::subscribe_deltas`] that wants all of them).
+    pub fn watch_deltas(&self) -> crate::replies::DeltaWatch {
+        self.inner.replies.watch_deltas()
+    }
+
     /// One session, if it exists.
     pub fn session(&self, key: &str) -> Result<Option<SessionInfo>, Error> {
         let key = &normalize_session_key(key);

@@ -69,7 +69,7 @@ fn calls(names: &[(&str, &str)]) -> ModelReply {
                 arguments: args.to_string(),
             })
             .collect(),
-        usage: None,
+        ..ModelReply::default()
     }
 }
 

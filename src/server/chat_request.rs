@@ -72,6 +72,8 @@ pub(super) struct ChatRequest {
     pub model: Option<String>,
     /// Stream the answer.
     pub stream: bool,
+    /// `stream_options.include_usage`: end the stream with a usage chunk.
+    pub include_usage: bool,
     /// The OpenAI `user` (an opaque id).
     pub user: Option<String>,
     /// The system and developer messages, joined; `None` when the request has none (the
@@ -99,6 +101,25 @@ pub(super) fn parse(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
         None => false,
         Some(Value::Bool(b)) => *b,
         Some(_) => return Err(invalid("stream", "`stream` must be a boolean")),
+    };
+    let include_usage = match field("stream_options") {
+        None => false,
+        Some(Value::Object(o)) => match o.get("include_usage").filter(|v| !v.is_null()) {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(invalid(
+                    "stream_options.include_usage",
+                    "`stream_options.include_usage` must be a boolean",
+                ))
+            }
+        },
+        Some(_) => {
+            return Err(invalid(
+                "stream_options",
+                "`stream_options` must be an object",
+            ))
+        }
     };
     let messages = match field("messages") {
         Some(Value::Array(m)) if !m.is_empty() => m,
@@ -140,6 +161,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<ChatRequest, ApiError> {
     Ok(ChatRequest {
         model,
         stream,
+        include_usage,
         user,
         instructions,
         input,

@@ -96,6 +96,7 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         .route("/v1/sessions/{key}/context", get(sessions::context))
         .route("/v1/events", get(events::stream))
         .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/models", get(openai::models))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .merge(ui::routes())

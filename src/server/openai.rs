@@ -1,30 +1,35 @@
 //! `POST /v1/chat/completions`, OpenAI-compatible. The runtime owns the history: only the
 //! newest user message of the request is taken; the session comes from `X-Session-Key` or the
-//! `user` field.
+//! `user` field. The reply side lives in `openai/response.rs` (whole answers, errors,
+//! `/v1/models`) and `openai/stream.rs` (streamed answers).
+
+mod response;
+mod stream;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::sse::{Event, Sse};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::stream;
-use serde_json::{json, Value};
+use futures_util::stream as futures_stream;
 
 use super::chat_request;
 use super::error::{body_bytes, ApiError};
 use super::AppState;
 use crate::inbound::{user_session_key, ChatKind, DropReason, InboundMessage, MessageKind, Sender};
 use crate::pipeline::now_ms;
+use crate::replies::Reply;
 use crate::runtime::{Runtime, StoredAnswer};
 
-/// Most characters sent in one streamed chunk.
-pub(super) const STREAM_CHUNK_CHARS: usize = 64;
+pub(super) use response::models;
+pub(crate) use stream::{STREAM_EVENT_BUFFER, STREAM_KEEPALIVE};
 
 fn completion_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -112,37 +117,31 @@ pub(super) async fn chat_completions(
 
     if !request.stream {
         let mut waiter = runtime.reply_to(&id);
-        let (text, tool_calls) = match submit_or_join(&runtime, message, &session).await? {
-            Some(answer) => (answer.text, answer.tool_calls),
-            None => {
-                let reply = tokio::time::timeout(timeout, waiter.recv())
-                    .await
-                    .map_err(|_| crate::Error::Timeout("the model's reply"))?
-                    .ok_or(crate::Error::ShuttingDown)?;
-                (reply.text.clone(), reply.tool_calls.clone())
-            }
+        let reply = match submit_or_join(&runtime, message, &session).await? {
+            Some(answer) => Arc::new(stored_reply(&session, &id, answer)),
+            None => tokio::time::timeout(timeout, waiter.recv())
+                .await
+                .map_err(|_| crate::Error::Timeout("the model's reply"))?
+                .ok_or(crate::Error::ShuttingDown)?,
         };
-        let (message, finish_reason) = chat_request::answer_message(&text, &tool_calls);
-        return Ok(Json(json!({
-            "id": id,
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [{
-                "index": 0,
-                "message": message,
-                "finish_reason": finish_reason,
-            }],
-        }))
-        .into_response());
+        if reply.error {
+            return Err(response::failure(&reply));
+        }
+        return Ok(Json(response::completion(&id, created, &reply, &model)).into_response());
     }
 
-    // Streaming: acknowledge first (errors still get a proper status), then stream the reply.
-    let (tx, rx) = tokio::sync::mpsc::channel::<Event>(16);
+    // Streaming: acknowledge first (errors still get a proper status), then stream the reply
+    // as the model produces it.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Event>(STREAM_EVENT_BUFFER);
     let (accepted_tx, accepted_rx) = tokio::sync::oneshot::channel();
-    let stream_id = id.clone();
+    let head = stream::StreamHead {
+        id: id.clone(),
+        created,
+        model,
+        include_usage: request.include_usage,
+    };
     tokio::spawn(async move {
-        let mut waiter = runtime.reply_to(&stream_id);
+        let waiter = runtime.reply_stream_to(&head.id);
         let joined = match submit_or_join(&runtime, message, &session).await {
             Ok(joined) => {
                 let _ = accepted_tx.send(Ok(()));
@@ -153,71 +152,8 @@ pub(super) async fn chat_completions(
                 return;
             }
         };
-        let chunk = |delta: Value, finish: Value| {
-            let data = json!({
-                "id": stream_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            });
-            Event::default().data(data.to_string())
-        };
-        if tx
-            .send(chunk(json!({"role": "assistant"}), Value::Null))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let answer = match joined {
-            Some(answer) => Some((answer.text, answer.tool_calls)),
-            None => match tokio::time::timeout(timeout, waiter.recv()).await {
-                Ok(Some(reply)) => Some((reply.text.clone(), reply.tool_calls.clone())),
-                _ => None,
-            },
-        };
-        match answer {
-            Some((text, tool_calls)) => {
-                let chars: Vec<char> = text.chars().collect();
-                for piece in chars.chunks(STREAM_CHUNK_CHARS) {
-                    let text: String = piece.iter().collect();
-                    if tx
-                        .send(chunk(json!({"content": text}), Value::Null))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                if !tool_calls.is_empty() {
-                    let calls: Vec<Value> = tool_calls
-                        .iter()
-                        .enumerate()
-                        .map(|(i, c)| {
-                            let mut call = chat_request::tool_call_json(c);
-                            call["index"] = json!(i);
-                            call
-                        })
-                        .collect();
-                    let _ = tx
-                        .send(chunk(json!({"tool_calls": calls}), Value::Null))
-                        .await;
-                }
-                let (_, finish) = chat_request::answer_message("", &tool_calls);
-                let _ = tx.send(chunk(json!({}), json!(finish))).await;
-            }
-            _ => {
-                let error = json!({"error": {
-                    "code": "timeout",
-                    "message": "no reply in time",
-                    "type": "server_error",
-                    "param": null,
-                }});
-                let _ = tx.send(Event::default().data(error.to_string())).await;
-            }
-        }
-        let _ = tx.send(Event::default().data("[DONE]")).await;
+        let joined = joined.map(|answer| stored_reply(&session, &head.id, answer));
+        stream::forward(head, waiter, joined, timeout, tx).await;
     });
     match accepted_rx.await {
         Ok(Ok(())) => {}
@@ -230,10 +166,12 @@ pub(super) async fn chat_completions(
             ))
         }
     }
-    let events = stream::unfold(rx, |mut rx| async move {
+    let events = futures_stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx))
     });
-    Ok(Sse::new(events).into_response())
+    Ok(Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(STREAM_KEEPALIVE))
+        .into_response())
 }
 
 /// The message id of this request: derived from its `Idempotency-Key` when it has one; else,
@@ -283,5 +221,23 @@ async fn submit_or_join(
             Ok(runtime.stored_answer(session, &id)?)
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The reply a retry gets when its message was answered before it came: the stored answer
+/// (no usage: the transcript does not keep it).
+fn stored_reply(session: &str, message_id: &str, answer: StoredAnswer) -> Reply {
+    Reply {
+        session_key: session.to_string(),
+        text: answer.text,
+        in_reply_to: vec![message_id.to_string()],
+        seq: 0,
+        error: false,
+        route: None,
+        tool_calls: answer.tool_calls,
+        usage: None,
+        finish_reason: None,
+        model: None,
+        error_kind: None,
     }
 }

@@ -28,11 +28,17 @@
 //! - `http_edge`: the bounded edge over raw sockets (slow and idle clients closed, the
 //!   connection cap with probes still answering, early `413` for `Expect: 100-continue`,
 //!   every error in the JSON shape).
-//! - `fake_model`: a fake OpenAI-compatible model server (window, overflow shapes, 429s).
+//! - `fake_model`: a fake OpenAI-compatible model server (window, overflow shapes, 429s);
+//!   `fake_streaming_model`: one that streams, holds chunks at a gate and scripts failures.
 //! - `small_window`: a 2,048-token model answers every turn of a long session; a stated
 //!   1,000-token limit starves no session.
 //! - `rate_limits`: 429 with `Retry-After` backs the model off for every session at once.
 //! - `real_model`: a real llama-server (`TURNSTILE_REALMODEL_DIR`), skipped without it.
+//! - `streaming`: real token streaming against `FakeStreamingModel` (first chunk before the
+//!   model finished, `/v1/events` deltas, usage, finish reasons, 502 without URLs,
+//!   `/v1/models`); `openai_client`: the same surface through the official Python client.
+//! - `openai_requests`: request fields (instructions, forwarded parameters, refusals naming
+//!   the param), client tools, idempotent retries, case-distinct `user` keys.
 //! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
 //!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
 
@@ -43,6 +49,7 @@ mod callback;
 mod compaction;
 mod delete;
 mod fake_model;
+mod fake_streaming_model;
 mod group_memory;
 mod http_api;
 mod http_edge;
@@ -50,6 +57,7 @@ mod import;
 mod kill9;
 mod loadtest;
 mod openai;
+mod openai_client;
 mod openai_requests;
 mod ops_cli;
 mod queue;
@@ -58,6 +66,7 @@ mod real_model;
 mod restart;
 mod shutdown;
 mod small_window;
+mod streaming;
 #[path = "../support/mod.rs"]
 mod support;
 mod support_checks;

@@ -166,8 +166,9 @@ impl OpenAiModel {
                 tracing::warn!(model = %model, "trying fallback model");
             }
             match self.run_model(model, request, &mut forward).await {
-                Ok(reply) => {
+                Ok(mut reply) => {
                     self.calibrate_usage(model, request, &reply);
+                    reply.model = Some(model.clone());
                     return Ok(reply);
                 }
                 Err(error) => {
@@ -338,7 +339,8 @@ fn transport(e: reqwest::Error) -> ModelError {
     } else {
         "request failed"
     };
-    ModelError::Transport(format!("{what}: {e}"))
+    // Without the URL: the text reaches transcripts and clients, the endpoint is internal.
+    ModelError::Transport(format!("{what}: {}", e.without_url()))
 }
 
 /// Reads at most `cap` bytes of the body; the flag says whether more was left unread.

@@ -257,6 +257,8 @@ pub(crate) fn parse_completion(body: &[u8]) -> Result<ModelReply, ModelError> {
             .unwrap_or_default(),
         tool_calls,
         usage: completion.usage.map(|u| u.usage()),
+        finish_reason: choice.finish_reason,
+        model: None,
     })
 }
 
@@ -280,8 +282,8 @@ pub(crate) struct StreamState {
     calls: Vec<PartialCall>,
     usage: Option<Usage>,
     bytes: usize,
-    /// A choice reported its `finish_reason`.
-    finished: bool,
+    /// The `finish_reason` a choice reported, if one did.
+    finish_reason: Option<String>,
     /// `[DONE]` arrived.
     pub(crate) done: bool,
 }
@@ -307,8 +309,8 @@ impl StreamState {
         }
         let mut text = String::new();
         for choice in chunk.choices.unwrap_or_default() {
-            if choice.finish_reason.is_some() {
-                self.finished = true;
+            if let Some(reason) = choice.finish_reason {
+                self.finish_reason = Some(reason);
             }
             let Some(delta) = choice.delta.or(choice.message) else {
                 continue;
@@ -382,7 +384,7 @@ impl StreamState {
     /// The assembled answer. A stream that ended without `[DONE]` or a `finish_reason` was cut
     /// off.
     pub(crate) fn into_reply(self) -> Result<ModelReply, ModelError> {
-        if !self.done && !self.finished {
+        if !self.done && self.finish_reason.is_none() {
             return Err(ModelError::Transport(
                 "stream ended before the answer was complete".into(),
             ));
@@ -405,6 +407,8 @@ impl StreamState {
                 })
                 .collect(),
             usage: self.usage,
+            finish_reason: self.finish_reason,
+            model: None,
         })
     }
 }
