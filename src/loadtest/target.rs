@@ -115,13 +115,27 @@ impl Target for HttpTarget {
         tokio::spawn(async move {
             let mut body = response.bytes_stream();
             let mut buffer = String::new();
+            // The current event's name: a streaming turn's `delta` events are not answers.
+            let mut event = String::new();
             while let Some(Ok(chunk)) = body.next().await {
                 buffer.push_str(&String::from_utf8_lossy(&chunk));
                 while let Some(end) = buffer.find('\n') {
                     let line: String = buffer.drain(..=end).collect();
-                    let Some(data) = line.trim_end().strip_prefix("data:") else {
+                    let line = line.trim_end();
+                    if line.is_empty() {
+                        event.clear();
+                        continue;
+                    }
+                    if let Some(name) = line.strip_prefix("event:") {
+                        event = name.trim().to_string();
+                        continue;
+                    }
+                    let Some(data) = line.strip_prefix("data:") else {
                         continue;
                     };
+                    if event == "delta" {
+                        continue;
+                    }
                     let Ok(v) = serde_json::from_str::<serde_json::Value>(data.trim()) else {
                         continue;
                     };
