@@ -87,7 +87,9 @@ pub(super) async fn chat_completions(
         .runtime
         .requests()
         .set_extras(&id, request.extras.clone(), now_ms());
-    let model = request.model.clone().unwrap_or_else(|| "turnstile".into());
+    // Named in the answer until the reply says which model answered (a fallback may): the
+    // configured model, whatever name the request used.
+    let model = state.runtime.config().model.model.clone();
     let message = InboundMessage {
         channel: "openai".into(),
         account_id: "default".into(),
