@@ -129,11 +129,21 @@ pub(super) async fn chat_completions(
 
     if !request.stream {
         let mut waiter = runtime.reply_to(&id);
-        runtime.submit_to(message, Some(session)).await?;
-        let reply = tokio::time::timeout(timeout, waiter.recv())
+        // Nothing is answered before the reply, so the reply's commit flush makes the inbox
+        // write durable too: one flush per turn. A failed flush still ends the wait early.
+        let admitted = runtime.submit_for_reply(message, Some(session)).await?;
+        let replied = async {
+            tokio::select! {
+                reply = waiter.recv() => Ok(reply),
+                Err(e) = runtime.admitted_durable(&admitted, false) => Err(e),
+            }
+        };
+        let reply = tokio::time::timeout(timeout, replied)
             .await
-            .map_err(|_| crate::Error::Timeout("the model's reply"))?
+            .map_err(|_| crate::Error::Timeout("the model's reply"))??
             .ok_or(crate::Error::ShuttingDown)?;
+        // Already durable (the reply was published after a later flush): no flush asked for.
+        runtime.admitted_durable(&admitted, true).await?;
         return Ok(Json(json!({
             "id": id,
             "object": "chat.completion",
