@@ -60,4 +60,4 @@ pub use config::Config;
 pub use error::Error;
 pub use inbound::{DropReason, Refusal};
 pub use replies::Reply;
-pub use runtime::{Ack, Runtime, RuntimeBuilder, SubmitError};
+pub use runtime::{Ack, Admitted, Runtime, RuntimeBuilder, SubmitError};

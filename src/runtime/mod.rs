@@ -48,6 +48,17 @@ pub struct Ack {
     pub message_id: String,
 }
 
+/// A message accepted into the inbox whose write may not be flushed yet
+/// ([`Runtime::submit_for_reply`]): durable once [`Runtime::admitted_durable`] says so, at the
+/// latest with the flush of the turn that answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admitted {
+    /// What [`Runtime::submit`] would have acknowledged.
+    pub ack: Ack,
+    /// The group-commit ticket of the inbox write.
+    ticket: u64,
+}
+
 /// Why [`Runtime::submit`] did not acknowledge a message. A preflight drop is a refusal too,
 /// though HTTP answers it with 200: nothing was queued, and nothing will be answered.
 #[derive(Debug, thiserror::Error)]
@@ -177,6 +188,39 @@ impl Runtime {
             .await
     }
 
+    /// Like [`Runtime::submit_to`], but returns as soon as the message is in the inbox,
+    /// without waiting for (or asking for) the flush that covers it. For a caller that answers
+    /// its client only with the reply: the reply is published after the flush of its turn's
+    /// commit, which covers the earlier inbox write too, so one flush serves both. A crash
+    /// before that flush leaves the client without an answer, and the message either lost
+    /// (never acknowledged) or in the inbox (answered after the restart). Check
+    /// [`Runtime::admitted_durable`] before telling the client anything.
+    pub async fn submit_for_reply(
+        &self,
+        message: InboundMessage,
+        session_key: Option<String>,
+    ) -> Result<Admitted, SubmitError> {
+        self.admit_through(&self.inner.api, "api", message, session_key)
+            .await
+    }
+
+    /// Waits until the inbox write of `admitted` is durable. `demand`: ask the flusher for a
+    /// flush now; otherwise wait for one somebody else asked for (e.g. the answering turn's
+    /// commit), ending early only if a flush covering it failed.
+    pub async fn admitted_durable(
+        &self,
+        admitted: &Admitted,
+        demand: bool,
+    ) -> Result<(), SubmitError> {
+        let commit = self.inner.store.commit();
+        let waited = if demand {
+            commit.wait(admitted.ticket).await
+        } else {
+            commit.wait_passive(admitted.ticket).await
+        };
+        waited.map_err(|e| SubmitError::Failed(Error::from(e)))
+    }
+
     /// Submits through the channel actor `handle` (named `channel` in metrics).
     pub(crate) async fn submit_through<C: Channel>(
         &self,
@@ -185,6 +229,21 @@ impl Runtime {
         message: InboundMessage,
         session_key: Option<String>,
     ) -> Result<Ack, SubmitError> {
+        let admitted = self
+            .admit_through(handle, channel, message, session_key)
+            .await?;
+        self.admitted_durable(&admitted, true).await?;
+        Ok(admitted.ack)
+    }
+
+    /// Admission through `handle`, up to the inbox write (not yet waited on).
+    async fn admit_through<C: Channel>(
+        &self,
+        handle: &ChannelHandle<TurnBackend, C>,
+        channel: &str,
+        message: InboundMessage,
+        session_key: Option<String>,
+    ) -> Result<Admitted, SubmitError> {
         if self.inner.closing.load(Ordering::Acquire) {
             metrics::inbound_dropped(channel, "shutting_down");
             return Err(Refusal::ShuttingDown.into());
@@ -213,16 +272,13 @@ impl Runtime {
                 return Err(refusal.into());
             }
         };
-        self.inner
-            .store
-            .commit()
-            .wait(accepted.ticket)
-            .await
-            .map_err(Error::from)?;
         metrics::inbound_accepted(channel);
-        Ok(Ack {
-            session_key: accepted.session_key.to_string(),
-            message_id,
+        Ok(Admitted {
+            ack: Ack {
+                session_key: accepted.session_key.to_string(),
+                message_id,
+            },
+            ticket: accepted.ticket,
         })
     }
 

@@ -26,7 +26,7 @@ use super::AppState;
 use crate::inbound::{user_session_key, ChatKind, DropReason, InboundMessage, MessageKind, Sender};
 use crate::pipeline::now_ms;
 use crate::replies::Reply;
-use crate::runtime::{Runtime, StoredAnswer};
+use crate::runtime::{Admitted, Runtime, StoredAnswer};
 
 pub(super) use response::models;
 pub(crate) use stream::{STREAM_EVENT_BUFFER, STREAM_KEEPALIVE};
@@ -119,12 +119,30 @@ pub(super) async fn chat_completions(
 
     if !request.stream {
         let mut waiter = runtime.reply_to(&id);
-        let reply = match submit_or_join(&runtime, message, &session).await? {
-            Some(answer) => Arc::new(stored_reply(&session, &id, answer)),
-            None => tokio::time::timeout(timeout, waiter.recv())
+        // Nothing is answered before the reply, so the reply's commit flush makes the inbox
+        // write durable too: one flush per turn. A failed flush still ends the wait early.
+        let reply = match admit_or_join(&runtime, message, &session).await? {
+            Joined::Answered(answer) => Arc::new(stored_reply(&session, &id, answer)),
+            Joined::Pending => tokio::time::timeout(timeout, waiter.recv())
                 .await
                 .map_err(|_| crate::Error::Timeout("the model's reply"))?
                 .ok_or(crate::Error::ShuttingDown)?,
+            Joined::Admitted(admitted) => {
+                let replied = async {
+                    tokio::select! {
+                        reply = waiter.recv() => Ok(reply),
+                        Err(e) = runtime.admitted_durable(&admitted, false) => Err(e),
+                    }
+                };
+                let reply = tokio::time::timeout(timeout, replied)
+                    .await
+                    .map_err(|_| crate::Error::Timeout("the model's reply"))??
+                    .ok_or(crate::Error::ShuttingDown)?;
+                // Already durable (the reply was published after a later flush): no flush
+                // asked for.
+                runtime.admitted_durable(&admitted, true).await?;
+                reply
+            }
         };
         if reply.error {
             return Err(response::failure(&reply));
@@ -206,6 +224,39 @@ fn message_id(
     let id = completion_id();
     requests.remember_attempt(&fingerprint, &id, now);
     Ok(id)
+}
+
+/// What [`admit_or_join`] did with a message.
+enum Joined {
+    /// Admitted, not yet durable: the reply's commit flush covers it.
+    Admitted(Admitted),
+    /// A retry of a message answered already: its stored answer.
+    Answered(StoredAnswer),
+    /// A retry of a message whose reply is still to come.
+    Pending,
+}
+
+/// [`submit_or_join`] for a caller that answers only with the reply: admits without waiting
+/// for the flush (see [`Runtime::submit_for_reply`]).
+async fn admit_or_join(
+    runtime: &Runtime,
+    message: InboundMessage,
+    session: &str,
+) -> Result<Joined, ApiError> {
+    let id = message.message_id.clone();
+    match runtime
+        .submit_for_reply(message, Some(session.to_string()))
+        .await
+    {
+        Ok(admitted) => Ok(Joined::Admitted(admitted)),
+        Err(e) if e.dropped() == Some(DropReason::Duplicate) => {
+            Ok(match runtime.stored_answer(session, &id)? {
+                Some(answer) => Joined::Answered(answer),
+                None => Joined::Pending,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Submits `message`; a retry of an accepted one (a duplicate) joins it instead: `Some` with

@@ -5,6 +5,12 @@
 //! ticket up to it has completed, so the flush covers it), flushes on a blocking thread, and
 //! publishes the ticket. Many concurrent acks thus share one fsync.
 //!
+//! In `strict` mode the flusher flushes only for a ticket somebody waits on
+//! ([`GroupCommit::wait`] *demands* it). A write nobody waits on yet rides along with the next
+//! demanded flush (or sled's own periodic one): `POST /v1/chat/completions` answers nothing
+//! before the reply, whose commit flush covers the inbox write too, so a turn costs one flush
+//! instead of two ([`GroupCommit::wait_passive`]).
+//!
 //! The store's group commit also stamps the ledger's mark before each flush and writes the
 //! ledger file after it (`ledger.rs`), and reports a failed or hung flush to the store's
 //! health (`health.rs`): a flush runs on the blocking pool under [`FLUSH_TIMEOUT`], and while
@@ -46,6 +52,8 @@ struct Inner {
     task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     mode: Durability,
     written: AtomicU64,
+    /// The newest ticket a waiter asked to be flushed (strict mode flushes only up to demand).
+    demanded: AtomicU64,
     flushed: watch::Sender<Flushed>,
     wake: Notify,
     stop: Notify,
@@ -96,6 +104,7 @@ impl GroupCommit {
             task: std::sync::Mutex::new(None),
             mode,
             written: AtomicU64::new(first_ticket),
+            demanded: AtomicU64::new(first_ticket),
             flushed,
             wake: Notify::new(),
             stop: Notify::new(),
@@ -119,8 +128,20 @@ impl GroupCommit {
         self.inner.written.fetch_add(1, Ordering::AcqRel) + 1
     }
 
-    /// Waits until the write behind `ticket` is durable (at once in `batched` mode).
+    /// Waits until the write behind `ticket` is durable (at once in `batched` mode), asking
+    /// the flusher for a flush that covers it.
     pub async fn wait(&self, ticket: u64) -> Result<(), StoreError> {
+        self.wait_for_ticket(ticket, true).await
+    }
+
+    /// Waits until the write behind `ticket` is durable without asking for a flush: it ends
+    /// when a flush somebody else asked for covers it (or fails for it). For a write whose
+    /// durability is only needed together with a later write that will be waited on.
+    pub async fn wait_passive(&self, ticket: u64) -> Result<(), StoreError> {
+        self.wait_for_ticket(ticket, false).await
+    }
+
+    async fn wait_for_ticket(&self, ticket: u64, demand: bool) -> Result<(), StoreError> {
         if self.inner.mode == Durability::Batched {
             return Ok(());
         }
@@ -129,8 +150,14 @@ impl GroupCommit {
                 reason: "the write was not flushed before the disk filled".into(),
             });
         }
+        if self.inner.flushed.borrow().upto >= ticket {
+            return Ok(());
+        }
         let mut rx = self.inner.flushed.subscribe();
-        self.inner.wake.notify_one();
+        if demand {
+            self.inner.demanded.fetch_max(ticket, Ordering::AcqRel);
+            self.inner.wake.notify_one();
+        }
         let (durable, reason) = {
             let state = rx
                 .wait_for(|f| {
@@ -273,7 +300,10 @@ impl GroupCommit {
                 return;
             }
             let flushed_upto = self.inner.flushed.borrow().upto;
-            let pending = self.inner.written.load(Ordering::Acquire) > flushed_upto;
+            let pending = match self.inner.mode {
+                Durability::Strict => self.inner.demanded.load(Ordering::Acquire) > flushed_upto,
+                Durability::Batched => self.inner.written.load(Ordering::Acquire) > flushed_upto,
+            };
             match self.inner.mode {
                 Durability::Strict if !pending => {
                     tokio::select! {

@@ -464,3 +464,44 @@ fn chat_messages_stored_before_chat_order_still_decode() {
         new
     );
 }
+
+#[tokio::test]
+async fn strict_flushes_only_what_is_waited_on_and_a_passive_wait_rides_along() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    let commit = store.commit();
+    let before = commit.flushed_upto();
+    // An admission write nobody waits on yet (the chat-completions path).
+    let (item, admitted) = store.enqueue("k", record("1")).unwrap();
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        commit.flushed_upto(),
+        before,
+        "no flush was asked for the unwaited write"
+    );
+    let passive = {
+        let commit = commit.clone();
+        tokio::spawn(async move { commit.wait_passive(admitted).await })
+    };
+    // The turn's commit is waited on; its flush covers the earlier inbox write too.
+    let done = store
+        .commit_turn(TurnCommit {
+            session_key: "k".into(),
+            entries: vec![
+                entry(EntryKind::User, "1"),
+                entry(EntryKind::Assistant, "ok"),
+            ],
+            consumed: vec![item.seq],
+            now_ms: 1,
+            channel_messages: Vec::new(),
+        })
+        .unwrap();
+    assert!(done.ticket > admitted);
+    commit.wait(done.ticket).await.unwrap();
+    passive.await.unwrap().unwrap();
+    assert!(commit.flushed_upto() >= admitted);
+    // Already covered: a demanding wait returns at once.
+    commit.wait(admitted).await.unwrap();
+}

@@ -147,7 +147,8 @@ impl ContextSource for TimeAndPlaceSource {
             tracing::debug!(now_ms = session.now_ms, "no calendar time for this instant");
             return Ok(Vec::new());
         };
-        let tokens = session.tokens.count(&text) + MESSAGE_OVERHEAD_TOKENS;
+        // The same line for every turn of a minute (per channel and chat kind): memoised.
+        let tokens = session.tokens.count_recurring(&text) + MESSAGE_OVERHEAD_TOKENS;
         Ok(vec![ContextBlock::new(
             BlockKind::TimeAndPlace,
             text,
