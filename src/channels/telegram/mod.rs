@@ -37,8 +37,8 @@ use crate::metrics;
 use crate::replies::Reply;
 use crate::replies::Serves;
 use crate::runtime::{DeltaTaker, Runtime};
-use preview::Previews;
 use crate::secret::Secret;
+use preview::Previews;
 
 /// The Telegram channel's delivery side.
 #[derive(Debug)]
@@ -149,7 +149,10 @@ impl Channel for TelegramChannel {
         let topic = topic.and_then(|t| t.parse::<i64>().ok());
         let reply_to = route.message_id.parse::<i64>().ok();
         let preview = match &self.previews {
-            Some(p) => p.finish(&preview::key(&reply.session_key, &reply.in_reply_to)).await,
+            Some(p) => {
+                p.finish(&preview::key(&reply.session_key, &reply.in_reply_to))
+                    .await
+            }
             None => None,
         };
         let mut ok = true;

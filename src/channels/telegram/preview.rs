@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -53,7 +53,8 @@ impl Throttle {
 
     /// The earliest instant from `now` on when the next edit may go.
     pub fn next_at(&self, now: Instant) -> Instant {
-        self.last.map_or(now, |last| (last + self.interval).max(now))
+        self.last
+            .map_or(now, |last| (last + self.interval).max(now))
     }
 
     /// An edit (or the first send) went at `at`; a 429 may set it later, to its `Retry-After`.
@@ -96,8 +97,11 @@ pub(super) trait PreviewApi: Send + Sync + 'static {
     /// Sends the first preview; returns its message id.
     fn send(&self, text: &str) -> impl Future<Output = Result<i64, ApiError>> + Send;
     /// Edits the preview `message_id` to `text`.
-    fn edit(&self, message_id: i64, text: &str)
-        -> impl Future<Output = Result<(), ApiError>> + Send;
+    fn edit(
+        &self,
+        message_id: i64,
+        text: &str,
+    ) -> impl Future<Output = Result<(), ApiError>> + Send;
 }
 
 /// Where a preview goes: a chat (and topic), quoting the message it answers.
@@ -212,7 +216,7 @@ pub(super) fn key(session_key: &str, in_reply_to: &[String]) -> String {
 
 impl Previews {
     /// Previews through `api` for replies of `account_id`, edited at most once per `interval`.
-    pub fn new(api: BotApi, account_id: String, interval: Duration) -> Self {
+    pub(super) fn new(api: BotApi, account_id: String, interval: Duration) -> Self {
         Self {
             api,
             account_id,
@@ -223,7 +227,7 @@ impl Previews {
 
     /// Ends the preview of the reply `key`: waits for its call in flight and returns its
     /// message id, if it was sent. None when there was no preview.
-    pub async fn finish(&self, key: &str) -> Option<i64> {
+    pub(super) async fn finish(&self, key: &str) -> Option<i64> {
         let entry = self.entries.lock().ok()?.remove(key)?;
         drop(entry.draft);
         match tokio::time::timeout(PREVIEW_SETTLE, entry.task).await {
@@ -233,13 +237,8 @@ impl Previews {
     }
 
     /// How many previews are in progress.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.entries.lock().map_or(0, |e| e.len())
-    }
-
-    /// Whether none is.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     fn forget(&self, key: &str) {
@@ -281,14 +280,18 @@ impl DeltaTaker for Arc<Previews> {
             reply_to: route.message_id.parse().ok(),
         };
         let (tx, rx) = watch::channel(draft);
-        let previews = Arc::clone(self);
+        // Weak: a preview task must not keep its channel's previews (and so its own draft's
+        // sender) alive once the channel is gone; then the draft closes and the task ends.
+        let previews = Arc::downgrade(self);
         let interval = self.interval;
         let task_key = key.clone();
         let task = tokio::spawn(async move {
             let until = Instant::now() + PREVIEW_MAX_AGE;
             let id = show(&target, rx, interval, until).await;
             if Instant::now() >= until {
-                previews.forget(&task_key);
+                if let Some(previews) = Weak::upgrade(&previews) {
+                    previews.forget(&task_key);
+                }
             }
             id
         });
