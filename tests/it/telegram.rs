@@ -3,7 +3,8 @@
 //! messages, and the offset surviving a restart. Streaming previews: the first preview goes
 //! before the model finished, deltas inside one edit interval make no edit of their own, the
 //! final edit carries the final text, failed edits fall back to `sendMessage`, and with
-//! `stream_edits = false` only the final text is sent.
+//! `stream_edits = false` only the final text is sent; a failed turn's notice replaces its
+//! preview.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,9 +13,12 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::routing::post;
 use axum::{Json, Router};
+use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use turnstile::config::TelegramConfig;
+use turnstile::error::ModelError;
+use turnstile::model::{DeltaSink, Model, ModelReply, ModelRequest};
 use turnstile::Runtime;
 
 use crate::fake_streaming_model::{use_model, FakeStreamingModel, Script};
@@ -387,5 +391,75 @@ async fn without_stream_edits_only_the_final_text_is_sent() {
     assert_eq!(bot.sent().len(), 1);
     assert_eq!(sent[0]["text"], json!(script.whole()));
     assert!(bot.edited().is_empty());
+    rt.shutdown().await.unwrap();
+}
+
+/// A model that streams "partial", then fails once the test releases it.
+#[derive(Default)]
+struct BreaksMidStream {
+    release: Notify,
+}
+
+impl Model for BreaksMidStream {
+    fn name(&self) -> &str {
+        "breaks"
+    }
+
+    fn complete<'a>(
+        &'a self,
+        _: &'a ModelRequest,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async { Err(ModelError::Transport("cut off".into())) })
+    }
+
+    fn complete_streaming<'a>(
+        &'a self,
+        _: &'a ModelRequest,
+        sink: DeltaSink,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            let _ = sink.send("partial".into()).await;
+            self.release.notified().await;
+            Err(ModelError::Transport("cut off".into()))
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_failed_turn_replaces_its_preview_with_the_error_notice() {
+    let (api_base, bot) = start_fake().await;
+    let token_env = env_var(TOKEN);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    c.lanes.turn_retries = 0;
+    c.channels.telegram = Some(telegram_config(api_base, token_env));
+    let model = Arc::new(BreaksMidStream::default());
+    let rt = Runtime::builder()
+        .config(c)
+        .model(Arc::clone(&model) as Arc<dyn Model>)
+        .build()
+        .await
+        .unwrap();
+
+    bot.push(group_message(1, -5, 3, "@turnbot hi"));
+    let sent = eventually_some(Duration::from_secs(10), "the preview", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.sent().is_empty()).then(|| bot.sent()) }
+    })
+    .await;
+    assert_eq!(sent[0]["text"], json!("partial"));
+    model.release.notify_one();
+    let edited = eventually_some(Duration::from_secs(10), "the notice", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.edited().is_empty()).then(|| bot.edited()) }
+    })
+    .await;
+    let notice = edited[0]["text"].as_str().unwrap();
+    assert!(
+        notice.starts_with("Sorry, this message could not be answered"),
+        "{notice}"
+    );
+    assert_eq!(edited[0]["message_id"], json!(10_001));
+    assert_eq!(bot.sent().len(), 1);
     rt.shutdown().await.unwrap();
 }
