@@ -49,12 +49,6 @@ pub struct TelegramChannel {
     previews: Option<Arc<Previews>>,
 }
 
-impl std::fmt::Debug for Previews {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Previews({})", self.len())
-    }
-}
-
 /// A chat id as the Bot API takes it: a number when it is one, else a `@channel` name.
 fn chat_value(chat: &str) -> Value {
     chat.parse::<i64>()

@@ -209,6 +209,12 @@ pub(super) struct Previews {
     entries: Mutex<HashMap<String, Entry>>,
 }
 
+impl std::fmt::Debug for Previews {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Previews({})", self.len())
+    }
+}
+
 /// The key of the reply a delta or reply belongs to.
 pub(super) fn key(session_key: &str, in_reply_to: &[String]) -> String {
     format!("{session_key}\n{}", in_reply_to.join("\n"))
