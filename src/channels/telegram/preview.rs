@@ -199,6 +199,15 @@ impl ClosedOrNever for watch::Receiver<Draft> {
 struct Entry {
     draft: watch::Sender<Draft>,
     task: JoinHandle<Option<i64>>,
+    /// The message ids the reply answers.
+    in_reply_to: Vec<String>,
+}
+
+/// Whether a new reply answering `new` takes over the preview of a reply of the same session
+/// answering `old`: when it answers all of those messages too (an interrupted turn, whose
+/// messages the next turn answers with the new ones), so no stale preview stays behind.
+fn takes_over(old: &[String], new: &[String]) -> bool {
+    old.iter().all(|id| new.contains(id))
 }
 
 /// The previews in progress of one Telegram channel.
@@ -247,9 +256,10 @@ impl Previews {
         self.entries.lock().map_or(0, |e| e.len())
     }
 
-    fn forget(&self, key: &str) {
+    /// Forgets the preview whose draft `draft` reads (its key may have changed by a take-over).
+    fn forget(&self, draft: &watch::Receiver<Draft>) {
         if let Ok(mut entries) = self.entries.lock() {
-            entries.remove(key);
+            entries.retain(|_, e| !e.draft.subscribe().same_channel(draft));
         }
     }
 }
@@ -278,6 +288,17 @@ impl DeltaTaker for Arc<Previews> {
         if draft.text.is_empty() {
             return;
         }
+        let prefix = format!("{}\n", delta.session_key);
+        let stale = entries
+            .iter()
+            .find(|(k, e)| k.starts_with(&prefix) && takes_over(&e.in_reply_to, &delta.in_reply_to))
+            .map(|(k, _)| k.clone());
+        if let Some(mut entry) = stale.and_then(|k| entries.remove(&k)) {
+            entry.draft.send_replace(draft);
+            entry.in_reply_to.clone_from(&delta.in_reply_to);
+            entries.insert(key, entry);
+            return;
+        }
         let (chat, topic) = super::split_chat_id(&route.chat_id);
         let target = Target {
             api: self.api.clone(),
@@ -290,18 +311,25 @@ impl DeltaTaker for Arc<Previews> {
         // sender) alive once the channel is gone; then the draft closes and the task ends.
         let previews = Arc::downgrade(self);
         let interval = self.interval;
-        let task_key = key.clone();
         let task = tokio::spawn(async move {
             let until = Instant::now() + PREVIEW_MAX_AGE;
-            let id = show(&target, rx, interval, until).await;
+            let id = show(&target, rx.clone(), interval, until).await;
             if Instant::now() >= until {
                 if let Some(previews) = Weak::upgrade(&previews) {
-                    previews.forget(&task_key);
+                    previews.forget(&rx);
                 }
             }
             id
         });
-        entries.insert(key, Entry { draft: tx, task });
+        let in_reply_to = delta.in_reply_to.clone();
+        entries.insert(
+            key,
+            Entry {
+                draft: tx,
+                task,
+                in_reply_to,
+            },
+        );
     }
 }
 
@@ -339,6 +367,15 @@ mod tests {
         assert_eq!(d.text.encode_utf16().count(), MAX_MESSAGE_UTF16);
         d.push(1, "new");
         assert_eq!(d.text, "new");
+    }
+
+    #[test]
+    fn a_reply_to_all_of_an_interrupted_turns_messages_takes_its_preview_over() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(takes_over(&ids(&["1"]), &ids(&["1", "2"])));
+        assert!(takes_over(&ids(&["1", "2"]), &ids(&["2", "1"])));
+        assert!(!takes_over(&ids(&["1"]), &ids(&["2"])));
+        assert!(!takes_over(&ids(&["1", "3"]), &ids(&["1", "2"])));
     }
 
     /// Records calls and signals each.
