@@ -463,3 +463,46 @@ async fn a_failed_turn_replaces_its_preview_with_the_error_notice() {
     assert_eq!(bot.sent().len(), 1);
     rt.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn an_interrupted_turns_preview_is_taken_over_by_the_next_answer() {
+    let (api_base, bot) = start_fake().await;
+    let token_env = env_var(TOKEN);
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeStreamingModel::start(Script {
+        gated: true,
+        ..Script::text(&["Hello", " there"])
+    })
+    .await;
+    let mut c = config(dir.path());
+    use_model(&mut c, &model.base_url);
+    c.queue.mode = turnstile::config::QueueModeSetting::Interrupt;
+    c.queue.debounce_ms = 0;
+    c.channels.telegram = Some(TelegramConfig {
+        edit_interval_ms: 60_000,
+        ..telegram_config(api_base, token_env)
+    });
+    let rt = Runtime::builder().config(c).build().await.unwrap();
+
+    bot.push(group_message(1, -5, 3, "@turnbot tell me"));
+    eventually_some(Duration::from_secs(10), "the first preview", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.sent().is_empty()).then_some(()) }
+    })
+    .await;
+    // A new message interrupts the held call; the next answer covers both messages.
+    let next = Script::text(&["Bye", " now"]);
+    model.set_script(next.clone());
+    bot.push(group_message(2, -5, 4, "@turnbot actually stop"));
+    let edited = eventually_some(Duration::from_secs(10), "the final edit", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.edited().is_empty()).then(|| bot.edited()) }
+    })
+    .await;
+    assert_eq!(edited[0]["message_id"], json!(10_001));
+    assert_eq!(edited[0]["text"], json!(next.whole()));
+    let sent = bot.sent();
+    assert_eq!(sent.len(), 1, "no second preview, no stale one: {sent:?}");
+    assert_eq!(sent[0]["text"], json!("Hello"));
+    rt.shutdown().await.unwrap();
+}
