@@ -11,6 +11,9 @@ pub const MAX_POLL_TIMEOUT_SECS: u32 = 3_600;
 /// Most attempts `channels.telegram.send_attempts` and `channels.callback.max_attempts` allow.
 pub const MAX_ATTEMPTS: u32 = 100;
 
+/// Shortest and longest `channels.telegram.edit_interval_ms` (Telegram limits edits per chat).
+const EDIT_INTERVAL_MS: std::ops::RangeInclusive<u64> = 250..=60_000;
+
 /// `[channels]`: optional transports. A section that is present turns its channel on.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -46,6 +49,12 @@ pub struct TelegramConfig {
     /// How often one chunk of a reply is tried before it is given up (it stays readable in
     /// the transcript and on `/v1/events`). Default 5.
     pub send_attempts: u32,
+    /// Show a reply while it streams: a first message with the text so far, edited as more
+    /// arrives and a last time to the final text. Default true.
+    pub stream_edits: bool,
+    /// Shortest time between two edits of a streaming preview, in ms (250–60,000). Default
+    /// 1,000.
+    pub edit_interval_ms: u64,
 }
 
 impl Default for TelegramConfig {
@@ -59,6 +68,8 @@ impl Default for TelegramConfig {
             retry_backoff_ms: 1_000,
             max_retry_backoff_ms: 60_000,
             send_attempts: 5,
+            stream_edits: true,
+            edit_interval_ms: 1_000,
         }
     }
 }
@@ -134,6 +145,11 @@ impl TelegramConfig {
             1..=max_backoff,
         )?;
         in_range(&key("send_attempts"), self.send_attempts, 1..=MAX_ATTEMPTS)?;
+        in_range(
+            &key("edit_interval_ms"),
+            self.edit_interval_ms,
+            EDIT_INTERVAL_MS,
+        )?;
         if !(self.api_base.starts_with("http://") || self.api_base.starts_with("https://")) {
             return Err(invalid(&key("api_base"), "must be an http(s) URL"));
         }

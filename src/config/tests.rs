@@ -156,7 +156,10 @@ fn ops_sections_parse_and_are_checked() {
     )
     .unwrap();
     assert_eq!(c.server.rate_limit.by, RateLimitBy::Key);
-    assert_eq!(c.channels.telegram.unwrap().poll_limit, 100);
+    let telegram = c.channels.telegram.unwrap();
+    assert_eq!(telegram.poll_limit, 100);
+    assert!(telegram.stream_edits);
+    assert_eq!(telegram.edit_interval_ms, 1_000);
     assert_eq!(c.channels.callback.unwrap().max_attempts, 5);
     assert!(Config::parse("[channels.callback]\n").is_err());
     assert!(Config::parse("[channels.telegram]\npoll_limit = 0\n").is_err());
@@ -265,6 +268,8 @@ fn every_numeric_key_has_a_range() {
         ("channels.telegram", "max_retry_backoff_ms", HUGE),
         ("channels.telegram", "send_attempts", "0"),
         ("channels.telegram", "send_attempts", "4000000000"),
+        ("channels.telegram", "edit_interval_ms", "249"),
+        ("channels.telegram", "edit_interval_ms", "60001"),
     ];
     for (section, key, value) in cases {
         let text = format!("[{section}]\n{key} = {value}\n");

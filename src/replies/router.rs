@@ -23,9 +23,9 @@ pub trait ReplySink: Send + Sync + 'static {
     fn wants_deltas(&self) -> bool {
         false
     }
-    /// Takes a delta of a streaming reply without waiting; the final reply still comes through
-    /// [`ReplySink::deliver`].
-    fn deliver_delta(&self, _delta: Arc<Delta>) {}
+    /// Takes a delta of a streaming reply (going back to `route`) without waiting; the final
+    /// reply still comes through [`ReplySink::deliver`].
+    fn deliver_delta(&self, _route: &ReplyRoute, _delta: Arc<Delta>) {}
 }
 
 /// Which replies a channel serves.
@@ -110,9 +110,10 @@ impl ChannelRouter {
 
     /// Hands `delta` to the channel serving `route`, if it takes deltas.
     pub fn route_delta(&self, route: Option<&ReplyRoute>, delta: &Arc<Delta>) {
-        if let Some(sink) = route.and_then(|r| self.sink(r)) {
+        let Some(route) = route else { return };
+        if let Some(sink) = self.sink(route) {
             if sink.wants_deltas() {
-                sink.deliver_delta(Arc::clone(delta));
+                sink.deliver_delta(route, Arc::clone(delta));
             }
         }
     }

@@ -24,7 +24,7 @@ use ports::ChannelTasks;
 pub use api_channel::ApiChannel;
 pub use builder::RuntimeBuilder;
 pub use ops::{Compacted, Deleted, Stats};
-pub use ports::ChannelPort;
+pub use ports::{ChannelPort, DeltaTaker};
 pub use requests::{StoredAnswer, MAX_ANSWER_SCAN};
 
 use crate::config::Config;

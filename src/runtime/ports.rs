@@ -15,7 +15,7 @@ use super::{Ack, Runtime, SubmitError};
 use crate::error::Error;
 use crate::inbound::InboundMessage;
 use crate::pipeline::TurnBackend;
-use crate::replies::{Reply, ReplySink, Serves};
+use crate::replies::{Delta, Reply, ReplyRoute, ReplySink, Serves};
 
 /// The background tasks of a runtime's channels and the signal that stops them.
 pub(crate) struct ChannelTasks {
@@ -50,9 +50,17 @@ impl ChannelTasks {
     }
 }
 
+/// What a channel that shows replies while they stream (Telegram's edited previews) hands
+/// deltas to. Called on the turn's task: it must not wait.
+pub trait DeltaTaker: Send + Sync + 'static {
+    /// Takes one delta of a reply going back to `route`.
+    fn take(&self, route: &ReplyRoute, delta: Arc<Delta>);
+}
+
 struct ChannelSink<C: Channel<Reply = Arc<Reply>>> {
     name: String,
     handle: ChannelHandle<TurnBackend, C>,
+    deltas: Option<Arc<dyn DeltaTaker>>,
 }
 
 impl<C: Channel<Reply = Arc<Reply>>> ReplySink for ChannelSink<C> {
@@ -62,6 +70,16 @@ impl<C: Channel<Reply = Arc<Reply>>> ReplySink for ChannelSink<C> {
 
     fn deliver(&self, reply: Arc<Reply>) -> Result<(), ActorsError> {
         self.handle.deliver(reply)
+    }
+
+    fn wants_deltas(&self) -> bool {
+        self.deltas.is_some()
+    }
+
+    fn deliver_delta(&self, route: &ReplyRoute, delta: Arc<Delta>) {
+        if let Some(deltas) = &self.deltas {
+            deltas.take(route, delta);
+        }
     }
 }
 
@@ -143,11 +161,26 @@ impl Runtime {
     where
         C: Channel<Reply = Arc<Reply>>,
     {
+        self.add_streaming_channel(channel, serves, None).await
+    }
+
+    /// Like [`Runtime::add_channel`]; with `deltas`, the turns the channel serves stream and
+    /// their deltas go to `deltas`.
+    pub async fn add_streaming_channel<C>(
+        &self,
+        channel: Arc<C>,
+        serves: Serves,
+        deltas: Option<Arc<dyn DeltaTaker>>,
+    ) -> Result<ChannelPort<C>, Error>
+    where
+        C: Channel<Reply = Arc<Reply>>,
+    {
         let name = channel.name().to_string();
         let handle = ChannelHandle::start(channel, &self.inner.supervisor).await?;
         let sink = ChannelSink {
             name: name.clone(),
             handle: handle.clone(),
+            deltas,
         };
         self.inner.replies.router().add(Arc::new(sink), serves)?;
         Ok(ChannelPort {

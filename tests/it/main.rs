@@ -24,7 +24,8 @@
 //! - `queue`: queue modes, admission (429), passivation under load, panicking turns.
 //! - `loadtest`: the load driver and `turnstile loadtest`.
 //! - `auth`, `callback`, `ops_cli`, `telegram`: bearer auth and limits, webhook callbacks,
-//!   the operator CLI, the Telegram channel against a fake Bot API.
+//!   the operator CLI, the Telegram channel against a fake Bot API (streaming previews
+//!   edited with `editMessageText` too).
 //! - `http_edge`: the bounded edge over raw sockets (slow and idle clients closed, the
 //!   connection cap with probes still answering, early `413` for `Expect: 100-continue`,
 //!   every error in the JSON shape).

@@ -1,18 +1,27 @@
 //! The Telegram channel against a fake Bot API on loopback: long polling with offsets, a group
 //! mention answered with a quoted reply, a forum topic, a 5,000-character reply in two
-//! messages, and the offset surviving a restart.
+//! messages, and the offset surviving a restart. Streaming previews: the first preview goes
+//! before the model finished, deltas inside one edit interval make no edit of their own, the
+//! final edit carries the final text, failed edits fall back to `sendMessage`, and with
+//! `stream_edits = false` only the final text is sent; a failed turn's notice replaces its
+//! preview.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::routing::post;
 use axum::{Json, Router};
+use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use turnstile::config::TelegramConfig;
+use turnstile::error::ModelError;
+use turnstile::model::{DeltaSink, Model, ModelReply, ModelRequest};
 use turnstile::Runtime;
 
+use crate::fake_streaming_model::{use_model, FakeStreamingModel, Script};
 use crate::support::{config, env_var, eventually_some, FixedModel};
 
 const TOKEN: &str = "123456:TEST-token";
@@ -25,6 +34,10 @@ struct FakeBotApi {
     offsets: Mutex<Vec<i64>>,
     /// Bodies of sendMessage calls.
     sent: Mutex<Vec<Value>>,
+    /// Bodies of editMessageText calls.
+    edited: Mutex<Vec<Value>>,
+    /// Refuse every edit with a 429.
+    fail_edits: AtomicBool,
 }
 
 impl FakeBotApi {
@@ -34,6 +47,9 @@ impl FakeBotApi {
     }
     fn sent(&self) -> Vec<Value> {
         self.sent.lock().unwrap().clone()
+    }
+    fn edited(&self) -> Vec<Value> {
+        self.edited.lock().unwrap().clone()
     }
     fn offsets(&self) -> Vec<i64> {
         self.offsets.lock().unwrap().clone()
@@ -77,6 +93,17 @@ async fn bot_api(
             sent.push(body.clone());
             Json(json!({"ok": true, "result": {
                 "message_id": 10_000 + sent.len(), "date": 1,
+                "chat": {"id": body["chat_id"], "type": "group"}, "text": body["text"]}}))
+        }
+        "editMessageText" => {
+            if api.fail_edits.load(Ordering::SeqCst) {
+                return Json(json!({"ok": false, "error_code": 429,
+                    "description": "Too Many Requests: retry after 1",
+                    "parameters": {"retry_after": 1}}));
+            }
+            api.edited.lock().unwrap().push(body.clone());
+            Json(json!({"ok": true, "result": {
+                "message_id": body["message_id"], "date": 1,
                 "chat": {"id": body["chat_id"], "type": "group"}, "text": body["text"]}}))
         }
         _ => Json(json!({"ok": false, "error_code": 404, "description": "Not Found"})),
@@ -237,5 +264,245 @@ async fn the_offset_survives_a_restart() {
     assert_eq!(first, 12, "polling resumes after the last handled update");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(fake.sent().len(), 2, "no update answered twice");
+    rt.shutdown().await.unwrap();
+}
+
+/// A runtime whose model is `fake`, with `stream_edits` as given and a 60 s edit interval (so
+/// every delta after the first preview falls inside one interval).
+async fn streaming_runtime(
+    dir: &std::path::Path,
+    api_base: &str,
+    token_env: &str,
+    fake: &FakeStreamingModel,
+    stream_edits: bool,
+) -> Runtime {
+    let mut c = config(dir);
+    use_model(&mut c, &fake.base_url);
+    c.channels.telegram = Some(TelegramConfig {
+        stream_edits,
+        edit_interval_ms: 60_000,
+        ..telegram_config(api_base.into(), token_env.into())
+    });
+    Runtime::builder().config(c).build().await.unwrap()
+}
+
+#[tokio::test]
+async fn a_streaming_reply_is_previewed_then_edited_to_the_final_text() {
+    let (api_base, bot) = start_fake().await;
+    let token_env = env_var(TOKEN);
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        gated: true,
+        ..Script::text(&["Hel", "lo ", "the", "re!"])
+    };
+    let model = FakeStreamingModel::start(script.clone()).await;
+    let rt = streaming_runtime(dir.path(), &api_base, &token_env, &model, true).await;
+
+    let mut topic = group_message(1, -100777, 42, "@turnbot stream please");
+    topic["message"]["is_topic_message"] = json!(true);
+    topic["message"]["message_thread_id"] = json!(5);
+    bot.push(topic);
+    let sent = eventually_some(Duration::from_secs(10), "the first preview", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.sent().is_empty()).then(|| bot.sent()) }
+    })
+    .await;
+    assert_eq!(model.chunks_sent(), 1, "the model has not finished");
+    assert_eq!(sent[0]["text"], json!("Hel"));
+    assert_eq!(sent[0]["chat_id"], json!(-100777));
+    assert_eq!(sent[0]["message_thread_id"], json!(5));
+    assert_eq!(sent[0]["reply_parameters"]["message_id"], json!(42));
+    let preview_id = 10_001;
+
+    model.release();
+    let edited = eventually_some(Duration::from_secs(10), "the final edit", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.edited().is_empty()).then(|| bot.edited()) }
+    })
+    .await;
+    // Three deltas inside one interval: no edit of their own, only the final one.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let edited_now = bot.edited();
+    assert_eq!(edited_now.len(), 1, "{edited_now:?}");
+    assert_eq!(edited[0]["text"], json!(script.whole()));
+    assert_eq!(edited[0]["message_id"], json!(preview_id));
+    assert_eq!(edited[0]["chat_id"], json!(-100777));
+    assert_eq!(bot.sent().len(), 1, "the final reply is the edited preview");
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn failed_edits_still_deliver_the_final_text() {
+    let (api_base, bot) = start_fake().await;
+    bot.fail_edits.store(true, Ordering::SeqCst);
+    let token_env = env_var(TOKEN);
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        gated: true,
+        ..Script::text(&["one ", "two"])
+    };
+    let model = FakeStreamingModel::start(script.clone()).await;
+    let rt = streaming_runtime(dir.path(), &api_base, &token_env, &model, true).await;
+
+    bot.push(group_message(1, -5, 9, "@turnbot hi"));
+    eventually_some(Duration::from_secs(10), "the preview", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.sent().is_empty()).then_some(()) }
+    })
+    .await;
+    model.release();
+    let sent = eventually_some(Duration::from_secs(10), "the final text, sent anew", || {
+        let bot = Arc::clone(&bot);
+        async move { (bot.sent().len() >= 2).then(|| bot.sent()) }
+    })
+    .await;
+    assert_eq!(sent[0]["text"], json!("one "));
+    assert_eq!(sent[1]["text"], json!(script.whole()));
+    assert_eq!(sent[1]["reply_parameters"]["message_id"], json!(9));
+    assert!(bot.edited().is_empty());
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn without_stream_edits_only_the_final_text_is_sent() {
+    let (api_base, bot) = start_fake().await;
+    let token_env = env_var(TOKEN);
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script {
+        gated: true,
+        ..Script::text(&["a", "b", "c"])
+    };
+    let model = FakeStreamingModel::start(script.clone()).await;
+    let rt = streaming_runtime(dir.path(), &api_base, &token_env, &model, false).await;
+
+    bot.push(group_message(1, -5, 3, "@turnbot hi"));
+    eventually_some(Duration::from_secs(10), "the model call", || {
+        let model = &model;
+        async move { (model.chunks_sent() >= 1).then_some(()) }
+    })
+    .await;
+    model.release();
+    let sent = eventually_some(Duration::from_secs(10), "the reply", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.sent().is_empty()).then(|| bot.sent()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(bot.sent().len(), 1);
+    assert_eq!(sent[0]["text"], json!(script.whole()));
+    assert!(bot.edited().is_empty());
+    rt.shutdown().await.unwrap();
+}
+
+/// A model that streams "partial", then fails once the test releases it.
+#[derive(Default)]
+struct BreaksMidStream {
+    release: Notify,
+}
+
+impl Model for BreaksMidStream {
+    fn name(&self) -> &str {
+        "breaks"
+    }
+
+    fn complete<'a>(
+        &'a self,
+        _: &'a ModelRequest,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async { Err(ModelError::Transport("cut off".into())) })
+    }
+
+    fn complete_streaming<'a>(
+        &'a self,
+        _: &'a ModelRequest,
+        sink: DeltaSink,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            let _ = sink.send("partial".into()).await;
+            self.release.notified().await;
+            Err(ModelError::Transport("cut off".into()))
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_failed_turn_replaces_its_preview_with_the_error_notice() {
+    let (api_base, bot) = start_fake().await;
+    let token_env = env_var(TOKEN);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    c.lanes.turn_retries = 0;
+    c.channels.telegram = Some(telegram_config(api_base, token_env));
+    let model = Arc::new(BreaksMidStream::default());
+    let rt = Runtime::builder()
+        .config(c)
+        .model(Arc::clone(&model) as Arc<dyn Model>)
+        .build()
+        .await
+        .unwrap();
+
+    bot.push(group_message(1, -5, 3, "@turnbot hi"));
+    let sent = eventually_some(Duration::from_secs(10), "the preview", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.sent().is_empty()).then(|| bot.sent()) }
+    })
+    .await;
+    assert_eq!(sent[0]["text"], json!("partial"));
+    model.release.notify_one();
+    let edited = eventually_some(Duration::from_secs(10), "the notice", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.edited().is_empty()).then(|| bot.edited()) }
+    })
+    .await;
+    let notice = edited[0]["text"].as_str().unwrap();
+    assert!(
+        notice.starts_with("Sorry, this message could not be answered"),
+        "{notice}"
+    );
+    assert_eq!(edited[0]["message_id"], json!(10_001));
+    assert_eq!(bot.sent().len(), 1);
+    rt.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_interrupted_turns_preview_is_taken_over_by_the_next_answer() {
+    let (api_base, bot) = start_fake().await;
+    let token_env = env_var(TOKEN);
+    let dir = tempfile::tempdir().unwrap();
+    let model = FakeStreamingModel::start(Script {
+        gated: true,
+        ..Script::text(&["Hello", " there"])
+    })
+    .await;
+    let mut c = config(dir.path());
+    use_model(&mut c, &model.base_url);
+    c.queue.mode = turnstile::config::QueueModeSetting::Interrupt;
+    c.queue.debounce_ms = 0;
+    c.channels.telegram = Some(TelegramConfig {
+        edit_interval_ms: 60_000,
+        ..telegram_config(api_base, token_env)
+    });
+    let rt = Runtime::builder().config(c).build().await.unwrap();
+
+    bot.push(group_message(1, -5, 3, "@turnbot tell me"));
+    eventually_some(Duration::from_secs(10), "the first preview", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.sent().is_empty()).then_some(()) }
+    })
+    .await;
+    // A new message interrupts the held call; the next answer covers both messages.
+    let next = Script::text(&["Bye", " now"]);
+    model.set_script(next.clone());
+    bot.push(group_message(2, -5, 4, "@turnbot actually stop"));
+    let edited = eventually_some(Duration::from_secs(10), "the final edit", || {
+        let bot = Arc::clone(&bot);
+        async move { (!bot.edited().is_empty()).then(|| bot.edited()) }
+    })
+    .await;
+    assert_eq!(edited[0]["message_id"], json!(10_001));
+    assert_eq!(edited[0]["text"], json!(next.whole()));
+    let sent = bot.sent();
+    assert_eq!(sent.len(), 1, "no second preview, no stale one: {sent:?}");
+    assert_eq!(sent[0]["text"], json!("Hello"));
     rt.shutdown().await.unwrap();
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 /// Extra time a `getUpdates` request may take beyond its long-poll timeout.
 const POLL_GRACE: Duration = Duration::from_secs(10);
 /// Timeout of a `sendMessage` or `getMe` request.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A failed Bot API call.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -35,6 +35,12 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// Whether this is an edit's "message is not modified": the text is already shown.
+    pub fn is_not_modified(&self) -> bool {
+        matches!(self, ApiError::Api { code: 400, description, .. }
+            if description.contains("message is not modified"))
+    }
+
     /// Worth retrying: transport trouble, 429 and 5xx.
     pub fn is_transient(&self) -> bool {
         match self {
@@ -266,5 +272,18 @@ impl BotApi {
     /// `sendMessage` with a prepared body.
     pub async fn send_message(&self, body: &Value) -> Result<Message, ApiError> {
         self.call("sendMessage", body, CALL_TIMEOUT).await
+    }
+
+    /// `editMessageText` with a prepared body. Telegram's 400 "message is not modified" (the
+    /// text is already shown) counts as done.
+    pub async fn edit_message_text(&self, body: &Value) -> Result<(), ApiError> {
+        match self
+            .call::<Value>("editMessageText", body, CALL_TIMEOUT)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_modified() => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }

@@ -4,6 +4,8 @@
 //! - `api.rs`: the Bot API client (reqwest); `api_base` is configurable so tests use a fake.
 //! - `convert.rs`: updates to inbound messages (chat kinds, forum topics, mentions).
 //! - `chunk.rs`: replies longer than 4,096 UTF-16 units become several messages.
+//! - `preview.rs`: while a reply streams, one message shows it, edited as it grows
+//!   (`stream_edits`, at most one edit per `edit_interval_ms`); the final reply edits it last.
 //! - `poller.rs`: the long-poll loop; the next offset is stored durably after the updates
 //!   before it are durably accepted, so a restart neither skips nor (beyond the last batch)
 //!   repeats updates.
@@ -15,6 +17,7 @@ mod api;
 mod chunk;
 mod convert;
 mod poller;
+mod preview;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +28,7 @@ use turnstile_actors::Channel;
 pub use api::{ApiError, BotApi, Message, Update, User};
 pub use chunk::{split_message, MAX_MESSAGE_UTF16};
 pub use convert::{split_chat_id, to_inbound, BotIdentity, TELEGRAM};
+pub use preview::{Draft, Throttle, MAX_PREVIEWS, PREVIEW_MAX_AGE};
 
 use super::retry::backoff;
 use crate::config::TelegramConfig;
@@ -32,14 +36,17 @@ use crate::error::{ConfigError, Error};
 use crate::metrics;
 use crate::replies::Reply;
 use crate::replies::Serves;
-use crate::runtime::Runtime;
+use crate::runtime::{DeltaTaker, Runtime};
 use crate::secret::Secret;
+use preview::Previews;
 
 /// The Telegram channel's delivery side.
 #[derive(Debug)]
 pub struct TelegramChannel {
     api: BotApi,
     config: TelegramConfig,
+    /// The previews of streaming replies, when `stream_edits` is on.
+    previews: Option<Arc<Previews>>,
 }
 
 /// A chat id as the Bot API takes it: a number when it is one, else a `@channel` name.
@@ -48,10 +55,46 @@ fn chat_value(chat: &str) -> Value {
         .map_or_else(|_| json!(chat), |n| json!(n))
 }
 
+/// A `sendMessage` body: to `chat` (in forum `topic`), quoting `reply_to` when given.
+fn message_body(chat: &Value, topic: Option<i64>, reply_to: Option<i64>, text: &str) -> Value {
+    let mut body = json!({"chat_id": chat, "text": text});
+    if let Some(topic) = topic {
+        body["message_thread_id"] = json!(topic);
+    }
+    if let Some(id) = reply_to {
+        body["reply_parameters"] = json!({"message_id": id, "allow_sending_without_reply": true});
+    }
+    body
+}
+
 impl TelegramChannel {
     /// The channel for the bot behind `api`.
     pub fn new(api: BotApi, config: TelegramConfig) -> Self {
-        Self { api, config }
+        let previews = config.stream_edits.then(|| {
+            Arc::new(Previews::new(
+                api.clone(),
+                config.account_id.clone(),
+                Duration::from_millis(config.edit_interval_ms),
+            ))
+        });
+        Self {
+            api,
+            config,
+            previews,
+        }
+    }
+
+    /// Edits the preview `message_id` to the final `text`; false if that failed (the caller
+    /// then sends the text as a new message).
+    async fn edit_final(&self, chat: &Value, message_id: i64, text: &str) -> bool {
+        let body = json!({"chat_id": chat, "message_id": message_id, "text": text});
+        match self.api.edit_message_text(&body).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(%error, "telegram final edit failed; sending the reply anew");
+                false
+            }
+        }
     }
 
     /// Sends one chunk, retrying transient failures. Returns false if it was given up.
@@ -96,20 +139,28 @@ impl Channel for TelegramChannel {
             return;
         }
         let (chat, topic) = split_chat_id(&route.chat_id);
+        let chat = chat_value(chat);
+        let topic = topic.and_then(|t| t.parse::<i64>().ok());
         let reply_to = route.message_id.parse::<i64>().ok();
+        let preview = match &self.previews {
+            Some(p) => {
+                p.finish(&preview::key(&reply.session_key, &reply.in_reply_to))
+                    .await
+            }
+            None => None,
+        };
         let mut ok = true;
         for (i, text) in split_message(&reply.text, MAX_MESSAGE_UTF16)
             .into_iter()
             .enumerate()
         {
-            let mut body = json!({"chat_id": chat_value(chat), "text": text});
-            if let Some(topic) = topic.and_then(|t| t.parse::<i64>().ok()) {
-                body["message_thread_id"] = json!(topic);
+            if let (0, Some(id)) = (i, preview) {
+                // The preview becomes the first chunk (or the error notice).
+                if self.edit_final(&chat, id, &text).await {
+                    continue;
+                }
             }
-            if let (0, Some(id)) = (i, reply_to) {
-                body["reply_parameters"] =
-                    json!({"message_id": id, "allow_sending_without_reply": true});
-            }
+            let body = message_body(&chat, topic, reply_to.filter(|_| i == 0), &text);
             if !self.send_chunk(&body).await {
                 ok = false;
                 break;
@@ -125,8 +176,16 @@ pub(crate) async fn start(runtime: &Runtime, config: TelegramConfig) -> Result<(
     let api = BotApi::new(&config.api_base, token.expose())
         .map_err(|e| ConfigError::Invalid(format!("channels.telegram: {e}")))?;
     let channel = TelegramChannel::new(api.clone(), config.clone());
+    let deltas = channel
+        .previews
+        .clone()
+        .map(|p| Arc::new(p) as Arc<dyn DeltaTaker>);
     let port = runtime
-        .add_channel(Arc::new(channel), Serves::Channels(vec![TELEGRAM.into()]))
+        .add_streaming_channel(
+            Arc::new(channel),
+            Serves::Channels(vec![TELEGRAM.into()]),
+            deltas,
+        )
         .await?;
     let poller = poller::Poller::new(api, config, port.clone());
     port.spawn(poller.run());
