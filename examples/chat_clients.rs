@@ -1,7 +1,7 @@
 //! Many concurrent OpenAI-style chat clients, one request each, for
 //! `benches/loadtest/slow_model.sh`: every client sends `POST {url}/chat/completions` (its own
-//! `user`, so its own session) at the same moment and records the time to the first content
-//! chunk (streaming) and to the end of the answer. Prints one JSON line: answered, failed,
+//! `user`, so its own session) — all at the same moment, or spread evenly over `--ramp-ms` —
+//! and records the time to the first content chunk (streaming) and to the end of the answer. Prints one JSON line: answered, failed,
 //! time-to-first-token and total percentiles in ms, wall time, answers per second.
 //!
 //! `cargo run --release --example chat_clients -- --url http://127.0.0.1:7878/v1 --clients 1000 --stream 1`
@@ -87,6 +87,7 @@ async fn main() {
     let clients: usize = arg("--clients", "1000").parse().unwrap_or(1000);
     let stream = arg("--stream", "1") == "1";
     let tag = arg("--tag", "bench");
+    let ramp = Duration::from_millis(arg("--ramp-ms", "0").parse().unwrap_or(0));
     let client = reqwest::Client::builder()
         .no_proxy()
         .pool_max_idle_per_host(clients)
@@ -96,12 +97,12 @@ async fn main() {
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|i| {
-            tokio::spawn(one(
-                client.clone(),
-                url.clone(),
-                format!("{tag}-{i}"),
-                stream,
-            ))
+            let start = started + ramp.mul_f64(i as f64 / clients as f64);
+            let (client, url, user) = (client.clone(), url.clone(), format!("{tag}-{i}"));
+            tokio::spawn(async move {
+                tokio::time::sleep_until(start.into()).await;
+                one(client, url, user, stream).await
+            })
         })
         .collect();
     let mut first = Vec::new();

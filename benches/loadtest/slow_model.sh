@@ -9,9 +9,11 @@
 #      TTFT p50/p99, its overhead over row 1's medians, and RSS per in-flight turn (peak VmRSS
 #      during the run minus VmRSS after one warm-up turn, divided by the clients);
 #   3. non-streaming, SESSIONS clients through Turnstile: answers/s against the ideal
-#      SESSIONS / (TOTAL_MS / 1000).
+#      SESSIONS / ((TOTAL_MS + RAMP_MS) / 1000).
+# Clients start all at once (RAMP_MS=0, a burst) or spread evenly over RAMP_MS (with RAMP_MS =
+# TOTAL_MS about STREAM_CLIENTS streams are in flight at the peak, arriving steadily).
 # Usage: benches/loadtest/slow_model.sh [BINARY]   (default target/release/turnstile; env
-#        STREAM_CLIENTS 1000, SESSIONS 10000, FIRST_MS 100, CHUNKS 40, TOTAL_MS 2000)
+#        STREAM_CLIENTS 1000, SESSIONS 10000, FIRST_MS 100, CHUNKS 40, TOTAL_MS 2000, RAMP_MS 0)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=$(realpath "${1:-target/release/turnstile}")
@@ -20,6 +22,7 @@ sessions=${SESSIONS:-10000}
 first_ms=${FIRST_MS:-100}
 chunks=${CHUNKS:-40}
 total_ms=${TOTAL_MS:-2000}
+ramp_ms=${RAMP_MS:-0}
 cargo build --release --locked --quiet --example slow_model --example chat_clients
 model_bin=target/release/examples/slow_model
 clients_bin=target/release/examples/chat_clients
@@ -73,7 +76,7 @@ median() { python3 -c 'import statistics as st,sys; v=[float(x) for x in sys.arg
 
 direct_p50=(); direct_p99=()
 for run in 1 2 3; do
-    out=$("$clients_bin" --url "http://127.0.0.1:$model_port/v1" --clients "$stream_clients" --stream 1 --tag "direct$run")
+    out=$("$clients_bin" --url "http://127.0.0.1:$model_port/v1" --clients "$stream_clients" --stream 1 --ramp-ms "$ramp_ms" --tag "direct$run")
     read -r p50 p99 answered <<<"$(field 'r["ttft_ms"]["p50"]' 'r["ttft_ms"]["p99"]' 'r["answered"]' <<<"$out")"
     echo "direct run $run: answered $answered/$stream_clients, ttft p50 $p50 ms, p99 $p99 ms" >&2
     direct_p50+=("$p50"); direct_p99+=("$p99")
@@ -85,7 +88,7 @@ via_p50=(); via_p99=(); over50=(); over99=(); per_turn=(); via_answered=()
 for run in 1 2 3; do
     start_server
     idle=$(rss_kib "$server_pid")
-    "$clients_bin" --url "http://127.0.0.1:$port/v1" --clients "$stream_clients" --stream 1 --tag "via$run" >"$work/out" &
+    "$clients_bin" --url "http://127.0.0.1:$port/v1" --clients "$stream_clients" --stream 1 --ramp-ms "$ramp_ms" --tag "via$run" >"$work/out" &
     cpid=$!
     peak=$idle
     while kill -0 "$cpid" 2>/dev/null; do
@@ -104,16 +107,16 @@ done
 rates=(); plain_answered=()
 for run in 1 2 3; do
     start_server
-    out=$("$clients_bin" --url "http://127.0.0.1:$port/v1" --clients "$sessions" --stream 0 --tag "plain$run")
+    out=$("$clients_bin" --url "http://127.0.0.1:$port/v1" --clients "$sessions" --stream 0 --ramp-ms "$ramp_ms" --tag "plain$run")
     read -r rate answered p99 <<<"$(field 'r["answers_per_s"]' 'r["answered"]' 'r["total_ms"]["p99"]' <<<"$out")"
     echo "non-streaming run $run: answered $answered/$sessions, $rate answers/s, total p99 $p99 ms" >&2
     rates+=("$rate"); plain_answered+=("$answered")
     stop_server
 done
 
-ideal=$(python3 -c "print($sessions / ($total_ms / 1000))")
-echo "model's own TTFT ($stream_clients streaming clients, direct): p50 $(median "${direct_p50[@]}") ms, p99 $(median "${direct_p99[@]}") ms"
+ideal=$(python3 -c "print($sessions / (($total_ms + $ramp_ms) / 1000))")
+echo "model's own TTFT ($stream_clients streaming clients, ramp $ramp_ms ms, direct): p50 $(median "${direct_p50[@]}") ms, p99 $(median "${direct_p99[@]}") ms"
 echo "through Turnstile: TTFT p50 $(median "${via_p50[@]}") ms, p99 $(median "${via_p99[@]}") ms; answered $(median "${via_answered[@]}")/$stream_clients"
 echo "TTFT overhead: p50 $(median "${over50[@]}") ms, p99 $(median "${over99[@]}") ms"
 echo "RSS per in-flight streaming turn: $(median "${per_turn[@]}") KiB"
-echo "non-streaming, $sessions sessions at once: $(median "${rates[@]}") answers/s (ideal $ideal); answered $(median "${plain_answered[@]}")/$sessions"
+echo "non-streaming, $sessions sessions (ramp $ramp_ms ms): $(median "${rates[@]}") answers/s (ideal $ideal); answered $(median "${plain_answered[@]}")/$sessions"
