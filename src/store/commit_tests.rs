@@ -134,3 +134,33 @@ async fn dedupe_marks_missing_from_queued_messages_are_restored() {
     );
     store.close().await.unwrap();
 }
+
+/// A waiter may hold a generation's group commit past a rewrite; it must not keep the old
+/// database open, or the database's last handle (whose drop flushes under sled's process-wide
+/// lock) may drop on an async worker beside a transaction, which hung the server. sled locks
+/// its files while a database is open, so reopening the directory shows it was let go.
+#[tokio::test]
+async fn a_retired_group_commit_lets_go_of_its_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sled::Config::new().path(dir.path()).open().unwrap();
+    let commit = GroupCommit::start(db.clone(), Durability::Strict, Duration::from_millis(5));
+    db.insert(b"k", b"v").unwrap();
+    commit.wait(commit.ticket()).await.unwrap();
+    drop(db);
+    let held = commit.clone();
+    assert!(
+        sled::Config::new().path(dir.path()).open().is_err(),
+        "still open through the group commit"
+    );
+    commit.stop();
+    for _ in 0..1_000 {
+        if commit.is_stopped() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert!(commit.is_stopped());
+    let reopened = sled::Config::new().path(dir.path()).open();
+    assert!(reopened.is_ok(), "{:?}", reopened.err());
+    drop(held);
+}

@@ -47,7 +47,12 @@ pub struct GroupCommit {
 }
 
 struct Inner {
-    db: sled::Db,
+    /// Taken out when the generation retires ([`GroupCommit::stop`]): a waiter still holding
+    /// this coordinator after a rewrite must not hold the old database, or the last handle
+    /// may drop on an async worker. sled flushes a database as its last handle drops, under
+    /// its process-wide concurrency lock, and that flush beside a running transaction hung
+    /// the server; the rewrite drops the old generation itself, on its blocking thread.
+    db: std::sync::Mutex<Option<sled::Db>>,
     /// The flusher task, awaited on close so the database is released when the store drops.
     task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     mode: Durability,
@@ -100,7 +105,7 @@ impl GroupCommit {
             failed: None,
         });
         let inner = Arc::new(Inner {
-            db,
+            db: std::sync::Mutex::new(Some(db)),
             task: std::sync::Mutex::new(None),
             mode,
             written: AtomicU64::new(first_ticket),
@@ -207,10 +212,24 @@ impl GroupCommit {
             .send_modify(|f| f.upto = f.upto.max(written));
     }
 
-    /// Asks the flusher to stop without waiting (see [`GroupCommit::is_stopped`]).
+    /// Asks the flusher to stop without waiting (see [`GroupCommit::is_stopped`]) and lets go
+    /// of the database: a retired generation is flushed no more.
     pub(super) fn stop(&self) {
         self.inner.retired.store(true, Ordering::Release);
         self.inner.stop.notify_one();
+        if let Ok(mut db) = self.inner.db.lock() {
+            db.take();
+        }
+    }
+
+    /// The database, unless the generation retired.
+    fn db(&self) -> Result<sled::Db, StoreError> {
+        self.inner
+            .db
+            .lock()
+            .ok()
+            .and_then(|db| db.clone())
+            .ok_or_else(|| StoreError::Flush("the database generation was retired".into()))
     }
 
     /// True once the flusher task has ended (or was never started).
@@ -235,7 +254,7 @@ impl GroupCommit {
         self.flush_now().await?;
         if let Some(ledger) = &self.inner.ledger {
             // The last mark stamped is durable now; write it whether or not it is due.
-            let (ledger, db) = (Arc::clone(ledger), self.inner.db.clone());
+            let (ledger, db) = (Arc::clone(ledger), self.db()?);
             let _ = tokio::task::spawn_blocking(move || {
                 let mark = ledger.stamp(&db)?;
                 db.flush().map_err(|e| StoreError::Flush(e.to_string()))?;
@@ -277,7 +296,7 @@ impl GroupCommit {
     /// Stamps the ledger (if any) and flushes, on the blocking pool, giving up after
     /// [`FLUSH_TIMEOUT`] (the blocking thread may stay stuck in sled; no worker waits on it).
     async fn flush_on_blocking_pool(&self) -> Result<Option<super::ledger::Mark>, StoreError> {
-        let db = self.inner.db.clone();
+        let db = self.db()?;
         let ledger = self.inner.ledger.clone();
         let flush = tokio::task::spawn_blocking(move || {
             let mark = ledger.map(|l| l.stamp(&db)).transpose()?;

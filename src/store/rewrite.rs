@@ -233,6 +233,12 @@ impl Store {
             .map_err(StoreError::sled("writing the id base"))?;
         self.shared.ledger.stamp(&db)?;
         db.flush().map_err(StoreError::sled("flushing a rewrite"))?;
+        // The old generation too, while nothing writes: sled flushes a database as its last
+        // handle drops, under its process-wide lock, and a flush with work left beside a
+        // running transaction hung the server. A clean one has nothing to wait for.
+        if let Err(error) = old.db.flush() {
+            tracing::warn!(%error, "could not flush the generation being replaced");
+        }
         let dir = self.shared.data_dir.join(name);
         generations::mark_verified(&dir)?;
         generations::switch_current(&self.shared.data_dir, name)?;

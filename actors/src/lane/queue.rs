@@ -463,6 +463,7 @@ impl<I: QueueItem> LaneQueue<I> {
             }
         }
         let take = match policy.mode {
+            QueueMode::Collect if !self.queued_while_busy => 1,
             QueueMode::Collect | QueueMode::Interrupt => self.queue.len().min(policy.cap.max(1)),
             QueueMode::Followup | QueueMode::Steer => 1,
         };
@@ -474,6 +475,14 @@ impl<I: QueueItem> LaneQueue<I> {
         };
         if self.queue.is_empty() {
             self.queued_while_busy = false;
+        } else if !self.queued_while_busy && policy.mode == QueueMode::Collect {
+            // Several items found an idle lane at once (read back from the inbox at start, or
+            // routed while that read was in flight): the oldest starts alone, as it would had
+            // each been routed to a running lane, and the rest wait for its turn like items
+            // arriving mid-turn. How a burst is answered then does not depend on how fast the
+            // lane started.
+            self.queued_while_busy = true;
+            self.last_enqueue = now;
         }
         self.start(batch, policy.mode, out);
     }

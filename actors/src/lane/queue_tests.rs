@@ -175,6 +175,40 @@ fn an_item_that_arrived_before_the_turn_ended_still_debounces() {
     );
 }
 
+/// Two messages that reach a lane while it is still reading its inbox (both read back, or one
+/// read and one routed) are answered as they would be by a running lane: the oldest at once,
+/// the other after it, in a turn of its own. (Taking both into one batch made a group's two
+/// quick mentions get one reply or two depending on how fast the lane started.)
+#[test]
+fn items_found_at_start_run_the_oldest_alone_then_the_rest_collected() {
+    let t0 = Instant::now();
+    let p = policy(QueueMode::Collect, 500, 20, DropPolicy::Summarize);
+    let mut q = LaneQueue::new(&settings(100, 1), fixed(p), t0);
+    assert!(matches!(q.started(t0)[..], [Action::Refill { .. }]));
+    assert!(
+        q.arrived(Item(3), t0 + ms(1)).is_empty(),
+        "waits for the read"
+    );
+    let actions = q.refilled(vec![Item(1), Item(2)], t0 + ms(2));
+    assert_eq!(started(&actions), Some((vec![1], vec![], false)));
+    let end = t0 + ms(10);
+    let actions = q.turn_ended(done(), end, end);
+    assert!(
+        matches!(actions[..], [Action::ArmDebounce(d)] if d == ms(492)),
+        "{actions:?}"
+    );
+    assert_eq!(
+        started(&q.debounce_fired(t0 + ms(502))),
+        Some((vec![2, 3], vec![], true))
+    );
+    assert!(started(&q.turn_ended(done(), t0 + ms(510), t0 + ms(510))).is_none());
+    assert_eq!(
+        started(&q.arrived(Item(4), t0 + ms(600))),
+        Some((vec![4], vec![], false)),
+        "an idle lane starts at once again"
+    );
+}
+
 #[test]
 fn followup_runs_one_item_per_turn_in_order() {
     let t0 = Instant::now();
