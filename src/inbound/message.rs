@@ -230,6 +230,9 @@ pub struct InboundMessage {
     pub kind: MessageKind,
 }
 
+/// The channel of the OpenAI-compatible endpoint's messages.
+pub const OPENAI_API_CHANNEL: &str = "openai";
+
 /// Longest accepted id (chat, message, sender, thread, channel, account).
 pub const MAX_ID_CHARS: usize = 256;
 /// Most attachments on one message.
@@ -238,6 +241,14 @@ pub const MAX_ATTACHMENTS: usize = 32;
 pub const MAX_MENTIONS: usize = 256;
 
 impl InboundMessage {
+    /// Whether a later message may read this one back from its chat's record: group and
+    /// channel chats (history, recall, compaction) and replies in any chat. An OpenAI API
+    /// conversation is a direct chat no message can reply to by id, so its record would be
+    /// written and never read (four sled inserts per turn).
+    pub fn joins_chat_record(&self) -> bool {
+        self.chat_kind != ChatKind::Direct || self.channel != OPENAI_API_CHANNEL
+    }
+
     /// Checks the message against `limits`, fills in a missing timestamp with `now_ms`, and
     /// returns the message ready to be admitted.
     pub fn validated(mut self, limits: &LimitsConfig, now_ms: u64) -> Result<Self, InboundError> {
@@ -336,6 +347,27 @@ mod tests {
             .validated(&LimitsConfig::default(), 1_764_470_000_000)
             .map(|_| ());
         assert_eq!(got, expected);
+    }
+
+    #[test]
+    fn only_openai_api_conversations_stay_out_of_the_chat_record() {
+        let group = sample();
+        assert!(group.joins_chat_record());
+        let dm = InboundMessage {
+            chat_kind: ChatKind::Direct,
+            ..sample()
+        };
+        assert!(dm.joins_chat_record(), "a DM can be replied to");
+        let api = InboundMessage {
+            channel: OPENAI_API_CHANNEL.into(),
+            ..dm
+        };
+        assert!(!api.joins_chat_record());
+        let api_group = InboundMessage {
+            chat_kind: ChatKind::Group,
+            ..api
+        };
+        assert!(api_group.joins_chat_record());
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod session_key;
 
 pub use message::{
     check_session_key, Attachment, ChatKind, InboundMessage, MessageKind, Sender, MAX_ATTACHMENTS,
-    MAX_ATTACHMENT_URL_CHARS, MAX_ID_CHARS, MAX_MENTIONS,
+    MAX_ATTACHMENT_URL_CHARS, MAX_ID_CHARS, MAX_MENTIONS, OPENAI_API_CHANNEL,
 };
 pub use preflight::{Preflight, PreflightStats};
 pub use refusal::{DropReason, Refusal};

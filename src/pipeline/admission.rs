@@ -154,9 +154,11 @@ impl Admitter {
         admission.system_events = events;
         // The message joins its chat's record before its inbox entry: it is the cut after
         // which later chatter is pending again.
-        store
-            .record_chat_message(&key, ChannelMessage::of(msg, true))
-            .map_err(storage)?;
+        if msg.joins_chat_record() {
+            store
+                .record_chat_message(&key, ChannelMessage::of(msg, true))
+                .map_err(storage)?;
+        }
         let record = InboxRecord {
             message: event.message,
             accepted_at_ms: now,

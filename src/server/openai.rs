@@ -23,7 +23,9 @@ use futures_util::stream as futures_stream;
 use super::chat_request;
 use super::error::{body_bytes, ApiError};
 use super::AppState;
-use crate::inbound::{user_session_key, ChatKind, DropReason, InboundMessage, MessageKind, Sender};
+use crate::inbound::{
+    user_session_key, ChatKind, DropReason, InboundMessage, MessageKind, Sender, OPENAI_API_CHANNEL,
+};
 use crate::pipeline::now_ms;
 use crate::replies::Reply;
 use crate::runtime::{Admitted, Runtime, StoredAnswer};
@@ -91,7 +93,7 @@ pub(super) async fn chat_completions(
     // configured model, whatever name the request used.
     let model = state.runtime.config().model.model.clone();
     let message = InboundMessage {
-        channel: "openai".into(),
+        channel: OPENAI_API_CHANNEL.into(),
         account_id: "default".into(),
         chat_kind: ChatKind::Direct,
         chat_id: session.clone(),
