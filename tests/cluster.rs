@@ -34,7 +34,13 @@ async fn jetstream_kv_gives_create_cas_and_expiry_on_three_replicas() {
         })
         .await
         .unwrap();
-    let first = kv.create("p.0", "a".into()).await.unwrap();
+    // A new replicated stream elects its leader first; until then a write finds no responder.
+    let first = eventually(PATIENCE, "the new bucket to accept a write", || async {
+        kv.create("p.0", "a".into())
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
     let held = kv.create("p.0", "b".into()).await.unwrap_err();
     assert_eq!(held.kind(), CreateErrorKind::AlreadyExists);
     let renewed = kv.update("p.0", "a".into(), first).await.unwrap();
@@ -203,6 +209,16 @@ async fn a_holder_that_stopped_renewing_is_fenced_once_another_took_over() {
         .await
         .unwrap();
     assert_eq!(restarted.acquire(0).await.unwrap(), None);
+    // A node configured differently is refused the buckets, naming what differs.
+    for (partitions, lease_ms, differs) in [(1, 3000, "lease"), (2, LEASE_MS, "partitions=1")] {
+        let other = config(&cluster, "x", partitions, lease_ms);
+        match LeaseStore::open(&js, &other).await {
+            Err(e @ ClusterError::Mismatch { .. }) => {
+                assert!(e.to_string().contains(differs), "{e}")
+            }
+            other => panic!("a mismatched config opened the buckets: {other:?}"),
+        }
+    }
     // The holder itself gets its own lease back (an answer it lost, retried).
     assert_eq!(paused.acquire(0).await.unwrap(), Some(lease.clone()));
     let b = member(&cluster, "b", 1, LEASE_MS).await;
@@ -246,7 +262,7 @@ async fn a_holder_that_stopped_renewing_is_fenced_once_another_took_over() {
 async fn leases_are_renewed_across_the_sigkill_of_the_leases_stream_leader() {
     // Longer than JetStream's leader election after a SIGKILL (about 4-9 s), so the leases
     // are renewed through it rather than lost.
-    const LEASE_MS: u64 = 15_000;
+    const LEASE_MS: u64 = 20_000;
     let mut cluster = NatsCluster::start().await;
     let a = member(&cluster, "a", 4, LEASE_MS).await;
     let mut owned = a.owned();

@@ -254,7 +254,10 @@ async fn open_bucket(
         ..Default::default()
     };
     match js.create_key_value(config).await {
-        Ok(store) => Ok(store),
+        Ok(store) => {
+            wait_for_leader(&store, bucket, lease).await?;
+            Ok(store)
+        }
         Err(create) => {
             let bucket_error = |source: NatsError| ClusterError::Bucket { bucket, source };
             let Ok(store) = js.get_key_value(bucket).await else {
@@ -282,6 +285,34 @@ async fn open_bucket(
             }
             Err(bucket_error(Box::new(create)))
         }
+    }
+}
+
+/// Pause between two looks for a new bucket's leader.
+const LEADER_POLL: Duration = Duration::from_millis(25);
+
+/// Waits until `bucket`'s stream has a leader: a new replicated stream elects one first, and
+/// writes before that find no responder. Bounded by a lease (at least 2 s).
+async fn wait_for_leader(
+    store: &Store,
+    bucket: &'static str,
+    lease: Duration,
+) -> Result<(), ClusterError> {
+    let patience = lease.max(Duration::from_secs(2));
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        let why = match store.stream.get_info().await {
+            Ok(info) if info.cluster.as_ref().is_some_and(|c| c.leader.is_some()) => return Ok(()),
+            Ok(_) => "no leader yet".to_string(),
+            Err(e) => e.to_string(),
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ClusterError::Bucket {
+                bucket,
+                source: format!("no leader within {patience:?}: {why}").into(),
+            });
+        }
+        tokio::time::sleep(LEADER_POLL).await;
     }
 }
 

@@ -3,7 +3,8 @@
 //! Every `lease_ms / 3` the task writes its heartbeat, renews every lease it holds, and
 //! applies [`placement::plan`] to what it has heard (the `View` fed by watching both
 //! buckets): it acquires free partitions up to its share and releases the surplus. It
-//! publishes the partitions it holds on a `watch` channel. A lease whose renewal was refused
+//! publishes the partitions it holds on a `watch` channel. A round that failed somewhere is
+//! retried after a tenth of a lease rather than a third. A lease whose renewal was refused
 //! is lost at once; one whose renewals failed otherwise (no quorum, timeouts) is given up
 //! locally once a lease has passed since its last successful write started, which is no
 //! later than the server lets it expire. Stopping gracefully releases every lease and the
@@ -32,6 +33,9 @@ pub const LEASE_CONCURRENCY: usize = 64;
 /// Shortest and longest wait for one JetStream answer: a third of a lease, within these.
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(250);
 const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Shortest pause before a failed round is retried.
+const MIN_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// The partitions a node holds, each with the epoch of its tenure (the revision of the
 /// acquiring write; see [`Lease::epoch`]).
@@ -144,11 +148,18 @@ fn request_timeout(lease: Duration) -> Duration {
     (lease / 3).clamp(MIN_REQUEST_TIMEOUT, MAX_REQUEST_TIMEOUT)
 }
 
+/// How soon a round that failed is retried: a tenth of a lease, at least [`MIN_RETRY_PAUSE`].
+fn retry_pause(lease: Duration) -> Duration {
+    (lease / 10).max(MIN_RETRY_PAUSE)
+}
+
 /// What woke the task.
 enum Event {
     Stop,
     Abort,
     Tick,
+    /// A held lease reached its deadline between rounds.
+    Deadline,
     Lease(Option<Result<Entry, WatcherError>>),
     Node(Option<Result<Entry, WatcherError>>),
 }
@@ -168,9 +179,11 @@ impl State {
         let mut leases: Option<Watch> = None;
         let mut nodes: Option<Watch> = None;
         loop {
+            let deadline = self.holdings.next_deadline();
             let event = tokio::select! {
                 biased;
                 stopped = &mut stop => if stopped.is_ok() { Event::Stop } else { Event::Abort },
+                _ = until(deadline) => Event::Deadline,
                 _ = tick.tick() => Event::Tick,
                 entry = next(&mut leases) => Event::Lease(entry),
                 entry = next(&mut nodes) => Event::Node(entry),
@@ -180,7 +193,15 @@ impl State {
                 Event::Abort => return,
                 Event::Tick => {
                     self.open_watches(&mut leases, &mut nodes).await;
-                    self.round().await;
+                    if !self.round().await {
+                        // Something failed (no quorum while JetStream elects a leader, a
+                        // timeout): try again well before the leases run out.
+                        tick.reset_after(retry_pause(self.lease));
+                    }
+                }
+                Event::Deadline => {
+                    self.expire(Instant::now());
+                    self.publish();
                 }
                 Event::Lease(Some(Ok(entry))) => {
                     let owner = match entry.operation {
@@ -228,12 +249,14 @@ impl State {
         }
     }
 
-    /// One round: heartbeat, renew, balance, publish.
-    async fn round(&mut self) {
-        if let Err(e) = self.store.heartbeat().await {
+    /// One round: heartbeat and renew (at once), balance, publish. Returns whether the
+    /// heartbeat and every renewal went through.
+    async fn round(&mut self) -> bool {
+        let store = self.store.clone();
+        let (heartbeat, renewed) = tokio::join!(store.heartbeat(), self.renew_all());
+        if let Err(e) = &heartbeat {
             tracing::warn!(error = %e, "heartbeat failed");
         }
-        self.renew_all().await;
         let now = Instant::now();
         let me = self.store.node_id().to_string();
         let live = self.view.live_nodes(&me, now);
@@ -250,9 +273,11 @@ impl State {
         self.release(giving_up).await;
         self.acquire(step.acquire).await;
         self.publish();
+        heartbeat.is_ok() && renewed
     }
 
-    async fn renew_all(&mut self) {
+    /// Renews every held lease; returns whether all went through.
+    async fn renew_all(&mut self) -> bool {
         let store = &self.store;
         let started = Instant::now();
         let results: Vec<(Lease, Result<(), ClusterError>)> = stream::iter(self.holdings.leases())
@@ -264,7 +289,9 @@ impl State {
             .collect()
             .await;
         let now = Instant::now();
+        let mut all_renewed = true;
         for (lease, result) in results {
+            all_renewed &= result.is_ok();
             match result {
                 Ok(()) => self.holdings.renewed(lease, started),
                 Err(ClusterError::Lost { partition }) => {
@@ -276,6 +303,12 @@ impl State {
                 }
             }
         }
+        self.expire(now);
+        all_renewed
+    }
+
+    /// Gives up the leases not renewed for a whole lease: the server may have dropped them.
+    fn expire(&mut self, now: Instant) {
         for partition in self.holdings.expire(now) {
             tracing::warn!(partition, "lease given up: not renewed for a whole lease");
         }
@@ -341,6 +374,14 @@ impl State {
     }
 }
 
+/// Sleeps until `deadline`, or forever if there is none.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The next entry of a watch, or never if there is none.
 async fn next(watch: &mut Option<Watch>) -> Option<Result<Entry, WatcherError>> {
     match watch {
@@ -389,6 +430,11 @@ impl Holdings {
         gone
     }
 
+    /// The earliest deadline of a held lease.
+    fn next_deadline(&self) -> Option<Instant> {
+        self.held.values().map(|(_, until)| *until).min()
+    }
+
     fn leases(&self) -> Vec<Lease> {
         self.held.values().map(|(lease, _)| lease.clone()).collect()
     }
@@ -429,6 +475,7 @@ mod tests {
         h.renewed(lease(1, 5), sent);
         tokio::time::advance(Duration::from_millis(1000)).await;
         h.renewed(lease(2, 6), Instant::now());
+        assert_eq!(h.next_deadline(), Some(sent + LEASE));
         tokio::time::advance(Duration::from_millis(1999)).await;
         assert!(h.expire(Instant::now()).is_empty());
         tokio::time::advance(Duration::from_millis(1)).await;
