@@ -18,6 +18,8 @@
 //! # Layout
 //! - `config`: `turnstile.toml`, every key with its default.
 //! - `error`: the error types.
+//! - `cluster`: several nodes over NATS JetStream — placement of session keys in partitions
+//!   (always), partition leases and membership (feature `cluster`).
 //! - `inbound`: the normalised inbound message, its validation, session keys.
 //! - `store`: sled storage — sessions, transcripts, the durable inbox, group commit.
 //! - `model`: model requests, the built-in `echo` model, the OpenAI-compatible client,
@@ -38,6 +40,7 @@
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
 pub mod channels;
+pub mod cluster;
 pub mod compaction;
 pub mod config;
 pub mod context;

@@ -10,6 +10,7 @@
 
 mod agent;
 mod channels;
+mod cluster;
 mod compaction;
 mod context;
 mod lanes;
@@ -33,6 +34,9 @@ use crate::error::ConfigError;
 pub use agent::AgentConfig;
 pub use channels::{
     CallbackConfig, ChannelsConfig, TelegramConfig, MAX_ATTEMPTS, MAX_POLL_TIMEOUT_SECS,
+};
+pub use cluster::{
+    ClusterConfig, MAX_LEASE_MS, MAX_NATS_URLS, MAX_NODE_ID_CHARS, MAX_PARTITIONS, MIN_LEASE_MS,
 };
 pub use compaction::CompactionConfig;
 pub use context::{ContextConfig, MAX_CACHED_SESSIONS, MAX_PRESET_MESSAGES, MAX_SOURCE_WEIGHT};
@@ -90,6 +94,10 @@ pub struct Config {
     pub tools: ToolsConfig,
     /// `[channels]`: transports beyond the HTTP API (Telegram, webhook callbacks).
     pub channels: ChannelsConfig,
+    /// `[cluster]`: several nodes over NATS JetStream (feature `cluster`). Absent, the node
+    /// runs alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterConfig>,
 }
 
 impl Config {
@@ -123,6 +131,17 @@ impl Config {
         self.compaction.validate()?;
         self.tools.validate()?;
         self.channels.validate()?;
+        if let Some(cluster) = &self.cluster {
+            // A node built without the feature must not run alone on a cluster's config.
+            if !cfg!(feature = "cluster") {
+                return Err(invalid(
+                    "cluster",
+                    "this turnstile was built without the `cluster` feature; \
+                     rebuild with `--features cluster` or remove the [cluster] section",
+                ));
+            }
+            cluster.validate()?;
+        }
         if self.compaction.uses_model() && self.model.provider != "openai" {
             return Err(invalid(
                 "compaction.model",

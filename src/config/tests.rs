@@ -367,3 +367,24 @@ fn small_windows_and_model_rate_limits_are_checked() {
     assert_eq!(parsed.model.requests_per_minute, 0);
     assert_eq!(parsed.model.tokens_per_minute, 0);
 }
+
+#[test]
+fn the_cluster_section_is_parsed_and_needs_its_feature() {
+    let text = "[cluster]\nnats = [\"nats://127.0.0.1:4222\"]\nnode_id = \"n1\"\n\
+                partitions = 64\nlease_ms = 5000\n";
+    assert!(Config::parse("").unwrap().cluster.is_none());
+    let parsed = Config::parse(text);
+    if cfg!(feature = "cluster") {
+        let cluster = parsed.unwrap().cluster.unwrap();
+        assert_eq!((cluster.partitions, cluster.lease_ms), (64, 5000));
+        assert!(Config::parse(&text.replace("64", "0")).is_err());
+    } else {
+        let err = parsed.unwrap_err().to_string();
+        assert!(err.contains("`cluster` feature"), "{err}");
+    }
+    // Every key is required, and no other is allowed.
+    let err = Config::parse("[cluster]\nnode_id = \"n1\"\n").unwrap_err();
+    assert!(err.to_string().contains("missing field"), "{err}");
+    let err = Config::parse(&format!("{text}lease_msec = 1\n")).unwrap_err();
+    assert!(err.to_string().contains("lease_msec"), "{err}");
+}

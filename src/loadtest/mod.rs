@@ -66,7 +66,11 @@ pub fn message(spec: &LoadSpec, s: usize, m: usize) -> InboundMessage {
     // third message addresses the bot; the others address it always.
     let group = spec.group_mix && s % 2 == 1;
     let (chat_kind, sender, mentioned) = if group {
-        (ChatKind::Group, format!("member-{}", m % 3), m % 3 == 0)
+        (
+            ChatKind::Group,
+            format!("member-{}", m % 3),
+            m.is_multiple_of(3),
+        )
     } else {
         (ChatKind::Group, format!("user-{s}"), true)
     };

@@ -50,7 +50,7 @@ impl Timeline {
             .clamp(1, self.histogram.high());
         let _ = self.histogram.record(us);
         self.seen += 1;
-        if self.seen % self.stride != 0 {
+        if !self.seen.is_multiple_of(self.stride) {
             return;
         }
         if self.points.len() >= MAX_POINTS {

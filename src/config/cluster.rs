@@ -1,0 +1,204 @@
+//! `[cluster]`: several nodes over NATS JetStream (the `cluster` cargo feature). Absent, the
+//! node runs alone, as it always has.
+
+use serde::{Deserialize, Serialize};
+
+use super::{in_range, invalid};
+use crate::error::ConfigError;
+
+/// Most `cluster.partitions`: every node renews a lease per partition it owns each
+/// `lease_ms / 3`, so the count bounds that work.
+pub const MAX_PARTITIONS: u32 = 4096;
+
+/// Shortest `cluster.lease_ms`: a lease is renewed every third of it, and a renewal is a
+/// replicated write that must fit in that time.
+pub const MIN_LEASE_MS: u64 = 500;
+
+/// Longest `cluster.lease_ms` (10 minutes): a dead node's partitions wait this long.
+pub const MAX_LEASE_MS: u64 = 600_000;
+
+/// Longest `cluster.node_id`: it is a key in the nodes bucket and a value in every lease.
+pub const MAX_NODE_ID_CHARS: usize = 64;
+
+/// Most `cluster.nats` URLs.
+pub const MAX_NATS_URLS: usize = 32;
+
+/// `[cluster]`. Every key is required: a node that joins a cluster must say which and as whom.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The NATS servers to connect to (`nats://host:port`); the client fails over between
+    /// them.
+    pub nats: Vec<String>,
+    /// This node's name, unique in the cluster: ASCII letters, digits, `_` and `-`.
+    pub node_id: String,
+    /// How many partitions the session keys hash into; the same on every node.
+    pub partitions: u32,
+    /// How long a partition lease (and a node's heartbeat) lives unrenewed, in ms; the same
+    /// on every node. A dead node's partitions move after at most this long.
+    pub lease_ms: u64,
+}
+
+impl ClusterConfig {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        in_range("cluster.partitions", self.partitions, 1..=MAX_PARTITIONS)?;
+        in_range(
+            "cluster.lease_ms",
+            self.lease_ms,
+            MIN_LEASE_MS..=MAX_LEASE_MS,
+        )?;
+        validate_node_id(&self.node_id)?;
+        if self.nats.is_empty() {
+            return Err(invalid("cluster.nats", "name at least one nats:// URL"));
+        }
+        if self.nats.len() > MAX_NATS_URLS {
+            return Err(invalid(
+                "cluster.nats",
+                format!(
+                    "{} URLs is too many (at most {MAX_NATS_URLS})",
+                    self.nats.len()
+                ),
+            ));
+        }
+        for url in &self.nats {
+            validate_nats_url(url)?;
+        }
+        Ok(())
+    }
+}
+
+fn validate_node_id(id: &str) -> Result<(), ConfigError> {
+    if id.is_empty() {
+        return Err(invalid("cluster.node_id", "must not be empty"));
+    }
+    if id.len() > MAX_NODE_ID_CHARS {
+        return Err(invalid(
+            "cluster.node_id",
+            format!(
+                "{} characters is too long (at most {MAX_NODE_ID_CHARS})",
+                id.len()
+            ),
+        ));
+    }
+    if let Some(bad) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Err(invalid(
+            "cluster.node_id",
+            format!("{id:?} has {bad:?}; use ASCII letters, digits, '_' and '-'"),
+        ));
+    }
+    Ok(())
+}
+
+/// `nats://host` or `nats://host:port`, nothing more (no path, no credentials: secrets never
+/// go in the config file).
+fn validate_nats_url(url: &str) -> Result<(), ConfigError> {
+    let bad = |why: &str| invalid("cluster.nats", format!("{url:?}: {why}"));
+    let Some(authority) = url.strip_prefix("nats://") else {
+        return Err(bad("must start with nats://"));
+    };
+    if authority.contains(['/', '@', '?', '#']) || authority.chars().any(char::is_whitespace) {
+        return Err(bad("must be nats://host:port (no path, user or query)"));
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((host, _)) if !host.ends_with(']') && host.contains(':') => (authority, None),
+        Some((host, port)) => (host, Some(port)),
+        None => (authority, None),
+    };
+    if host.is_empty() {
+        return Err(bad("has no host"));
+    }
+    if let Some(port) = port {
+        match port.parse::<u16>() {
+            Ok(p) if p > 0 => {}
+            _ => return Err(bad("has no valid port (1..=65535)")),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ClusterConfig {
+        ClusterConfig {
+            nats: vec!["nats://127.0.0.1:4222".into()],
+            node_id: "n1".into(),
+            partitions: 64,
+            lease_ms: 5000,
+        }
+    }
+
+    fn refused(change: impl FnOnce(&mut ClusterConfig)) -> String {
+        let mut c = config();
+        change(&mut c);
+        c.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_example_is_valid() {
+        config().validate().unwrap();
+    }
+
+    #[test]
+    fn numbers_are_range_checked() {
+        for p in [0, MAX_PARTITIONS + 1] {
+            assert!(refused(|c| c.partitions = p).contains("cluster.partitions"));
+        }
+        for ms in [MIN_LEASE_MS - 1, MAX_LEASE_MS + 1] {
+            assert!(refused(|c| c.lease_ms = ms).contains("cluster.lease_ms"));
+        }
+        let mut edge = config();
+        edge.partitions = MAX_PARTITIONS;
+        edge.lease_ms = MIN_LEASE_MS;
+        edge.validate().unwrap();
+    }
+
+    #[test]
+    fn node_ids_are_short_plain_ascii() {
+        assert!(refused(|c| c.node_id.clear()).contains("must not be empty"));
+        assert!(refused(|c| c.node_id = "a".repeat(65)).contains("too long"));
+        for bad in ["n 1", "n.1", "n/1", "nö", "n*"] {
+            assert!(
+                refused(|c| c.node_id = bad.into()).contains("cluster.node_id"),
+                "{bad}"
+            );
+        }
+        let mut ok = config();
+        ok.node_id = format!("Node_1-{}", "x".repeat(57));
+        ok.validate().unwrap();
+    }
+
+    #[test]
+    fn nats_urls_are_checked() {
+        assert!(refused(|c| c.nats.clear()).contains("at least one"));
+        assert!(refused(|c| c.nats = vec!["nats://h:1".into(); 33]).contains("too many"));
+        for bad in [
+            "127.0.0.1:4222",
+            "tls://h:4222",
+            "nats://",
+            "nats://:4222",
+            "nats://h:0",
+            "nats://h:99999",
+            "nats://h:x",
+            "nats://u:p@h:4222",
+            "nats://h:4222/path",
+            "nats://h :4222",
+        ] {
+            assert!(
+                refused(|c| c.nats = vec![bad.into()]).contains("cluster.nats"),
+                "{bad}"
+            );
+        }
+        let mut ok = config();
+        ok.nats = vec![
+            "nats://localhost".into(),
+            "nats://[::1]:4222".into(),
+            "nats://nats-1.internal:4222".into(),
+        ];
+        ok.validate().unwrap();
+    }
+}
