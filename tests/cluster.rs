@@ -319,3 +319,27 @@ async fn leases_are_renewed_across_the_sigkill_of_the_leases_stream_leader() {
     assert_eq!(held(&a).len(), 4);
     a.stop().await.unwrap();
 }
+
+/// Until the runtime uses it, a node refuses a `[cluster]` section instead of running alone on
+/// a cluster's config (the parse accepts it in this build; the runtime is what refuses).
+#[tokio::test]
+async fn the_runtime_refuses_a_cluster_config_it_does_not_use_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[storage]\ndata_dir = {:?}\n[cluster]\nnats = [\"nats://127.0.0.1:4222\"]\n\
+         node_id = \"n1\"\npartitions = 8\nlease_ms = 5000\n",
+        dir.path().display().to_string()
+    );
+    let parsed = turnstile::Config::parse(&text).expect("this build accepts [cluster]");
+    let refused = turnstile::Runtime::builder()
+        .config(parsed)
+        .build()
+        .await
+        .err()
+        .expect("the runtime refuses it");
+    assert!(refused.to_string().contains("[cluster]"), "{refused}");
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "nothing written"
+    );
+}

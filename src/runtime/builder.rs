@@ -17,7 +17,7 @@ use crate::config::{Config, JanitorMode};
 use crate::context::{
     ContextEngine, ContextProcessor, ContextSource, Registry, StageContext, StageError,
 };
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::inbound::{Preflight, SessionKeys};
 use crate::model::{
     CalibrationStore, EchoModel, Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter,
@@ -34,7 +34,7 @@ pub struct RuntimeBuilder {
     model: Option<Arc<dyn Model>>,
     context: Registry,
     tools: ToolRegistry,
-    tool_errors: Vec<crate::error::ConfigError>,
+    tool_errors: Vec<ConfigError>,
     inspect_only: bool,
 }
 
@@ -132,6 +132,16 @@ impl RuntimeBuilder {
         }
         let config = Arc::new(self.config);
         config.validate()?;
+        if config.cluster.is_some() {
+            // Only the membership layer (`cluster/`) exists: a node must not run alone on a
+            // cluster's config, believing it shares its sessions.
+            return Err(ConfigError::Invalid(
+                "cluster: the [cluster] section is not used by the runtime yet (only the \
+                 membership layer is built); remove it to run a single node"
+                    .into(),
+            )
+            .into());
+        }
         // One calibration store: the client learns from usage and overflow errors, the
         // context engine sizes budgets with what it learned.
         let calibration = CalibrationStore::new();
