@@ -42,37 +42,14 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
     use crate::store::InboxRecord;
 
     fn item(seq: u64, text: &str) -> InboxItem {
+        let mut record = InboxRecord::direct_for_test(&seq.to_string(), text);
+        record.message.channel = "t".into();
         InboxItem {
             seq,
-            record: Arc::new(InboxRecord {
-                message: InboundMessage {
-                    channel: "t".into(),
-                    account_id: "default".into(),
-                    chat_kind: ChatKind::Direct,
-                    chat_id: "c".into(),
-                    thread_id: None,
-                    message_id: seq.to_string(),
-                    sender: Sender {
-                        id: "u".into(),
-                        name: String::new(),
-                        is_bot: false,
-                    },
-                    text: text.into(),
-                    mentions: vec![],
-                    mentioned_bot: false,
-                    reply_to: None,
-                    timestamp_ms: 1,
-                    attachments: vec![],
-                    kind: MessageKind::Message,
-                },
-                accepted_at_ms: 1,
-                system_events: vec![],
-                group_history: vec![],
-            }),
+            record: Arc::new(record),
         }
     }
 

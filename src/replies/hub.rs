@@ -403,37 +403,15 @@ impl ReplyHub {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inbound::{InboundMessage, MessageKind, Sender};
     use crate::store::InboxRecord;
 
     fn item(message_id: &str) -> InboxItem {
+        let mut record = InboxRecord::direct_for_test(message_id, "hi");
+        record.message.channel = "openai".into();
+        record.message.mentioned_bot = true;
         InboxItem {
             seq: 1,
-            record: Arc::new(InboxRecord {
-                message: InboundMessage {
-                    channel: "openai".into(),
-                    account_id: "default".into(),
-                    chat_kind: ChatKind::Direct,
-                    chat_id: "c".into(),
-                    thread_id: None,
-                    message_id: message_id.into(),
-                    sender: Sender {
-                        id: "u".into(),
-                        name: String::new(),
-                        is_bot: false,
-                    },
-                    text: "hi".into(),
-                    mentions: vec![],
-                    mentioned_bot: true,
-                    reply_to: None,
-                    timestamp_ms: 1,
-                    attachments: vec![],
-                    kind: MessageKind::Message,
-                },
-                accepted_at_ms: 1,
-                system_events: vec![],
-                group_history: vec![],
-            }),
+            record: Arc::new(record),
         }
     }
 

@@ -122,6 +122,40 @@ pub struct InboxRecord {
     pub group_history: Vec<HistoryLine>,
 }
 
+#[cfg(test)]
+impl InboxRecord {
+    /// A test fixture: a direct-chat message `id` with `text` from user `u` in chat `c` on
+    /// channel `test`, accepted at 1 ms, with nothing attached.
+    pub(crate) fn direct_for_test(id: &str, text: &str) -> Self {
+        use crate::inbound::{ChatKind, MessageKind, Sender};
+        InboxRecord {
+            message: InboundMessage {
+                channel: "test".into(),
+                account_id: "default".into(),
+                chat_kind: ChatKind::Direct,
+                chat_id: "c".into(),
+                thread_id: None,
+                message_id: id.into(),
+                sender: Sender {
+                    id: "u".into(),
+                    name: String::new(),
+                    is_bot: false,
+                },
+                text: text.into(),
+                mentions: vec![],
+                mentioned_bot: false,
+                reply_to: None,
+                timestamp_ms: 1,
+                attachments: vec![],
+                kind: MessageKind::Message,
+            },
+            accepted_at_ms: 1,
+            system_events: vec![],
+            group_history: vec![],
+        }
+    }
+}
+
 /// A chat message as the `channel_messages` tree keeps it — the chat's durable record: every
 /// accepted message (addressed to the bot or not), written at admission, once. Pending group
 /// history, past chatter, reply threads and recall are all read from it.

@@ -1,6 +1,5 @@
 use super::*;
 use crate::config::{Durability, StorageConfig};
-use crate::inbound::{ChatKind, InboundMessage, MessageKind, Sender};
 
 fn config(dir: &std::path::Path) -> StorageConfig {
     StorageConfig {
@@ -12,31 +11,9 @@ fn config(dir: &std::path::Path) -> StorageConfig {
 }
 
 pub(super) fn record(id: &str) -> InboxRecord {
-    InboxRecord {
-        message: InboundMessage {
-            channel: "test".into(),
-            account_id: "default".into(),
-            chat_kind: ChatKind::Direct,
-            chat_id: "c".into(),
-            thread_id: None,
-            message_id: id.into(),
-            sender: Sender {
-                id: "u".into(),
-                name: "U".into(),
-                is_bot: false,
-            },
-            text: format!("text {id}"),
-            mentions: vec![],
-            mentioned_bot: false,
-            reply_to: None,
-            timestamp_ms: 1,
-            attachments: vec![],
-            kind: MessageKind::Message,
-        },
-        accepted_at_ms: 1,
-        system_events: vec![],
-        group_history: vec![],
-    }
+    let mut record = InboxRecord::direct_for_test(id, &format!("text {id}"));
+    record.message.sender.name = "U".into();
+    record
 }
 
 pub(super) fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
