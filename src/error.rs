@@ -303,6 +303,9 @@ pub enum Error {
     /// The operation conflicts with work in progress (e.g. deleting a session mid-turn).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// In a cluster: the replicated inbox or changelog did not take a write; retry later.
+    #[error("cluster unavailable: {0}")]
+    Replication(String),
 }
 
 impl Error {
@@ -320,6 +323,7 @@ impl Error {
             Error::Context(_) => "context",
             Error::NotAvailable(_) => "not_available",
             Error::Conflict(_) => "conflict",
+            Error::Replication(_) => "replication",
             Error::InsufficientStorage { .. } => "insufficient_storage",
         }
     }

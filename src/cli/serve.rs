@@ -35,8 +35,26 @@ pub(crate) async fn serve(
         }
     }
     let runtime = Runtime::builder().config(config).build().await?;
+    #[cfg(feature = "cluster")]
+    let node = match runtime.config().cluster.clone() {
+        Some(cluster) => match turnstile::cluster::ClusterNode::start(&runtime, &cluster).await {
+            Ok(node) => Some(node),
+            Err(e) => {
+                let _ = runtime.shutdown().await;
+                return Err(e).context("joining the cluster");
+            }
+        },
+        None => None,
+    };
     tracing::info!(%addr, "turnstile listening");
     turnstile::server::serve(listener, runtime, shutdown_signal()).await?;
+    // After the runtime's shutdown: its last turns could still append to the changelog.
+    #[cfg(feature = "cluster")]
+    if let Some(node) = node {
+        if let Err(e) = node.stop().await {
+            tracing::warn!(error = %e, "leaving the cluster: the leases expire instead");
+        }
+    }
     tracing::info!("stopped");
     Ok(())
 }

@@ -52,6 +52,27 @@ pub enum ClusterError {
         /// The client's error.
         source: NatsError,
     },
+    /// A stream could not be created or opened.
+    #[error("cannot open the JetStream stream {stream}: {source}")]
+    Stream {
+        /// The stream.
+        stream: String,
+        /// The client's error.
+        source: NatsError,
+    },
+    /// A stream or consumer operation failed (timeout, no quorum, connection lost).
+    #[error("{op} on partition {partition} failed: {source}")]
+    Jet {
+        /// What was being done.
+        op: &'static str,
+        /// The partition.
+        partition: Partition,
+        /// The client's error.
+        source: NatsError,
+    },
+    /// The runtime refused what the cluster layer asked of it.
+    #[error("the runtime: {0}")]
+    Runtime(String),
     /// The membership task is gone (stopped or panicked).
     #[error("the cluster membership task has stopped")]
     Stopped,

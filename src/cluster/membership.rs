@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use async_nats::jetstream::kv::{Entry, Operation, Watch, WatcherError};
+use async_nats::jetstream::Context;
 use futures_util::stream::{self, StreamExt};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -83,21 +84,13 @@ pub struct Member {
 impl Member {
     /// Connects to `config.nats`, opens the buckets and starts the task.
     pub async fn connect(config: &ClusterConfig) -> Result<Member, ClusterError> {
-        let lease = Duration::from_millis(config.lease_ms);
-        let client = async_nats::ConnectOptions::new()
-            .name(format!("turnstile {}", config.node_id))
-            .connection_timeout(request_timeout(lease).max(Duration::from_secs(2)))
-            .connect(config.nats.clone())
-            .await
-            .map_err(|e| ClusterError::Connect {
-                urls: config.nats.join(","),
-                source: Box::new(e),
-            })?;
-        let js = async_nats::jetstream::ContextBuilder::new()
-            .timeout(request_timeout(lease))
-            .build(client);
-        let store = LeaseStore::open(&js, config).await?;
-        Ok(Member::start(store, lease))
+        Member::open(&connect(config).await?, config).await
+    }
+
+    /// Opens the buckets through `js` and starts the task.
+    pub async fn open(js: &Context, config: &ClusterConfig) -> Result<Member, ClusterError> {
+        let store = LeaseStore::open(js, config).await?;
+        Ok(Member::start(store, Duration::from_millis(config.lease_ms)))
     }
 
     /// Starts the task on buckets already open; `lease` must be theirs.
@@ -143,8 +136,26 @@ impl Drop for Member {
     }
 }
 
+/// Connects to `config.nats` (the client fails over between the servers) and gives the
+/// JetStream context every cluster request goes through.
+pub async fn connect(config: &ClusterConfig) -> Result<Context, ClusterError> {
+    let lease = Duration::from_millis(config.lease_ms);
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("turnstile {}", config.node_id))
+        .connection_timeout(request_timeout(lease).max(Duration::from_secs(2)))
+        .connect(config.nats.clone())
+        .await
+        .map_err(|e| ClusterError::Connect {
+            urls: config.nats.join(","),
+            source: Box::new(e),
+        })?;
+    Ok(async_nats::jetstream::ContextBuilder::new()
+        .timeout(request_timeout(lease))
+        .build(client))
+}
+
 /// How long one JetStream request may wait: a third of a lease, within bounds.
-fn request_timeout(lease: Duration) -> Duration {
+pub(crate) fn request_timeout(lease: Duration) -> Duration {
     (lease / 3).clamp(MIN_REQUEST_TIMEOUT, MAX_REQUEST_TIMEOUT)
 }
 

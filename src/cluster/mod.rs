@@ -1,29 +1,58 @@
-//! Several Turnstile nodes over NATS JetStream: which node owns which session.
+//! Several Turnstile nodes over NATS JetStream: one owner per session, failover without loss.
 //!
 //! Session keys hash into a fixed number of partitions ([`placement`]); a node owns a
 //! partition while it holds that partition's lease in a replicated JetStream KV bucket
 //! (`lease`), and a small task per node (`membership`) renews its leases, heartbeats its
 //! liveness and balances partitions across the live nodes, publishing what it owns.
+//! [`ClusterNode`] (`node`) joins a runtime to the cluster: accepted messages go to their
+//! partition's replicated inbox (`ingress`, `streams`); the owner of a partition takes them
+//! from there (`owner`); turns append to the partition's changelog before they commit, fenced
+//! by the owner's tenure (`changelog`); every node applies the changelog to its own sled and
+//! answers its own waiters from it (`follower`). What travels is in `record`; the names every
+//! node shares in `names`.
 //!
 //! Only [`placement`] is compiled without the `cluster` feature: it is plain arithmetic, so the
-//! single-node build carries no NATS client. Nothing here is wired into `turnstile serve` yet:
-//! a single node behaves exactly as before.
+//! single-node build carries no NATS client.
 
 pub mod placement;
 
 #[cfg(feature = "cluster")]
+mod changelog;
+#[cfg(feature = "cluster")]
 mod error;
+#[cfg(feature = "cluster")]
+mod follower;
+#[cfg(feature = "cluster")]
+mod ingress;
 #[cfg(feature = "cluster")]
 mod lease;
 #[cfg(feature = "cluster")]
 mod membership;
 #[cfg(feature = "cluster")]
+pub mod names;
+#[cfg(feature = "cluster")]
+mod node;
+#[cfg(feature = "cluster")]
+mod owner;
+#[cfg(feature = "cluster")]
+mod record;
+#[cfg(feature = "cluster")]
+mod streams;
+#[cfg(feature = "cluster")]
 mod view;
 
+#[cfg(feature = "cluster")]
+pub use changelog::ANSWERED_MARK_TTL_MS;
 #[cfg(feature = "cluster")]
 pub use error::{ClusterError, NatsError};
 #[cfg(feature = "cluster")]
 pub use lease::{Lease, LeaseStore, LEASES_BUCKET, NODES_BUCKET, REPLICAS};
 #[cfg(feature = "cluster")]
-pub use membership::{Member, Owned, LEASE_CONCURRENCY};
+pub use membership::{connect, Member, Owned, LEASE_CONCURRENCY};
+#[cfg(feature = "cluster")]
+pub use node::ClusterNode;
+#[cfg(feature = "cluster")]
+pub use owner::{INBOX_ACK_WAIT, MAX_UNANSWERED_PER_PARTITION};
 pub use placement::{partition_of, Partition};
+#[cfg(feature = "cluster")]
+pub use streams::{MAX_INBOX_MESSAGES, MAX_RECORD_BYTES};

@@ -47,6 +47,7 @@ fn append(store: &Store, key: &str, entries: Vec<TranscriptEntry>) {
             consumed: vec![],
             now_ms: 1,
             channel_messages: vec![],
+            replica: None,
         })
         .unwrap();
 }

@@ -41,6 +41,7 @@ impl Refusal {
             Refusal::Overloaded(_) => "overloaded",
             Refusal::ShuttingDown => "shutting_down",
             Refusal::Storage(_) => "storage",
+            Refusal::Unavailable(_) => "unavailable",
             Refusal::InsufficientStorage(_) => "insufficient_storage",
         }
     }
@@ -78,4 +79,8 @@ pub enum Refusal {
     /// The data dir is at its disk budget and nothing can be evicted yet; retry later.
     #[error("insufficient storage: {0}")]
     InsufficientStorage(String),
+    /// In a cluster: the replicated inbox did not acknowledge the message (no quorum, no
+    /// connection); retry later.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
 }

@@ -186,6 +186,7 @@ impl Target for InProcessTarget {
                 Refusal::Overloaded(_) => Outcome::Error("overloaded".into()),
                 Refusal::ShuttingDown => Outcome::Error("shutting_down".into()),
                 Refusal::Storage(_) => Outcome::Error("storage".into()),
+                Refusal::Unavailable(_) => Outcome::Error("unavailable".into()),
                 Refusal::InsufficientStorage(_) => Outcome::Error("insufficient_storage".into()),
             },
             Err(SubmitError::Failed(e)) => Outcome::Error(e.kind().into()),

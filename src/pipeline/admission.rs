@@ -171,7 +171,7 @@ impl Admitter {
             now_ms: now,
         };
         let (item, ticket) = store
-            .enqueue_deduped(&key, record, Some(mark))
+            .enqueue_deduped(&key, record, self.preflight.dedupes().then_some(mark))
             .map_err(storage)?;
         self.preflight.confirm(&admission, now);
         // After the inbox entry that carries them: a crash in between shows them twice, never

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::compaction::Compaction;
+use super::replication::{ReplicatedTurn, ReplicationError, ReplicationSlot};
 use super::turn::now_ms;
 use crate::context::ContextEngine;
 use crate::error::Error;
@@ -33,6 +34,8 @@ pub struct Delivery {
     context: Arc<ContextEngine>,
     replies: Arc<ReplyHub>,
     compaction: Compaction,
+    /// A cluster node's changelog (see [`ReplicationSlot`]).
+    replication: ReplicationSlot,
 }
 
 impl Delivery {
@@ -43,6 +46,7 @@ impl Delivery {
         context: Arc<ContextEngine>,
         replies: Arc<ReplyHub>,
         compaction: Compaction,
+        replication: ReplicationSlot,
     ) -> Self {
         Self {
             store,
@@ -50,7 +54,37 @@ impl Delivery {
             context,
             replies,
             compaction,
+            replication,
         }
+    }
+
+    /// A cluster node's replication slot.
+    pub fn replication(&self) -> &ReplicationSlot {
+        &self.replication
+    }
+
+    /// Consumes `batch`'s inbox items here without answering them: the turn belongs to another
+    /// node, whose copy of the partition's inbox still holds the messages.
+    pub async fn forget(&self, session_key: &str, batch: &[InboxItem]) -> Result<(), Error> {
+        tracing::debug!(
+            session_key,
+            items = batch.len(),
+            "not this node's session: left to its owner"
+        );
+        self.committer
+            .commit(
+                &self.store,
+                TurnCommit {
+                    session_key: session_key.to_string(),
+                    entries: Vec::new(),
+                    consumed: batch.iter().map(|i| i.seq).collect(),
+                    now_ms: now_ms(),
+                    channel_messages: Vec::new(),
+                    replica: None,
+                },
+            )
+            .await?;
+        Ok(())
     }
 
     /// Commits the turn (entries, consumption of `batch`'s inbox items) in one transaction,
@@ -106,6 +140,53 @@ impl Delivery {
         window_full: bool,
         tool_calls: Vec<ToolCall>,
     ) -> Result<(), Error> {
+        let mut reply = Reply {
+            session_key: session_key.to_string(),
+            text,
+            in_reply_to: batch
+                .iter()
+                .map(|i| i.record.message.message_id.clone())
+                .collect(),
+            seq: 0,
+            error: meta.error.is_some(),
+            route: ReplyRoute::of(batch),
+            tool_calls,
+            usage: meta.usage,
+            finish_reason: meta.finish_reason,
+            model: meta.model,
+            error_kind: meta.error,
+        };
+        let (entries, replica) = match self.replication.get() {
+            None => (entries, None),
+            Some(replication) => {
+                let turn = ReplicatedTurn {
+                    session_key: session_key.to_string(),
+                    entries,
+                    reply,
+                };
+                let appended = match replication {
+                    Ok(r) => r.append(&turn).await,
+                    Err(e) => Err(e),
+                };
+                match appended {
+                    Ok(marks) => {
+                        reply = turn.reply;
+                        (turn.entries, Some(marks))
+                    }
+                    Err(ReplicationError::Fenced { partition }) => {
+                        tracing::info!(
+                            session_key,
+                            partition,
+                            "turn fenced off: the partition moved"
+                        );
+                        return self.forget(session_key, batch).await;
+                    }
+                    Err(e @ ReplicationError::Failed(_)) => {
+                        return Err(Error::Replication(e.to_string()))
+                    }
+                }
+            }
+        };
         let committed = self
             .committer
             .commit(
@@ -116,6 +197,7 @@ impl Delivery {
                     consumed: batch.iter().map(|i| i.seq).collect(),
                     now_ms: now_ms(),
                     channel_messages: Vec::new(),
+                    replica,
                 },
             )
             .await?;
@@ -128,22 +210,8 @@ impl Delivery {
         self.store.commit().wait(ticket).await?;
         self.compaction
             .maybe_compact(session_key, record.tokens, window_full);
-        self.replies.publish(Reply {
-            session_key: session_key.to_string(),
-            text,
-            in_reply_to: batch
-                .iter()
-                .map(|i| i.record.message.message_id.clone())
-                .collect(),
-            seq: seqs.last().copied().unwrap_or_default(),
-            error: meta.error.is_some(),
-            route: ReplyRoute::of(batch),
-            tool_calls,
-            usage: meta.usage,
-            finish_reason: meta.finish_reason,
-            model: meta.model,
-            error_kind: meta.error,
-        });
+        reply.seq = seqs.last().copied().unwrap_or_default();
+        self.replies.publish(reply);
         Ok(())
     }
 }

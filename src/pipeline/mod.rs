@@ -32,6 +32,7 @@ mod batch;
 mod compaction;
 pub mod delivery;
 pub mod failure;
+pub mod replication;
 pub mod requests;
 mod running;
 pub mod turn;
@@ -48,6 +49,7 @@ pub use admission::{queue_policy, Accepted, Admitter};
 pub use batch::{queue_info, DROPPED_LINE_CHARS};
 pub use compaction::{Compaction, COMPACTION_WAIT, MAX_OVERFLOW_COMPACTIONS};
 pub use delivery::{Delivery, ReplyMeta};
+pub use replication::{ReplicatedTurn, Replication, ReplicationError, ReplicationSlot};
 pub use requests::{
     ClientToolResult, RequestExtras, Requests, MAX_RECENT_REQUESTS, RECENT_REQUEST_TTL_MS,
 };
@@ -141,6 +143,15 @@ impl Backend for TurnBackend {
         control: TurnControl<InboxItem>,
     ) -> Result<TurnReport, TurnError> {
         let _running = self.running.enter(&key);
+        if !self.engine.replication().owns(&key) {
+            // A cluster node that lost (or never had) the session's partition: the owner
+            // answers from its copy of the partition's inbox.
+            self.engine
+                .forget(&key, &batch)
+                .await
+                .map_err(|e| TurnError::Failed(e.to_string()))?;
+            return Ok(TurnReport::default());
+        }
         let span = metrics::turn_span(&key, batch.items.len() + batch.dropped.len());
         let result = self
             .engine
@@ -166,6 +177,12 @@ impl Backend for TurnBackend {
         failure: TurnFailure,
     ) {
         let _running = self.running.enter(&key);
+        if !self.engine.replication().owns(&key) {
+            if let Err(e) = self.engine.forget(&key, &batch).await {
+                tracing::error!(session_key = %key, error = %e, "could not let go of another node's messages");
+            }
+            return;
+        }
         metrics::turn_abandoned();
         tracing::error!(session_key = %key, %failure, "turn abandoned after retries");
         if let Err(e) = self

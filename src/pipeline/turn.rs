@@ -141,6 +141,7 @@ impl TurnEngine {
                 Arc::clone(&context),
                 Arc::clone(&replies),
                 compaction.clone(),
+                super::ReplicationSlot::new(config.cluster.is_some()),
             ),
             replies,
             failures: DashMap::new(),
@@ -154,6 +155,21 @@ impl TurnEngine {
             compaction,
             requests: Arc::new(Requests::default()),
         }
+    }
+
+    /// A cluster node's changelog seam (see [`super::ReplicationSlot`]).
+    pub fn replication(&self) -> &super::ReplicationSlot {
+        self.delivery.replication()
+    }
+
+    /// Consumes `batch` here without answering it (its session belongs to another node).
+    pub async fn forget(
+        &self,
+        session_key: &str,
+        batch: &TurnBatch<InboxItem>,
+    ) -> Result<(), Error> {
+        let all: Vec<InboxItem> = batch.all_items().cloned().collect();
+        self.delivery.forget(session_key, &all).await
     }
 
     /// What OpenAI-compatible requests ask of their turns.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use dashmap::DashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::router::ChannelRouter;
@@ -17,7 +17,7 @@ use crate::model::ToolCall;
 use crate::store::InboxItem;
 
 /// One reply of the agent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reply {
     /// The session it belongs to.
     pub session_key: String,
@@ -28,31 +28,31 @@ pub struct Reply {
     /// The transcript sequence of the reply entry.
     pub seq: u64,
     /// True when the turn failed and this is an error notice.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub error: bool,
     /// Where the reply goes back to on its platform.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<ReplyRoute>,
     /// Calls of client-side tools (tools the request offered): the turn waits for their
     /// results, which the client sends with its next request.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
     /// Token counts of the answer (the model's report, else ours); none for an error notice.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<ReplyUsage>,
     /// Why the model stopped (`stop`, `length`, `tool_calls`), as it said.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
     /// The model that answered.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// What failed, when `error` is set.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<ReplyErrorKind>,
 }
 
 /// Token counts of one answer, in the OpenAI `usage` shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplyUsage {
     /// Tokens of the prompt.
     pub prompt_tokens: u32,
@@ -74,7 +74,7 @@ impl ReplyUsage {
 }
 
 /// Why a turn ended without an answer: the HTTP status a waiting client gets depends on it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReplyErrorKind {
     /// The model failed (transport, an error answer, an unreadable answer): 502.
@@ -112,7 +112,7 @@ pub const DELTA_WAITER_BUFFER: usize = 64;
 /// Where a reply goes back to: the chat of the newest message it answers. Channels that push
 /// replies to a platform (Telegram, callbacks) read it; the channel router picks the channel by
 /// `channel`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplyRoute {
     /// The `channel` of the message answered (e.g. `telegram`).
     pub channel: String,
@@ -123,7 +123,7 @@ pub struct ReplyRoute {
     /// Its chat id.
     pub chat_id: String,
     /// Its thread id, if any.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thread_id: Option<String>,
     /// Its platform message id (a platform reply quotes it).
     pub message_id: String,
@@ -386,6 +386,16 @@ impl ReplyHub {
 
     /// Publishes a reply.
     pub fn publish(&self, reply: Reply) {
+        self.publish_to(reply, true);
+    }
+
+    /// Publishes a reply another cluster node made: its waiters and the stream hear it, the
+    /// platform channels do not (the node that made it delivered it there).
+    pub fn publish_remote(&self, reply: Reply) {
+        self.publish_to(reply, false);
+    }
+
+    fn publish_to(&self, reply: Reply, route: bool) {
         let reply = Arc::new(reply);
         for id in &reply.in_reply_to {
             if let Some((_, waiting)) = self.waiters.remove(id) {
@@ -395,7 +405,9 @@ impl ReplyHub {
             }
             self.delta_waiters.remove(id);
         }
-        self.router.route(&reply);
+        if route {
+            self.router.route(&reply);
+        }
         let _ = self.stream.send(reply);
     }
 }

@@ -132,12 +132,12 @@ impl RuntimeBuilder {
         }
         let config = Arc::new(self.config);
         config.validate()?;
-        if config.cluster.is_some() {
-            // Only the membership layer (`cluster/`) exists: a node must not run alone on a
-            // cluster's config, believing it shares its sessions.
+        if config.cluster.is_some() && !cfg!(feature = "cluster") {
+            // A node must not run alone on a cluster's config, believing it shares its
+            // sessions.
             return Err(ConfigError::Invalid(
-                "cluster: the [cluster] section is not used by the runtime yet (only the \
-                 membership layer is built); remove it to run a single node"
+                "cluster: this build has no cluster support (the `cluster` feature); remove \
+                 the [cluster] section to run a single node"
                     .into(),
             )
             .into());
@@ -175,10 +175,11 @@ impl RuntimeBuilder {
         ));
         let preflight = Arc::new(Preflight::new(&config)?);
         let running = Arc::new(RunningTurns::default());
+        let keys = SessionKeys::new(&config.session)?;
         let admitter = Admitter::new(
             store.clone(),
             Arc::clone(&config),
-            SessionKeys::new(&config.session)?,
+            keys.clone(),
             Arc::clone(&preflight),
         );
         let settings = LaneSettings {
@@ -212,9 +213,28 @@ impl RuntimeBuilder {
                 closing: AtomicBool::new(false),
                 running,
                 channel_tasks: ChannelTasks::new(),
+                keys,
+                ingress: std::sync::OnceLock::new(),
             }),
         };
         if self.inspect_only {
+            return Ok(runtime);
+        }
+        if runtime.is_clustered() {
+            // A cluster node's inbox only mirrors what it took from the replicated inboxes,
+            // which keep every unanswered message for the partition's next owner; answering
+            // the mirror too would answer twice.
+            match store.clear_inbox() {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(
+                    n,
+                    "cluster node: left the local inbox to the partitions' owners"
+                ),
+                Err(e) => {
+                    let _ = runtime.shutdown().await;
+                    return Err(e.into());
+                }
+            }
             return Ok(runtime);
         }
         // Before any channel can deliver a redelivery of a queued message.

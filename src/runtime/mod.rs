@@ -7,6 +7,7 @@ mod builder;
 mod compaction_tests;
 mod ops;
 mod ports;
+mod replica;
 mod requests;
 #[cfg(test)]
 mod turn_tests;
@@ -25,6 +26,7 @@ pub use api_channel::ApiChannel;
 pub use builder::RuntimeBuilder;
 pub use ops::{Compacted, Deleted, Stats};
 pub use ports::{ChannelPort, DeltaTaker};
+pub use replica::Ingress;
 pub use requests::{StoredAnswer, MAX_ANSWER_SCAN};
 
 use crate::config::Config;
@@ -55,8 +57,9 @@ pub struct Ack {
 pub struct Admitted {
     /// What [`Runtime::submit`] would have acknowledged.
     pub ack: Ack,
-    /// The group-commit ticket of the inbox write.
-    ticket: u64,
+    /// The group-commit ticket of the inbox write; `None` when the message is durable
+    /// already (a cluster node's, acknowledged by the replicated inbox).
+    ticket: Option<u64>,
 }
 
 /// Why [`Runtime::submit`] did not acknowledge a message. A preflight drop is a refusal too,
@@ -158,6 +161,10 @@ struct Inner {
     running: Arc<RunningTurns>,
     /// Background tasks of channels (pollers), stopped first at shutdown.
     channel_tasks: ChannelTasks,
+    /// Session keys from `[session]` (a cluster node places a message by its key).
+    keys: crate::inbound::SessionKeys,
+    /// A cluster node's way into the replicated inbox, installed by the cluster layer.
+    ingress: std::sync::OnceLock<Arc<dyn Ingress>>,
 }
 
 impl Runtime {
@@ -212,11 +219,14 @@ impl Runtime {
         admitted: &Admitted,
         demand: bool,
     ) -> Result<(), SubmitError> {
+        let Some(ticket) = admitted.ticket else {
+            return Ok(());
+        };
         let commit = self.inner.store.commit();
         let waited = if demand {
-            commit.wait(admitted.ticket).await
+            commit.wait(ticket).await
         } else {
-            commit.wait_passive(admitted.ticket).await
+            commit.wait_passive(ticket).await
         };
         waited.map_err(|e| SubmitError::Failed(Error::from(e)))
     }
@@ -236,8 +246,43 @@ impl Runtime {
         Ok(admitted.ack)
     }
 
-    /// Admission through `handle`, up to the inbox write (not yet waited on).
+    /// Admission through `handle`, up to the inbox write (not yet waited on); on a cluster
+    /// node, into the partition's replicated inbox.
     async fn admit_through<C: Channel>(
+        &self,
+        handle: &ChannelHandle<TurnBackend, C>,
+        channel: &str,
+        message: InboundMessage,
+        session_key: Option<String>,
+    ) -> Result<Admitted, SubmitError> {
+        if !self.is_clustered() {
+            return self
+                .admit_local(handle, channel, message, session_key)
+                .await;
+        }
+        if self.inner.closing.load(Ordering::Acquire) {
+            metrics::inbound_dropped(channel, "shutting_down");
+            return Err(Refusal::ShuttingDown.into());
+        }
+        let message = message
+            .validated(&self.inner.config.limits, now_ms())
+            .inspect_err(|_| metrics::inbound_dropped(channel, "invalid"))
+            .map_err(Error::from)?;
+        let ack = self
+            .publish_replicated(
+                channel,
+                InboundEvent {
+                    message,
+                    session_key,
+                },
+            )
+            .await?;
+        Ok(Admitted { ack, ticket: None })
+    }
+
+    /// Admission into this node's inbox through `handle`, up to the inbox write (not yet
+    /// waited on).
+    async fn admit_local<C: Channel>(
         &self,
         handle: &ChannelHandle<TurnBackend, C>,
         channel: &str,
@@ -278,7 +323,7 @@ impl Runtime {
                 session_key: accepted.session_key.to_string(),
                 message_id,
             },
-            ticket: accepted.ticket,
+            ticket: Some(accepted.ticket),
         })
     }
 

@@ -99,6 +99,7 @@ impl From<Error> for ApiError {
                 retry_after_secs: Some(1),
                 ..Self::new(StatusCode::CONFLICT, "conflict", m)
             },
+            Error::Replication(m) => Self::from(Refusal::Unavailable(m)),
             Error::Actors(e) => {
                 tracing::error!(error = %e, "actor system unavailable");
                 Self {
@@ -154,6 +155,10 @@ impl From<Refusal> for ApiError {
             Refusal::InsufficientStorage(reason) => {
                 Self::from(Error::InsufficientStorage { reason })
             }
+            Refusal::Unavailable(m) => Self {
+                retry_after_secs: Some(1),
+                ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", m)
+            },
             Refusal::Storage(m) => {
                 tracing::error!(error = %m, "inbox write failed");
                 Self::new(

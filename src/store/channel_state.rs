@@ -7,7 +7,7 @@ use crate::error::StoreError;
 /// The tree's name.
 pub(super) const TREE: &str = "channel_state";
 
-fn state_key(channel: &str, key: &str) -> Vec<u8> {
+pub(super) fn state_key(channel: &str, key: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(channel.len() + key.len() + 1);
     k.extend_from_slice(channel.as_bytes());
     k.push(0);

@@ -476,6 +476,7 @@ mod tests {
                 consumed: vec![],
                 now_ms,
                 channel_messages: vec![],
+                replica: None,
             })
             .unwrap();
     }
@@ -563,6 +564,7 @@ mod tests {
                 consumed: vec![item.seq],
                 now_ms: 1_001,
                 channel_messages: vec![],
+                replica: None,
             })
             .unwrap();
 

@@ -23,6 +23,7 @@ fn turn(key: &str, text: &str, consumed: Vec<u64>) -> TurnCommit {
         consumed,
         now_ms: 7,
         channel_messages: vec![],
+        replica: None,
     }
 }
 

@@ -157,6 +157,7 @@ mod tests {
                 consumed: vec![first.seq],
                 now_ms: 5,
                 channel_messages: vec![],
+                replica: None,
             })
             .unwrap();
         store.enqueue("k", record("2")).unwrap();

@@ -50,6 +50,7 @@ mod migrate;
 mod queued_events;
 mod records;
 mod recover;
+mod replica;
 mod rewrite;
 mod turn_commit;
 
@@ -82,8 +83,9 @@ pub use records::{
     ChannelMessage, EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent,
     ToolInfo, TranscriptEntry,
 };
+pub use replica::ANSWERED_PREFIX;
 pub use rewrite::Rewritten;
-pub use turn_commit::{Committed, TurnCommit, MAX_TURNS_PER_COMMIT};
+pub use turn_commit::{Committed, ReplicaMarks, TurnCommit, MAX_TURNS_PER_COMMIT};
 
 use crate::config::StorageConfig;
 use crate::error::StoreError;

@@ -164,6 +164,7 @@ fn run(ops: Vec<Op>) {
                             consumed: items.iter().map(|i| i.seq).collect(),
                             now_ms: now,
                             channel_messages: vec![],
+                            replica: None,
                         })
                         .unwrap();
                     let queue = model.inbox.entry(k.clone()).or_default();

@@ -42,6 +42,7 @@ fn turn(store: &Store, key: &str, now_ms: u64, text: &str) -> SessionRecord {
             consumed: vec![],
             now_ms,
             channel_messages: vec![],
+            replica: None,
         })
         .unwrap()
         .record

@@ -62,6 +62,7 @@ async fn inbox_pending_commit_and_reopen() {
             consumed: vec![a.seq],
             now_ms: 5,
             channel_messages: vec![],
+            replica: None,
         })
         .unwrap();
     store.commit().wait(ticket).await.unwrap();
@@ -170,6 +171,7 @@ async fn dedupe_keys_are_written_with_the_inbox_entry_and_survive_a_reopen() {
             consumed: vec![item.seq],
             now_ms: 2,
             channel_messages: vec![],
+            replica: None,
         })
         .unwrap();
     store.commit().wait(ticket).await.unwrap();
@@ -272,6 +274,7 @@ async fn channel_messages_by_id_time_and_parent() {
             consumed: vec![],
             now_ms: 5,
             channel_messages: messages,
+            replica: None,
         })
         .unwrap();
     store.commit().wait(ticket).await.unwrap();
@@ -473,6 +476,7 @@ async fn strict_flushes_only_what_is_waited_on_and_a_passive_wait_rides_along() 
             consumed: vec![item.seq],
             now_ms: 1,
             channel_messages: Vec::new(),
+            replica: None,
         })
         .unwrap();
     assert!(done.ticket > admitted);

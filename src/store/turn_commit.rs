@@ -10,7 +10,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use sled::Transactional;
 
 use super::{by_updated, channel, decode, encode, keys, ChannelMessage, SessionRecord, Store};
-use super::{StoreInner, TranscriptEntry};
+use super::{replica, StoreInner, TranscriptEntry};
 use crate::error::StoreError;
 
 /// Most turns committed in one transaction: bounds the transaction's write set (and the time
@@ -31,6 +31,26 @@ pub struct TurnCommit {
     /// Chat messages to remember for reply threads (the turn's messages and the group history
     /// they carried).
     pub channel_messages: Vec<ChannelMessage>,
+    /// Set in a cluster: where the turn stands in its partition's changelog, written in the
+    /// same transaction (see [`ReplicaMarks`]).
+    pub replica: Option<ReplicaMarks>,
+}
+
+/// What a turn replicated through a cluster's changelog also writes, atomically with its
+/// entries: the changelog position this node has applied for the partition (so a restarted
+/// follower neither skips nor repeats a turn) and a mark per message the turn answered (so
+/// whichever node owns the partition next does not answer it again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaMarks {
+    /// The session's partition.
+    pub partition: u32,
+    /// The turn's sequence in the changelog stream.
+    pub log_seq: u64,
+    /// Ids of the messages the turn answered.
+    pub answered: Vec<String>,
+    /// When the answered marks expire, ms since the epoch (they live in the `dedupe` tree and
+    /// are pruned with it).
+    pub expires_at_ms: u64,
 }
 
 /// What a committed turn got.
@@ -53,6 +73,8 @@ struct Prepared<'a> {
     encoded: Vec<(Vec<u8>, &'a TranscriptEntry)>,
     inbox_keys: Vec<Vec<u8>>,
     channel_writes: Vec<(Vec<u8>, Vec<u8>)>,
+    /// `(dedupe writes, channel_state write)` of [`TurnCommit::replica`].
+    replica_writes: Option<(Vec<(Vec<u8>, Vec<u8>)>, (Vec<u8>, Vec<u8>))>,
 }
 
 /// What the transaction did for one turn.
@@ -93,29 +115,57 @@ impl Store {
             .iter()
             .map(|turn| prepare(&inner, turn))
             .collect::<Result<Vec<_>, _>>()?;
-        let applied = (
-            &inner.sessions,
-            &inner.transcript,
-            &inner.inbox,
-            &inner.by_updated,
-            &inner.channel_messages,
-        )
-            .transaction(
-                |(sessions, transcript, inbox, by_updated, channel_messages)| {
-                    let trees = (sessions, transcript, inbox, by_updated, channel_messages);
-                    prepared
-                        .iter()
-                        .map(|p| apply(trees, p))
-                        .collect::<Result<Vec<_>, _>>()
-                },
+        let storage_failed = |e: TransactionError<StoreError>| match e {
+            TransactionError::Abort(e) => e,
+            TransactionError::Storage(source) => self.write_failed(StoreError::Sled {
+                context: "committing a turn",
+                source,
+            }),
+        };
+        // Only a cluster's turns touch the two extra trees: a single node's transaction keeps
+        // its five.
+        let applied = if prepared.iter().any(|p| p.replica_writes.is_some()) {
+            (
+                &inner.sessions,
+                &inner.transcript,
+                &inner.inbox,
+                &inner.by_updated,
+                &inner.channel_messages,
+                &inner.dedupe,
+                &inner.channel_state,
             )
-            .map_err(|e| match e {
-                TransactionError::Abort(e) => e,
-                TransactionError::Storage(source) => self.write_failed(StoreError::Sled {
-                    context: "committing a turn",
-                    source,
-                }),
-            })?;
+                .transaction(
+                    |(sessions, transcript, inbox, by_updated, channel_messages, dedupe, state)| {
+                        let trees = (sessions, transcript, inbox, by_updated, channel_messages);
+                        prepared
+                            .iter()
+                            .map(|p| {
+                                apply_replica(dedupe, state, p)?;
+                                apply(trees, p)
+                            })
+                            .collect::<Result<Vec<_>, _>>()
+                    },
+                )
+                .map_err(storage_failed)?
+        } else {
+            (
+                &inner.sessions,
+                &inner.transcript,
+                &inner.inbox,
+                &inner.by_updated,
+                &inner.channel_messages,
+            )
+                .transaction(
+                    |(sessions, transcript, inbox, by_updated, channel_messages)| {
+                        let trees = (sessions, transcript, inbox, by_updated, channel_messages);
+                        prepared
+                            .iter()
+                            .map(|p| apply(trees, p))
+                            .collect::<Result<Vec<_>, _>>()
+                    },
+                )
+                .map_err(storage_failed)?
+        };
         self.shared.ledger.committed(turns.len());
         let consumed: usize = applied.iter().map(|a| a.consumed).sum();
         let queued = &self.shared.queued;
@@ -156,7 +206,39 @@ fn prepare<'a>(inner: &StoreInner, turn: &'a TurnCommit) -> Result<Prepared<'a>,
             .map(|s| keys::inbox_key(&turn.session_key, *s))
             .collect(),
         channel_writes: channel::writes(&turn.session_key, &turn.channel_messages)?,
+        replica_writes: match &turn.replica {
+            None => None,
+            Some(r) => {
+                let expiry = encode(&r.expires_at_ms)?;
+                let answered = r
+                    .answered
+                    .iter()
+                    .map(|id| {
+                        (
+                            replica::answered_key(&turn.session_key, id).into_bytes(),
+                            expiry.clone(),
+                        )
+                    })
+                    .collect();
+                Some((answered, replica::applied_write(r.partition, r.log_seq)))
+            }
+        },
     })
+}
+
+/// Writes a replicated turn's marks (see [`ReplicaMarks`]).
+fn apply_replica(
+    dedupe: &TransactionalTree,
+    state: &TransactionalTree,
+    p: &Prepared<'_>,
+) -> Result<(), ConflictableTransactionError<StoreError>> {
+    if let Some((answered, (k, v))) = &p.replica_writes {
+        for (k, v) in answered {
+            dedupe.insert(k.as_slice(), v.as_slice())?;
+        }
+        state.insert(k.as_slice(), v.as_slice())?;
+    }
+    Ok(())
 }
 
 /// Bytes a turn adds to the live-byte meter (entries with their keys, chat messages).

@@ -154,6 +154,10 @@ pub struct Preflight {
     rules: RuleBook,
     bot_ids: IdSet,
     dedupe_ttl_ms: u64,
+    /// False on a cluster node: there the replicated inbox drops redeliveries (its message-id
+    /// window is `dedupe_ttl_ms`) and answered messages carry marks. A node's own marks would
+    /// drop a message it once took from a partition it lost, though no node answered it.
+    dedupes: bool,
     state: Mutex<State>,
     counters: Counters,
 }
@@ -180,12 +184,23 @@ impl Preflight {
             rules: RuleBook::compile(p)?,
             bot_ids: IdSet::new(&p.bot_user_ids, IdKind::Sender),
             dedupe_ttl_ms: p.dedupe_ttl_ms,
+            dedupes: config.cluster.is_none(),
             state: Mutex::new(State {
                 dedupe: DedupeCache::new(p.dedupe_ttl_ms, p.dedupe_max_keys),
                 activity: BotActivity::new(),
             }),
             counters: Counters::default(),
         })
+    }
+
+    /// Whether this preflight drops duplicates itself (see the field).
+    pub fn dedupes(&self) -> bool {
+        self.dedupes
+    }
+
+    /// The key a message is deduplicated by.
+    pub fn dedupe_key_of(&self, msg: &InboundMessage) -> String {
+        dedupe_key(&self.agent, msg)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -215,10 +230,11 @@ impl Preflight {
     ) -> Result<Verdict, StoreError> {
         let key = dedupe_key(&self.agent, msg);
         let mut state = self.state();
-        if state.dedupe.seen(&key, now_ms) {
+        if !self.dedupes {
+            // A cluster node: see `Preflight::dedupes`.
+        } else if state.dedupe.seen(&key, now_ms) {
             return Ok(self.dropped(DropReason::Duplicate));
-        }
-        if durable.seen(&key, now_ms)? {
+        } else if durable.seen(&key, now_ms)? {
             state.dedupe.insert(&key, now_ms);
             return Ok(self.dropped(DropReason::Duplicate));
         }

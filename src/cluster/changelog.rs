@@ -1,0 +1,190 @@
+//! [`Changelog`]: the partitions' changelogs as this node writes them. A turn is appended to
+//! its partition's subject with JetStream's expected-last-subject-sequence set to the last
+//! sequence this node's tenure wrote, so once another node has appended (its tenure record
+//! first of all) this node's appends are refused: that refusal is the fence. After an append
+//! the inbox messages the turn answered are acknowledged (their answer is in the log).
+
+use std::sync::Arc;
+
+use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::{AckKind, Context, Message};
+use bytes::Bytes;
+use dashmap::DashMap;
+use futures_util::future::BoxFuture;
+
+use super::names::log_subject;
+use super::record::LogRecord;
+use super::{partition_of, Partition};
+use crate::pipeline::{now_ms, ReplicatedTurn, Replication, ReplicationError};
+use crate::store::ReplicaMarks;
+
+/// How long a node remembers that a message was answered (the marks live in its `dedupe`
+/// tree and are pruned with it). A message still unanswered in an inbox after this long
+/// would be answered again by a new owner; replies are due within `reply_timeout_ms`.
+pub const ANSWERED_MARK_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// One tenure of a partition on this node: appends go after `last`.
+pub(super) struct Tenure {
+    /// The lease's epoch.
+    pub epoch: u64,
+    /// The last changelog sequence of the partition this tenure wrote (or read, at takeover).
+    last: tokio::sync::Mutex<u64>,
+}
+
+/// This node's side of the changelogs, shared by the turns (appends), the partitions' owner
+/// tasks (tenures, held acknowledgements) and the follower (which skips this tenure's turns).
+pub(super) struct Changelog {
+    js: Context,
+    node_id: String,
+    partitions: u32,
+    tenures: DashMap<Partition, Arc<Tenure>>,
+    /// Inbox messages admitted here and not yet answered, by (session key, message id): they
+    /// are acknowledged once the answering turn is in the changelog. Bounded by the inbox
+    /// consumers' `max_ack_pending` per owned partition.
+    held: DashMap<(String, String), (Partition, Message)>,
+}
+
+impl Changelog {
+    /// A changelog writer for node `node_id`.
+    pub(super) fn new(js: Context, node_id: String, partitions: u32) -> Self {
+        Self {
+            js,
+            node_id,
+            partitions,
+            tenures: DashMap::new(),
+            held: DashMap::new(),
+        }
+    }
+
+    /// This node's id.
+    pub(super) fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Starts a tenure of `partition` whose takeover record has sequence `last`.
+    pub(super) fn begin(&self, partition: Partition, epoch: u64, last: u64) {
+        self.tenures.insert(
+            partition,
+            Arc::new(Tenure {
+                epoch,
+                last: tokio::sync::Mutex::new(last),
+            }),
+        );
+    }
+
+    /// Ends this node's tenure of `partition`: its turns are fenced from now on, and the inbox
+    /// messages it held stay unacknowledged for the next owner.
+    pub(super) fn end(&self, partition: Partition) {
+        self.tenures.remove(&partition);
+        self.held.retain(|_, (p, _)| *p != partition);
+    }
+
+    /// Whether `epoch` is this node's current tenure of `partition`.
+    pub(super) fn is_current(&self, partition: Partition, epoch: u64) -> bool {
+        self.tenures
+            .get(&partition)
+            .is_some_and(|t| t.epoch == epoch)
+    }
+
+    /// Holds `message` (admitted here) until the turn answering it is appended.
+    pub(super) fn hold(
+        &self,
+        partition: Partition,
+        session_key: String,
+        message_id: String,
+        message: Message,
+    ) {
+        self.held
+            .insert((session_key, message_id), (partition, message));
+    }
+
+    /// Whether a message is held (admitted here, not yet answered).
+    pub(super) fn is_held(&self, session_key: &str, message_id: &str) -> bool {
+        self.held
+            .contains_key(&(session_key.to_string(), message_id.to_string()))
+    }
+
+    /// Messages held, over all partitions.
+    pub(super) fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
+    async fn append_turn(&self, turn: &ReplicatedTurn) -> Result<ReplicaMarks, ReplicationError> {
+        let partition = partition_of(&turn.session_key, self.partitions);
+        let fenced = ReplicationError::Fenced { partition };
+        let Some(tenure) = self.tenures.get(&partition).map(|t| Arc::clone(&t)) else {
+            return Err(fenced);
+        };
+        let record = LogRecord::Turn {
+            node: self.node_id.clone(),
+            epoch: tenure.epoch,
+            turn: turn.clone(),
+        };
+        let body = serde_json::to_vec(&record)
+            .map_err(|e| ReplicationError::Failed(format!("cannot encode the turn: {e}")))?;
+        // One append at a time per partition: each names the sequence the previous one got.
+        let mut last = tenure.last.lock().await;
+        if !self.is_current(partition, tenure.epoch) {
+            return Err(fenced);
+        }
+        let message = PublishMessage::build()
+            .payload(Bytes::from(body))
+            .expected_last_subject_sequence(*last);
+        let failed = |e: async_nats::jetstream::context::PublishError| match e.kind() {
+            PublishErrorKind::WrongLastSequence => None,
+            _ => Some(ReplicationError::Failed(e.to_string())),
+        };
+        let acked = match self.js.send_publish(log_subject(partition), message).await {
+            Ok(ack) => ack.await.map_err(failed),
+            Err(e) => Err(failed(e)),
+        };
+        let ack = match acked {
+            Ok(ack) => ack,
+            Err(Some(e)) => return Err(e),
+            Err(None) => {
+                // Someone appended after our last write: another node holds the partition.
+                tracing::warn!(
+                    partition,
+                    epoch = tenure.epoch,
+                    "changelog append refused: the partition has a new owner"
+                );
+                self.tenures
+                    .remove_if(&partition, |_, t| t.epoch == tenure.epoch);
+                return Err(fenced);
+            }
+        };
+        *last = ack.sequence;
+        drop(last);
+        for id in &turn.reply.in_reply_to {
+            if let Some((_, (_, message))) =
+                self.held.remove(&(turn.session_key.clone(), id.clone()))
+            {
+                if let Err(e) = message.ack_with(AckKind::Ack).await {
+                    // The answer is in the log: a redelivery finds its answered mark.
+                    tracing::warn!(partition, error = %e, "could not acknowledge an answered inbox message");
+                }
+            }
+        }
+        Ok(ReplicaMarks {
+            partition,
+            log_seq: ack.sequence,
+            answered: turn.reply.in_reply_to.clone(),
+            expires_at_ms: now_ms().saturating_add(ANSWERED_MARK_TTL_MS),
+        })
+    }
+}
+
+impl Replication for Changelog {
+    fn owns(&self, session_key: &str) -> bool {
+        self.tenures
+            .contains_key(&partition_of(session_key, self.partitions))
+    }
+
+    fn append<'a>(
+        &'a self,
+        turn: &'a ReplicatedTurn,
+    ) -> BoxFuture<'a, Result<ReplicaMarks, ReplicationError>> {
+        Box::pin(self.append_turn(turn))
+    }
+}

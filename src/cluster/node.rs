@@ -1,0 +1,168 @@
+//! [`ClusterNode`]: a runtime joined to its cluster. It installs the ingress (accepted
+//! messages go to their partition's replicated inbox) and the changelog (turns append before
+//! they commit), starts the follower, joins the membership, and runs an owner task for each
+//! partition the membership says this node holds — started when one is gained, aborted (and
+//! its tenure ended, so its turns are fenced) when one is lost.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::stream::Stream;
+use async_nats::jetstream::Context;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::changelog::Changelog;
+use super::error::ClusterError;
+use super::follower::Follower;
+use super::ingress::JetStreamIngress;
+use super::membership::{connect, Member, Owned};
+use super::owner::Owner;
+use super::{streams, Partition};
+use crate::config::ClusterConfig;
+use crate::runtime::Runtime;
+
+/// A runtime's membership of its cluster. [`ClusterNode::stop`] leaves gracefully (after the
+/// runtime has shut down, so its last turns could still append).
+pub struct ClusterNode {
+    member: Member,
+    follower: JoinHandle<()>,
+    coordinator: JoinHandle<()>,
+    changelog: Arc<Changelog>,
+}
+
+/// What the coordinator starts owner tasks with.
+struct Shared {
+    runtime: Runtime,
+    js: Context,
+    inbox: Stream,
+    log: Stream,
+    changelog: Arc<Changelog>,
+    position: watch::Receiver<u64>,
+}
+
+impl ClusterNode {
+    /// Joins `runtime` (built with this `[cluster]` config) to its cluster.
+    pub async fn start(
+        runtime: &Runtime,
+        config: &ClusterConfig,
+    ) -> Result<ClusterNode, ClusterError> {
+        let js = connect(config).await?;
+        let window = Duration::from_millis(runtime.config().preflight.dedupe_ttl_ms);
+        let inbox = streams::inbox(&js, window).await?;
+        let log = streams::changelog(&js).await?;
+        let changelog = Arc::new(Changelog::new(
+            js.clone(),
+            config.node_id.clone(),
+            config.partitions,
+        ));
+        runtime
+            .install_cluster(
+                Arc::new(JetStreamIngress::new(js.clone(), config.partitions)),
+                Arc::clone(&changelog) as _,
+            )
+            .map_err(|e| ClusterError::Runtime(e.to_string()))?;
+        let (position_tx, position) = watch::channel(0);
+        let follower = tokio::spawn(
+            Follower::new(
+                runtime.clone(),
+                log.clone(),
+                Arc::clone(&changelog),
+                config.partitions,
+                position_tx,
+            )
+            .run(),
+        );
+        let member = Member::open(&js, config).await?;
+        let shared = Shared {
+            runtime: runtime.clone(),
+            js,
+            inbox,
+            log,
+            changelog: Arc::clone(&changelog),
+            position,
+        };
+        let coordinator = tokio::spawn(coordinate(member.owned(), shared));
+        tracing::info!(node_id = %config.node_id, partitions = config.partitions, "joined the cluster");
+        Ok(ClusterNode {
+            member,
+            follower,
+            coordinator,
+            changelog,
+        })
+    }
+
+    /// Inbox messages admitted here and not yet answered.
+    pub fn held(&self) -> usize {
+        self.changelog.held_count()
+    }
+
+    /// The partitions this node holds, as they change.
+    pub fn owned(&self) -> watch::Receiver<Owned> {
+        self.member.owned()
+    }
+
+    /// Stops the owner tasks and the follower, then releases every lease (the other nodes
+    /// take the partitions over at once instead of after `lease_ms`).
+    pub async fn stop(self) -> Result<(), ClusterError> {
+        self.coordinator.abort();
+        let _ = self.coordinator.await;
+        self.follower.abort();
+        self.member.stop().await
+    }
+}
+
+/// Owner tasks by partition, aborted when dropped (with the coordinator).
+#[derive(Default)]
+struct Tasks {
+    running: HashMap<Partition, (u64, JoinHandle<()>)>,
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for (_, (_, task)) in self.running.drain() {
+            task.abort();
+        }
+    }
+}
+
+async fn coordinate(mut owned: watch::Receiver<Owned>, shared: Shared) {
+    let mut tasks = Tasks::default();
+    loop {
+        let now = owned.borrow_and_update().clone();
+        let lost: Vec<Partition> = tasks
+            .running
+            .iter()
+            .filter(|(p, (epoch, _))| now.epoch(**p) != Some(*epoch))
+            .map(|(p, _)| *p)
+            .collect();
+        for p in lost {
+            if let Some((_, task)) = tasks.running.remove(&p) {
+                task.abort();
+            }
+            shared.changelog.end(p);
+            tracing::info!(partition = p, "partition lost: its turns are fenced");
+        }
+        for p in now.partitions() {
+            let Some(epoch) = now.epoch(p) else { continue };
+            if tasks.running.contains_key(&p) {
+                continue;
+            }
+            let owner = Owner {
+                runtime: shared.runtime.clone(),
+                js: shared.js.clone(),
+                inbox: shared.inbox.clone(),
+                log: shared.log.clone(),
+                changelog: Arc::clone(&shared.changelog),
+                position: shared.position.clone(),
+                partition: p,
+                epoch,
+            };
+            tasks.running.insert(p, (epoch, tokio::spawn(owner.run())));
+        }
+        if owned.changed().await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! One partition's owner task, run while this node holds the partition's lease.
+//!
+//! Takeover, in order: append a tenure record to the partition's changelog against the last
+//! sequence there (from then on the previous owner's appends are refused); wait until the
+//! follower has applied everything before it (the sessions are restored here); start the
+//! tenure (turns may append); then read the partition's inbox from its oldest unanswered
+//! message, through a fresh consumer, admitting each message into this node's runtime in
+//! inbox order — answered ones (a mark says so) are only acknowledged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::stream::{LastRawMessageErrorKind, Stream};
+use async_nats::jetstream::{AckKind, Context, Message};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tokio::sync::watch;
+
+use super::changelog::Changelog;
+use super::error::ClusterError;
+use super::names::{inbox_consumer, inbox_subject, log_subject};
+use super::record::{InboxEnvelope, LogRecord};
+use super::Partition;
+use crate::inbound::Refusal;
+use crate::runtime::{Runtime, SubmitError};
+
+/// Most inbox messages of one partition admitted here and not yet answered; JetStream stops
+/// delivering past it, so a slow partition holds back its own inbox, nothing else.
+pub const MAX_UNANSWERED_PER_PARTITION: i64 = 4_096;
+
+/// How long an admitted message may wait for its answer before JetStream delivers it again
+/// (the owner then recognises it as held and only keeps the newer delivery).
+pub const INBOX_ACK_WAIT: Duration = Duration::from_secs(600);
+
+/// How long a message the runtime refused for now (queue cap, disk budget) waits before it is
+/// delivered again.
+pub(super) const REFUSED_RETRY: Duration = Duration::from_secs(1);
+
+/// Takeover attempts before the task gives up and waits for the next membership round.
+const TAKEOVER_ATTEMPTS: u32 = 5;
+
+/// What an owner task needs.
+pub(super) struct Owner {
+    pub(crate) runtime: Runtime,
+    pub(crate) js: Context,
+    pub(crate) inbox: Stream,
+    pub(crate) log: Stream,
+    pub(crate) changelog: Arc<Changelog>,
+    pub(crate) position: watch::Receiver<u64>,
+    pub(crate) partition: Partition,
+    pub(crate) epoch: u64,
+}
+
+impl Owner {
+    /// Takes the partition over and serves its inbox until aborted.
+    pub(super) async fn run(mut self) {
+        let p = self.partition;
+        let mut attempt = 0;
+        let marker = loop {
+            attempt += 1;
+            match self.append_tenure().await {
+                Ok(seq) => break seq,
+                Err(e) if attempt < TAKEOVER_ATTEMPTS => {
+                    tracing::warn!(partition = p, error = %e, attempt, "takeover: retrying");
+                    tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
+                }
+                Err(e) => {
+                    tracing::error!(partition = p, error = %e, "takeover failed; the partition waits for the next try");
+                    return;
+                }
+            }
+        };
+        // Every turn before the marker is applied here before this tenure runs one.
+        if self
+            .position
+            .wait_for(|seen| *seen >= marker)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        self.changelog.begin(p, self.epoch, marker);
+        tracing::info!(
+            partition = p,
+            epoch = self.epoch,
+            marker,
+            "partition taken over"
+        );
+        loop {
+            if let Err(e) = self.serve_inbox().await {
+                tracing::warn!(partition = p, error = %e, "inbox consumer: reopening");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Appends this tenure's record after the partition's last; its sequence.
+    async fn append_tenure(&self) -> Result<u64, ClusterError> {
+        let p = self.partition;
+        let jet = |op: &'static str| {
+            move |e: Box<dyn std::error::Error + Send + Sync>| ClusterError::Jet {
+                op,
+                partition: p,
+                source: e,
+            }
+        };
+        let last = match self
+            .log
+            .get_last_raw_message_by_subject(&log_subject(p))
+            .await
+        {
+            Ok(m) => m.sequence,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => 0,
+            Err(e) => return Err(jet("reading the changelog's last record")(Box::new(e))),
+        };
+        let record = LogRecord::Tenure {
+            node: self.changelog.node_id().to_string(),
+            epoch: self.epoch,
+        };
+        let body = serde_json::to_vec(&record).map_err(|e| jet("encoding")(Box::new(e)))?;
+        let ack = self
+            .js
+            .send_publish(
+                log_subject(p),
+                PublishMessage::build()
+                    .payload(Bytes::from(body))
+                    .expected_last_subject_sequence(last),
+            )
+            .await
+            .map_err(|e| jet("appending the tenure record")(Box::new(e)))?
+            .await
+            .map_err(|e| jet("appending the tenure record")(Box::new(e)))?;
+        Ok(ack.sequence)
+    }
+
+    /// Replaces the partition's inbox consumer (the previous owner's may still be pulling) and
+    /// admits what it delivers.
+    async fn serve_inbox(&self) -> Result<(), ClusterError> {
+        let p = self.partition;
+        let jet = |op: &'static str| {
+            move |e: Box<dyn std::error::Error + Send + Sync>| ClusterError::Jet {
+                op,
+                partition: p,
+                source: e,
+            }
+        };
+        let name = inbox_consumer(p);
+        // A missing consumer is fine: this is the partition's first owner.
+        let _ = self.inbox.delete_consumer(&name).await;
+        let consumer = self
+            .inbox
+            .create_consumer(pull::Config {
+                durable_name: Some(name),
+                filter_subject: inbox_subject(p),
+                // A work queue keeps only unacknowledged messages: "all" is the oldest
+                // unanswered one.
+                deliver_policy: DeliverPolicy::All,
+                ack_policy: AckPolicy::Explicit,
+                ack_wait: INBOX_ACK_WAIT,
+                max_ack_pending: MAX_UNANSWERED_PER_PARTITION,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| jet("creating the inbox consumer")(Box::new(e)))?;
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(|e| jet("reading the inbox")(Box::new(e)))?;
+        while let Some(message) = messages.next().await {
+            let message = message.map_err(|e| jet("reading the inbox")(Box::new(e)))?;
+            self.admit(message).await;
+        }
+        Ok(())
+    }
+
+    async fn admit(&self, message: Message) {
+        let p = self.partition;
+        let envelope: InboxEnvelope = match serde_json::from_slice(&message.payload) {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(partition = p, error = %e, "undecodable inbox message: dropped");
+                let _ = message.ack_with(AckKind::Term).await;
+                return;
+            }
+        };
+        let event = envelope.into_event();
+        let key = self.runtime.session_key_of(&event);
+        let id = event.message.message_id.clone();
+        if self.changelog.is_held(&key, &id) {
+            // Delivered again while its turn is still coming: keep the newer delivery.
+            self.changelog.hold(p, key, id, message);
+            return;
+        }
+        match self.runtime.replica_answered(&key, &id) {
+            Ok(true) => {
+                let _ = message.ack_with(AckKind::Ack).await;
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(partition = p, error = %e, "cannot read answered marks; retried later");
+                let _ = message.ack_with(AckKind::Nak(Some(REFUSED_RETRY))).await;
+                return;
+            }
+        }
+        match self.runtime.admit_replicated(event).await {
+            Ok(_) => self.changelog.hold(p, key, id, message),
+            Err(SubmitError::Refused(Refusal::Dropped(_))) => {
+                let _ = message.ack_with(AckKind::Ack).await;
+            }
+            Err(SubmitError::Refused(refusal)) => {
+                tracing::debug!(partition = p, %refusal, "inbox message refused for now");
+                let _ = message.ack_with(AckKind::Nak(Some(REFUSED_RETRY))).await;
+            }
+            Err(SubmitError::Failed(e)) => {
+                tracing::error!(partition = p, error = %e, "inbox message cannot be admitted: dropped");
+                let _ = message.ack_with(AckKind::Term).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! What the cluster layer (`crate::cluster`, feature `cluster`) uses of a runtime: the seam
+//! for accepted messages ([`Ingress`]: into the partition's replicated inbox instead of this
+//! node's), local admission of what the partition's owner takes from that inbox, and applying
+//! other nodes' turns from the changelog. A single node uses none of it.
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+
+use super::{Ack, Runtime, SubmitError};
+use crate::error::Error;
+use crate::inbound::{normalize_session_key, InboundEvent, Refusal};
+use crate::metrics;
+use crate::pipeline::{ReplicatedTurn, Replication};
+use crate::replies::Reply;
+use crate::store::{ReplicaMarks, TurnCommit};
+
+/// Where a cluster node puts the messages it accepts: the partition's replicated inbox. `Ok`
+/// only once that inbox acknowledged the message (it is then as durable as the cluster).
+pub trait Ingress: Send + Sync + 'static {
+    /// Publishes `event` (validated) for the session `session_key`.
+    fn publish<'a>(
+        &'a self,
+        session_key: &'a str,
+        event: &'a InboundEvent,
+    ) -> BoxFuture<'a, Result<(), Refusal>>;
+}
+
+impl Runtime {
+    /// Whether this runtime was configured as a cluster node (`[cluster]`).
+    pub fn is_clustered(&self) -> bool {
+        self.inner.config.cluster.is_some()
+    }
+
+    /// Installs the cluster layer's ingress and changelog; a cluster node accepts and answers
+    /// nothing before. Errs if already installed or not a cluster node.
+    pub fn install_cluster(
+        &self,
+        ingress: Arc<dyn Ingress>,
+        replication: Arc<dyn Replication>,
+    ) -> Result<(), Error> {
+        if !self.is_clustered() {
+            return Err(Error::from(crate::error::StoreError::Invariant(
+                "the cluster layer was installed on a single node",
+            )));
+        }
+        if !self.inner.engine.replication().install(replication)
+            || self.inner.ingress.set(ingress).is_err()
+        {
+            return Err(Error::from(crate::error::StoreError::Invariant(
+                "the cluster layer was installed twice",
+            )));
+        }
+        Ok(())
+    }
+
+    /// The session `event` goes to (its explicit key, else the one derived from it).
+    pub fn session_key_of(&self, event: &InboundEvent) -> String {
+        match &event.session_key {
+            Some(explicit) => normalize_session_key(explicit),
+            None => self.inner.keys.key(&event.message),
+        }
+    }
+
+    /// A cluster node's accepting of a message: into the replicated inbox of its partition.
+    pub(super) async fn publish_replicated(
+        &self,
+        channel: &str,
+        event: InboundEvent,
+    ) -> Result<Ack, SubmitError> {
+        let Some(ingress) = self.inner.ingress.get() else {
+            return Err(
+                Refusal::Unavailable("the node has not joined its cluster yet".into()).into(),
+            );
+        };
+        let session_key = self.session_key_of(&event);
+        ingress
+            .publish(&session_key, &event)
+            .await
+            .inspect_err(|r| metrics::inbound_dropped(channel, r.metric_reason()))?;
+        metrics::inbound_accepted(channel);
+        Ok(Ack {
+            session_key,
+            message_id: event.message.message_id,
+        })
+    }
+
+    /// The partition owner's admission of a message taken from the replicated inbox: through
+    /// preflight into this node's inbox and lane, as on a single node, without waiting for
+    /// a local flush (the replicated inbox keeps the message until its answer is in the
+    /// changelog).
+    pub async fn admit_replicated(&self, event: InboundEvent) -> Result<Ack, SubmitError> {
+        let admitted = self
+            .admit_local(&self.inner.api, "cluster", event.message, event.session_key)
+            .await?;
+        Ok(admitted.ack)
+    }
+
+    /// Whether a turn applied on this node answered `message_id` of `session_key`.
+    pub fn replica_answered(&self, session_key: &str, message_id: &str) -> Result<bool, Error> {
+        Ok(self
+            .inner
+            .store
+            .replica_answered(session_key, message_id, crate::pipeline::now_ms())?)
+    }
+
+    /// The highest changelog sequence applied on this node for `partition`.
+    pub fn replica_applied(&self, partition: u32) -> Result<u64, Error> {
+        Ok(self.inner.store.replica_applied(partition)?)
+    }
+
+    /// Applies another node's turn from the changelog to this node's copy of the session (with
+    /// `marks`, in one transaction), then hands its reply to whoever waits for it here.
+    pub async fn apply_replicated(
+        &self,
+        turn: ReplicatedTurn,
+        marks: ReplicaMarks,
+    ) -> Result<(), Error> {
+        let store = self.inner.store.clone();
+        let ReplicatedTurn {
+            session_key,
+            entries,
+            mut reply,
+        } = turn;
+        let key = session_key.clone();
+        let committed = tokio::task::spawn_blocking(move || {
+            store.thaw_session(&key)?;
+            store.commit_turn(TurnCommit {
+                session_key: key,
+                entries,
+                consumed: Vec::new(),
+                now_ms: crate::pipeline::now_ms(),
+                channel_messages: Vec::new(),
+                replica: Some(marks),
+            })
+        })
+        .await
+        .map_err(|_| {
+            Error::from(crate::error::StoreError::Invariant(
+                "applying a replicated turn panicked",
+            ))
+        })??;
+        self.inner.engine.context().invalidate(&session_key);
+        reply.seq = committed.seqs.last().copied().unwrap_or_default();
+        self.publish_remote_reply(reply);
+        Ok(())
+    }
+
+    /// Hands a reply made on another node to this node's waiters and stream.
+    fn publish_remote_reply(&self, reply: Reply) {
+        self.inner.replies.publish_remote(reply);
+    }
+}
