@@ -1,0 +1,43 @@
+//! The JetStream names the cluster uses, in one place: every node and every operator tool
+//! must agree on them, so nobody spells one by hand.
+//!
+//! Per partition `p`: its inbox subject [`inbox_subject`] on [`INBOX_STREAM`], drained by the
+//! durable pull consumer [`inbox_consumer`] (filtered to that subject); its changelog subject
+//! [`log_subject`] on [`LOG_STREAM`]. The leases and heartbeats live in the KV buckets
+//! [`LEASES_BUCKET`] and [`NODES_BUCKET`].
+
+pub use super::lease::{LEASES_BUCKET, NODES_BUCKET};
+use super::Partition;
+
+/// The replicated stream holding every partition's inbox.
+pub const INBOX_STREAM: &str = "TURNSTILE_INBOX";
+
+/// The replicated stream holding every partition's changelog (turn commits).
+pub const LOG_STREAM: &str = "TURNSTILE_LOG";
+
+/// The subject of `partition`'s inbox on [`INBOX_STREAM`].
+pub fn inbox_subject(partition: Partition) -> String {
+    format!("turnstile.inbox.{partition}")
+}
+
+/// The durable pull consumer of `partition`'s inbox (filtered to [`inbox_subject`]).
+pub fn inbox_consumer(partition: Partition) -> String {
+    format!("inbox-{partition}")
+}
+
+/// The subject of `partition`'s changelog on [`LOG_STREAM`].
+pub fn log_subject(partition: Partition) -> String {
+    format!("turnstile.log.{partition}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_per_partition() {
+        assert_eq!(inbox_subject(7), "turnstile.inbox.7");
+        assert_eq!(inbox_consumer(4095), "inbox-4095");
+        assert_eq!(log_subject(0), "turnstile.log.0");
+    }
+}
