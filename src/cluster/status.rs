@@ -33,7 +33,9 @@ use crate::config::ClusterConfig;
 
 /// JetStream lookups in flight at once while reading: with up to 4,096 partitions (three
 /// lookups each) they must overlap to answer within seconds, and the bound keeps an operator
-/// command from flooding the servers the nodes depend on.
+/// command from flooding the servers the nodes depend on. It also bounds memory: a
+/// changelog's last message is fetched whole (JetStream's get has no headers-only form), so
+/// at most this many are held at once.
 pub const STATUS_CONCURRENCY: usize = 32;
 
 /// Shortest wait for one JetStream answer; otherwise a third of a lease, as the nodes use.
