@@ -101,6 +101,12 @@ enum Command {
         #[command(subcommand)]
         command: cli::ops::SessionsCmd,
     },
+    /// Inspect a cluster of nodes on NATS JetStream (a build with the `cluster` feature).
+    #[cfg(feature = "cluster")]
+    Cluster {
+        #[command(subcommand)]
+        command: cli::cluster::ClusterCmd,
+    },
 }
 
 #[derive(Subcommand)]
@@ -138,6 +144,8 @@ fn main() -> anyhow::Result<()> {
         Command::Loadtest(args) => runtime.block_on(cli::loadtest::loadtest(args)),
         Command::Stats(target) => runtime.block_on(cli::ops::stats(target)),
         Command::Sessions { command } => runtime.block_on(cli::ops::sessions(command)),
+        #[cfg(feature = "cluster")]
+        Command::Cluster { command } => runtime.block_on(cli::cluster::cluster(command)),
         Command::Doctor { data_dir, repair } => {
             runtime.block_on(cli::doctor::doctor(data_dir, repair))
         }

@@ -1,8 +1,11 @@
 //! Cluster mode against a real 3-node NATS JetStream cluster (feature `cluster`): the
-//! harness is `cluster/nats.rs`; every test starts a cluster of its own and kills it at the end.
+//! harness is `cluster/nats.rs`, the `cluster status` tests are `cluster/status.rs`; every
+//! test starts a cluster of its own and kills it at the end.
 
 #[path = "cluster/nats.rs"]
 mod nats;
+#[path = "cluster/status.rs"]
+mod status;
 mod support;
 
 use std::collections::BTreeSet;

@@ -9,7 +9,8 @@
 //! from there (`owner`); turns append to the partition's changelog before they commit, fenced
 //! by the owner's tenure (`changelog`); every node applies the changelog to its own sled and
 //! answers its own waiters from it (`follower`). What travels is in `record`; the names every
-//! node shares in `names`.
+//! node and tool shares in `names`; `status` reads the operator's view (`turnstile cluster
+//! status`) without joining.
 //!
 //! Only [`placement`] is compiled without the `cluster` feature: it is plain arithmetic, so the
 //! single-node build carries no NATS client.
@@ -39,6 +40,8 @@ mod record;
 #[cfg(feature = "cluster")]
 mod streams;
 #[cfg(feature = "cluster")]
+pub mod status;
+#[cfg(feature = "cluster")]
 mod view;
 
 #[cfg(feature = "cluster")]
@@ -56,3 +59,5 @@ pub use owner::{INBOX_ACK_WAIT, MAX_UNANSWERED_PER_PARTITION};
 pub use placement::{partition_of, Partition};
 #[cfg(feature = "cluster")]
 pub use streams::{MAX_INBOX_MESSAGES, MAX_RECORD_BYTES};
+#[cfg(feature = "cluster")]
+pub use status::{ClusterStatus, NodeStatus, PartitionStatus};

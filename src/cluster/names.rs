@@ -1,26 +1,33 @@
-//! The JetStream names a cluster shares: every node, and `turnstile cluster status`, use
-//! these (changing one splits the cluster).
+//! The JetStream names the cluster uses, in one place: every node and every operator tool
+//! must agree on them, so nobody spells one by hand.
+//!
+//! Per partition `p`: its inbox subject [`inbox_subject`] on [`INBOX_STREAM`], drained by the
+//! durable pull consumer [`inbox_consumer`] (filtered to that subject); its changelog subject
+//! [`log_subject`] on [`LOG_STREAM`]. The leases and heartbeats live in the KV buckets
+//! [`LEASES_BUCKET`] and [`NODES_BUCKET`].
 
+pub use super::lease::{LEASES_BUCKET, NODES_BUCKET};
 use super::Partition;
 
-/// The replicated inboxes: one subject per partition.
+/// The replicated stream holding every partition's inbox.
 pub const INBOX_STREAM: &str = "TURNSTILE_INBOX";
-/// The changelogs: one subject per partition.
+
+/// The replicated stream holding every partition's changelog (turn commits).
 pub const LOG_STREAM: &str = "TURNSTILE_LOG";
 
-/// Partition `p`'s inbox subject.
-pub fn inbox_subject(p: Partition) -> String {
-    format!("turnstile.inbox.{p}")
+/// The subject of `partition`'s inbox on [`INBOX_STREAM`].
+pub fn inbox_subject(partition: Partition) -> String {
+    format!("turnstile.inbox.{partition}")
 }
 
-/// Partition `p`'s inbox consumer (durable, pull, filtered to its subject), used by its owner.
-pub fn inbox_consumer(p: Partition) -> String {
-    format!("inbox-{p}")
+/// The durable pull consumer of `partition`'s inbox (filtered to [`inbox_subject`]).
+pub fn inbox_consumer(partition: Partition) -> String {
+    format!("inbox-{partition}")
 }
 
-/// Partition `p`'s changelog subject.
-pub fn log_subject(p: Partition) -> String {
-    format!("turnstile.log.{p}")
+/// The subject of `partition`'s changelog on [`LOG_STREAM`].
+pub fn log_subject(partition: Partition) -> String {
+    format!("turnstile.log.{partition}")
 }
 
 /// Every changelog subject.
@@ -29,7 +36,22 @@ pub const LOG_SUBJECTS: &str = "turnstile.log.>";
 /// Every inbox subject.
 pub const INBOX_SUBJECTS: &str = "turnstile.inbox.>";
 
-/// The partition of a changelog or inbox subject.
+/// The partition of an inbox or changelog subject.
 pub fn partition_of_subject(subject: &str) -> Option<Partition> {
     subject.rsplit('.').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_per_partition() {
+        assert_eq!(inbox_subject(7), "turnstile.inbox.7");
+        assert_eq!(inbox_consumer(4095), "inbox-4095");
+        assert_eq!(log_subject(0), "turnstile.log.0");
+        assert_eq!(partition_of_subject(&log_subject(12)), Some(12));
+        assert_eq!(partition_of_subject(&inbox_subject(3)), Some(3));
+        assert_eq!(partition_of_subject("turnstile.log.x"), None);
+    }
 }

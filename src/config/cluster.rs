@@ -40,6 +40,22 @@ pub struct ClusterConfig {
 }
 
 impl ClusterConfig {
+    /// Reads and validates only the `[cluster]` section of a config file's text, `None` if it
+    /// has none: tools that talk to the cluster (`turnstile cluster status`) need nothing
+    /// else, and run where the other sections' paths and secrets may not exist.
+    pub fn from_config_text(text: &str) -> Result<Option<ClusterConfig>, ConfigError> {
+        let mut file: toml::Table =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let Some(section) = file.remove("cluster") else {
+            return Ok(None);
+        };
+        let config: ClusterConfig = section
+            .try_into()
+            .map_err(|e| ConfigError::Parse(format!("[cluster]: {e}")))?;
+        config.validate()?;
+        Ok(Some(config))
+    }
+
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         in_range("cluster.partitions", self.partitions, 1..=MAX_PARTITIONS)?;
         in_range(
@@ -141,6 +157,27 @@ mod tests {
     #[test]
     fn the_example_is_valid() {
         config().validate().unwrap();
+    }
+
+    #[test]
+    fn the_section_is_read_alone() {
+        let text = "[model]\nprovider = \"nonsense\"\n[cluster]\n\
+                    nats = [\"nats://127.0.0.1:4222\"]\nnode_id = \"n1\"\n\
+                    partitions = 64\nlease_ms = 5000\n";
+        assert_eq!(
+            ClusterConfig::from_config_text(text).unwrap(),
+            Some(config())
+        );
+        assert_eq!(ClusterConfig::from_config_text("[model]\n").unwrap(), None);
+        let bad = ClusterConfig::from_config_text("[cluster]\nnats = []\n").unwrap_err();
+        assert!(bad.to_string().contains("[cluster]"), "{bad}");
+        let out = text.replace("partitions = 64", "partitions = 0");
+        let refused = ClusterConfig::from_config_text(&out).unwrap_err();
+        assert!(
+            refused.to_string().contains("cluster.partitions"),
+            "{refused}"
+        );
+        assert!(ClusterConfig::from_config_text("not toml [").is_err());
     }
 
     #[test]
