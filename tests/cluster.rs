@@ -4,6 +4,8 @@
 
 #[path = "cluster/nats.rs"]
 mod nats;
+#[path = "cluster/serve.rs"]
+mod serve;
 #[path = "cluster/status.rs"]
 mod status;
 mod support;
@@ -323,10 +325,11 @@ async fn leases_are_renewed_across_the_sigkill_of_the_leases_stream_leader() {
     a.stop().await.unwrap();
 }
 
-/// Until the runtime uses it, a node refuses a `[cluster]` section instead of running alone on
-/// a cluster's config (the parse accepts it in this build; the runtime is what refuses).
+/// A runtime built with a `[cluster]` section that has not joined its cluster (no
+/// `ClusterNode` yet) accepts nothing: it cannot put a message where the cluster would see it,
+/// so it answers 503 instead of running alone on a cluster's config.
 #[tokio::test]
-async fn the_runtime_refuses_a_cluster_config_it_does_not_use_yet() {
+async fn a_cluster_runtime_accepts_nothing_before_it_joins() {
     let dir = tempfile::tempdir().unwrap();
     let text = format!(
         "[storage]\ndata_dir = {:?}\n[cluster]\nnats = [\"nats://127.0.0.1:4222\"]\n\
@@ -334,15 +337,25 @@ async fn the_runtime_refuses_a_cluster_config_it_does_not_use_yet() {
         dir.path().display().to_string()
     );
     let parsed = turnstile::Config::parse(&text).expect("this build accepts [cluster]");
-    let refused = turnstile::Runtime::builder()
+    let runtime = turnstile::Runtime::builder()
         .config(parsed)
         .build()
         .await
-        .err()
-        .expect("the runtime refuses it");
-    assert!(refused.to_string().contains("[cluster]"), "{refused}");
+        .expect("a cluster runtime builds");
+    assert!(runtime.is_clustered());
+    let message: turnstile::inbound::InboundMessage =
+        serde_json::from_value(support::message("c", "m1", "hello")).unwrap();
+    let refused = runtime
+        .submit(message)
+        .await
+        .expect_err("nothing is accepted");
     assert!(
-        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
-        "nothing written"
+        matches!(
+            refused,
+            turnstile::SubmitError::Refused(turnstile::Refusal::Unavailable(_))
+        ),
+        "{refused}"
     );
+    assert_eq!(runtime.queued(), 0);
+    runtime.shutdown().await.unwrap();
 }

@@ -4,10 +4,13 @@
 //! first of all) this node's appends are refused: that refusal is the fence. After an append
 //! the inbox messages the turn answered are acknowledged (their answer is in the log).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::stream::{LastRawMessageErrorKind, Stream};
 use async_nats::jetstream::{AckKind, Context, Message};
 use bytes::Bytes;
 use dashmap::DashMap;
@@ -24,6 +27,15 @@ use crate::store::ReplicaMarks;
 /// would be answered again by a new owner; replies are due within `reply_timeout_ms`.
 pub const ANSWERED_MARK_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
+/// Most tries at one append. A failed try (no quorum while JetStream elects a leader, a
+/// timeout) is retried while the tenure lasts; a tenure ends at most `lease_ms` after its
+/// last renewal, so the lease bounds the retries as well.
+const MAX_APPEND_ATTEMPTS: u32 = 120;
+
+/// First and longest pause between tries.
+const APPEND_RETRY_FIRST: Duration = Duration::from_millis(50);
+const APPEND_RETRY_MAX: Duration = Duration::from_secs(1);
+
 /// One tenure of a partition on this node: appends go after `last`.
 pub(super) struct Tenure {
     /// The lease's epoch.
@@ -36,6 +48,9 @@ pub(super) struct Tenure {
 /// tasks (tenures, held acknowledgements) and the follower (which skips this tenure's turns).
 pub(super) struct Changelog {
     js: Context,
+    log: Stream,
+    /// Numbers this node's turn records (see [`LogRecord::Turn`]'s `id`).
+    appended: AtomicU64,
     node_id: String,
     partitions: u32,
     tenures: DashMap<Partition, Arc<Tenure>>,
@@ -47,9 +62,11 @@ pub(super) struct Changelog {
 
 impl Changelog {
     /// A changelog writer for node `node_id`.
-    pub(super) fn new(js: Context, node_id: String, partitions: u32) -> Self {
+    pub(super) fn new(js: Context, log: Stream, node_id: String, partitions: u32) -> Self {
         Self {
             js,
+            log,
+            appended: AtomicU64::new(0),
             node_id,
             partitions,
             tenures: DashMap::new(),
@@ -99,10 +116,10 @@ impl Changelog {
             .insert((session_key, message_id), (partition, message));
     }
 
-    /// Whether a message is held (admitted here, not yet answered).
-    pub(super) fn is_held(&self, session_key: &str, message_id: &str) -> bool {
+    /// Stops holding a message (its answer is known some other way).
+    pub(super) fn release(&self, session_key: &str, message_id: &str) {
         self.held
-            .contains_key(&(session_key.to_string(), message_id.to_string()))
+            .remove(&(session_key.to_string(), message_id.to_string()));
     }
 
     /// Messages held, over all partitions.
@@ -116,44 +133,79 @@ impl Changelog {
         let Some(tenure) = self.tenures.get(&partition).map(|t| Arc::clone(&t)) else {
             return Err(fenced);
         };
+        let id = format!(
+            "{}/{}/{}",
+            self.node_id,
+            tenure.epoch,
+            self.appended.fetch_add(1, Ordering::Relaxed)
+        );
         let record = LogRecord::Turn {
+            id: id.clone(),
             node: self.node_id.clone(),
             epoch: tenure.epoch,
             turn: turn.clone(),
         };
-        let body = serde_json::to_vec(&record)
-            .map_err(|e| ReplicationError::Failed(format!("cannot encode the turn: {e}")))?;
+        let body = Bytes::from(
+            serde_json::to_vec(&record)
+                .map_err(|e| ReplicationError::Failed(format!("cannot encode the turn: {e}")))?,
+        );
         // One append at a time per partition: each names the sequence the previous one got.
         let mut last = tenure.last.lock().await;
-        if !self.is_current(partition, tenure.epoch) {
-            return Err(fenced);
-        }
-        let message = PublishMessage::build()
-            .payload(Bytes::from(body))
-            .expected_last_subject_sequence(*last);
-        let failed = |e: async_nats::jetstream::context::PublishError| match e.kind() {
-            PublishErrorKind::WrongLastSequence => None,
-            _ => Some(ReplicationError::Failed(e.to_string())),
-        };
-        let acked = match self.js.send_publish(log_subject(partition), message).await {
-            Ok(ack) => ack.await.map_err(failed),
-            Err(e) => Err(failed(e)),
-        };
-        let ack = match acked {
-            Ok(ack) => ack,
-            Err(Some(e)) => return Err(e),
-            Err(None) => {
-                // Someone appended after our last write: another node holds the partition.
-                tracing::warn!(
-                    partition,
-                    epoch = tenure.epoch,
-                    "changelog append refused: the partition has a new owner"
-                );
-                self.tenures
-                    .remove_if(&partition, |_, t| t.epoch == tenure.epoch);
+        let mut pause = APPEND_RETRY_FIRST;
+        let mut appended = None;
+        for attempt in 1..=MAX_APPEND_ATTEMPTS {
+            if !self.is_current(partition, tenure.epoch) {
                 return Err(fenced);
             }
+            let message = PublishMessage::build()
+                .payload(body.clone())
+                .message_id(&id)
+                .expected_last_subject_sequence(*last);
+            let sent = match self.js.send_publish(log_subject(partition), message).await {
+                Ok(ack) => ack.await,
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(ack) => {
+                    appended = Some(ack.sequence);
+                    break;
+                }
+                Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                    // Our own earlier try may have landed with its answer lost; otherwise
+                    // someone else appended: another node holds the partition.
+                    match self.last_record_is(partition, &id).await {
+                        Ok(Some(seq)) => {
+                            appended = Some(seq);
+                            break;
+                        }
+                        Ok(None) => {
+                            tracing::warn!(
+                                partition,
+                                epoch = tenure.epoch,
+                                "changelog append refused: the partition has a new owner"
+                            );
+                            self.tenures
+                                .remove_if(&partition, |_, t| t.epoch == tenure.epoch);
+                            return Err(fenced);
+                        }
+                        Err(e) => {
+                            tracing::warn!(partition, attempt, error = %e, "cannot read the changelog's last record; retrying");
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(partition, attempt, error = %e, "changelog append failed; retrying");
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(APPEND_RETRY_MAX);
+        }
+        let Some(sequence) = appended else {
+            return Err(ReplicationError::Failed(format!(
+                "partition {partition}'s changelog took no append in {MAX_APPEND_ATTEMPTS} tries"
+            )));
         };
+        let ack = Appended { sequence };
         *last = ack.sequence;
         drop(last);
         for id in &turn.reply.in_reply_to {
@@ -171,6 +223,34 @@ impl Changelog {
             log_seq: ack.sequence,
             answered: turn.reply.in_reply_to.clone(),
             expires_at_ms: now_ms().saturating_add(ANSWERED_MARK_TTL_MS),
+        })
+    }
+}
+
+/// Where an append landed.
+struct Appended {
+    sequence: u64,
+}
+
+impl Changelog {
+    /// The sequence of `partition`'s last changelog record if it is the turn `id`.
+    async fn last_record_is(
+        &self,
+        partition: Partition,
+        id: &str,
+    ) -> Result<Option<u64>, Box<dyn std::error::Error + Send + Sync>> {
+        let last = match self
+            .log
+            .get_last_raw_message_by_subject(&log_subject(partition))
+            .await
+        {
+            Ok(m) => m,
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+            Err(e) => return Err(Box::new(e)),
+        };
+        Ok(match serde_json::from_slice::<LogRecord>(&last.payload) {
+            Ok(LogRecord::Turn { id: found, .. }) if found == id => Some(last.sequence),
+            _ => None,
         })
     }
 }

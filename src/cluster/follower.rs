@@ -111,7 +111,10 @@ impl Follower {
                 return;
             }
         };
-        let LogRecord::Turn { node, epoch, turn } = record else {
+        let LogRecord::Turn {
+            node, epoch, turn, ..
+        } = record
+        else {
             return;
         };
         if node == self.changelog.node_id() && self.changelog.is_current(partition, epoch) {

@@ -38,9 +38,9 @@ mod owner;
 #[cfg(feature = "cluster")]
 mod record;
 #[cfg(feature = "cluster")]
-mod streams;
-#[cfg(feature = "cluster")]
 pub mod status;
+#[cfg(feature = "cluster")]
+mod streams;
 #[cfg(feature = "cluster")]
 mod view;
 
@@ -58,6 +58,6 @@ pub use node::ClusterNode;
 pub use owner::{INBOX_ACK_WAIT, MAX_UNANSWERED_PER_PARTITION};
 pub use placement::{partition_of, Partition};
 #[cfg(feature = "cluster")]
-pub use streams::{MAX_INBOX_MESSAGES, MAX_RECORD_BYTES};
-#[cfg(feature = "cluster")]
 pub use status::{ClusterStatus, NodeStatus, PartitionStatus};
+#[cfg(feature = "cluster")]
+pub use streams::{MAX_INBOX_MESSAGES, MAX_RECORD_BYTES};

@@ -54,6 +54,7 @@ impl ClusterNode {
         let log = streams::changelog(&js).await?;
         let changelog = Arc::new(Changelog::new(
             js.clone(),
+            log.clone(),
             config.node_id.clone(),
             config.partitions,
         ));

@@ -30,9 +30,11 @@ use crate::runtime::{Runtime, SubmitError};
 /// delivering past it, so a slow partition holds back its own inbox, nothing else.
 pub const MAX_UNANSWERED_PER_PARTITION: i64 = 4_096;
 
-/// How long an admitted message may wait for its answer before JetStream delivers it again
-/// (the owner then recognises it as held and only keeps the newer delivery).
-pub const INBOX_ACK_WAIT: Duration = Duration::from_secs(600);
+/// How long JetStream waits for an acknowledgement before it delivers a message again. It
+/// bounds how late a delivery lost in transit (the connection cut as the server sent it) is
+/// repeated; a message still queued here when it comes again is only held anew (see
+/// `Owner::admit`), so a long turn costs a redelivery per period, nothing more.
+pub const INBOX_ACK_WAIT: Duration = Duration::from_secs(15);
 
 /// How long a message the runtime refused for now (queue cap, disk budget) waits before it is
 /// delivered again.
@@ -40,6 +42,27 @@ pub(super) const REFUSED_RETRY: Duration = Duration::from_secs(1);
 
 /// Takeover attempts before the task gives up and waits for the next membership round.
 const TAKEOVER_ATTEMPTS: u32 = 5;
+
+/// Checks that a consumer's deliveries come without a gap: JetStream numbers each delivery
+/// of a consumer (redeliveries included) 1, 2, 3…, so a skipped number is a delivery that
+/// never arrived.
+#[derive(Debug, Default)]
+struct DeliveryOrder {
+    last: u64,
+}
+
+impl DeliveryOrder {
+    /// Whether a delivery numbered `seq` (`None`: unreadable) follows the last one.
+    fn next_is(&mut self, seq: Option<u64>) -> bool {
+        match seq {
+            Some(seq) if seq == self.last + 1 => {
+                self.last = seq;
+                true
+            }
+            _ => false,
+        }
+    }
+}
 
 /// What an owner task needs.
 pub(super) struct Owner {
@@ -168,8 +191,20 @@ impl Owner {
             .messages()
             .await
             .map_err(|e| jet("reading the inbox")(Box::new(e)))?;
+        let mut deliveries = DeliveryOrder::default();
         while let Some(message) = messages.next().await {
             let message = message.map_err(|e| jet("reading the inbox")(Box::new(e)))?;
+            let consumer_seq = message.info().map(|i| i.consumer_sequence).ok();
+            if !deliveries.next_is(consumer_seq) {
+                // A delivery was lost on the way (a connection cut): taking this one would
+                // answer it before the lost one, out of order. A new consumer delivers
+                // everything unanswered again, in inbox order.
+                tracing::warn!(
+                    partition = p,
+                    "inbox delivery lost in transit; reading the inbox again in order"
+                );
+                return Ok(());
+            }
             self.admit(message).await;
         }
         Ok(())
@@ -188,13 +223,31 @@ impl Owner {
         let event = envelope.into_event();
         let key = self.runtime.session_key_of(&event);
         let id = event.message.message_id.clone();
-        if self.changelog.is_held(&key, &id) {
-            // Delivered again while its turn is still coming: keep the newer delivery.
-            self.changelog.hold(p, key, id, message);
-            return;
+        let (stream_seq, delivered) = message
+            .info()
+            .map(|i| (i.stream_sequence, i.delivered))
+            .unwrap_or_default();
+        tracing::debug!(partition = p, session_key = %key, message_id = %id, stream_seq, delivered, "inbox message");
+        // Still queued here (delivered again while its turn is coming, or left from an earlier
+        // tenure): its turn acknowledges this delivery. Read before the answered mark: the
+        // commit that consumes the entry writes the mark in the same transaction, so one of
+        // the two reads sees it. Neither: admitted (again, if an earlier copy here ended
+        // without an answer).
+        match self.runtime.inbox_holds(&key, &id) {
+            Ok(true) => {
+                self.changelog.hold(p, key, id, message);
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(partition = p, error = %e, "cannot read the inbox; retried later");
+                let _ = message.ack_with(AckKind::Nak(Some(REFUSED_RETRY))).await;
+                return;
+            }
         }
         match self.runtime.replica_answered(&key, &id) {
             Ok(true) => {
+                self.changelog.release(&key, &id);
                 let _ = message.ack_with(AckKind::Ack).await;
                 return;
             }
@@ -214,10 +267,31 @@ impl Owner {
                 tracing::debug!(partition = p, %refusal, "inbox message refused for now");
                 let _ = message.ack_with(AckKind::Nak(Some(REFUSED_RETRY))).await;
             }
-            Err(SubmitError::Failed(e)) => {
-                tracing::error!(partition = p, error = %e, "inbox message cannot be admitted: dropped");
+            Err(SubmitError::Failed(crate::error::Error::Inbound(e))) => {
+                // Validated where it was accepted; a node with other limits may refuse it.
+                tracing::error!(partition = p, error = %e, "invalid inbox message: dropped");
                 let _ = message.ack_with(AckKind::Term).await;
             }
+            Err(SubmitError::Failed(e)) => {
+                tracing::warn!(partition = p, error = %e, "inbox message not admitted; retried later");
+                let _ = message.ack_with(AckKind::Nak(Some(REFUSED_RETRY))).await;
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeliveryOrder;
+
+    #[test]
+    fn a_skipped_or_unreadable_delivery_number_is_a_gap() {
+        let mut order = DeliveryOrder::default();
+        assert!(order.next_is(Some(1)));
+        assert!(order.next_is(Some(2)));
+        assert!(!order.next_is(Some(4)), "3 never came");
+        let mut order = DeliveryOrder::default();
+        assert!(!order.next_is(Some(2)), "1 never came");
+        assert!(!DeliveryOrder::default().next_is(None));
     }
 }

@@ -48,6 +48,9 @@ pub(super) enum LogRecord {
     },
     /// A turn the owner committed.
     Turn {
+        /// Unique per turn (node, epoch, a counter): the append's message id, so a retry
+        /// after a lost acknowledgement is recognised.
+        id: String,
         /// The owner that ran it.
         node: String,
         /// Its tenure's epoch.
@@ -82,6 +85,7 @@ mod tests {
             envelope
         );
         let turn = LogRecord::Turn {
+            id: "n1/7/1".into(),
             node: "n1".into(),
             epoch: 7,
             turn: ReplicatedTurn {

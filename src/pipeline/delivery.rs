@@ -174,10 +174,11 @@ impl Delivery {
                         (turn.entries, Some(marks))
                     }
                     Err(ReplicationError::Fenced { partition }) => {
-                        tracing::info!(
+                        tracing::warn!(
                             session_key,
                             partition,
-                            "turn fenced off: the partition moved"
+                            "turn fenced off: the partition moved; its messages are left to \
+                             the new owner"
                         );
                         return self.forget(session_key, batch).await;
                     }

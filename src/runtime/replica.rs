@@ -96,6 +96,15 @@ impl Runtime {
         Ok(admitted.ack)
     }
 
+    /// Whether this node's inbox still holds `message_id` of `session_key`, unanswered.
+    pub fn inbox_holds(&self, session_key: &str, message_id: &str) -> Result<bool, Error> {
+        let limit = self.inner.config.lanes.queue_cap.max(1);
+        Ok(self
+            .inner
+            .store
+            .inbox_holds(session_key, message_id, limit)?)
+    }
+
     /// Whether a turn applied on this node answered `message_id` of `session_key`.
     pub fn replica_answered(&self, session_key: &str, message_id: &str) -> Result<bool, Error> {
         Ok(self

@@ -70,6 +70,21 @@ impl Store {
         Ok(expires > now_ms)
     }
 
+    /// Whether `session_key`'s inbox holds a message `message_id` (looking at its first
+    /// `limit` entries, the queue cap): a cluster node taking a partition back may still hold
+    /// a message of its earlier tenure, unanswered, which the replicated inbox delivers again.
+    pub fn inbox_holds(
+        &self,
+        session_key: &str,
+        message_id: &str,
+        limit: usize,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .pending(session_key, 0, limit)?
+            .iter()
+            .any(|item| item.record.message.message_id == message_id))
+    }
+
     /// Removes every unconsumed inbox entry; returns how many. A cluster node starts with
     /// this: its inbox only mirrors what it took from the partitions' replicated inboxes, which
     /// keep every unanswered message for whichever node owns the partition next.
