@@ -81,6 +81,7 @@ fn turn(session: usize, consumed: u64) -> TurnCommit {
         consumed: vec![consumed],
         now_ms: 1_764_470_000_000,
         channel_messages: vec![],
+        replica: None,
     }
 }
 

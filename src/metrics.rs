@@ -159,6 +159,27 @@ fn describe() {
         "turnstile_inbox_depth",
         "Messages accepted but not yet answered"
     );
+    describe_gauge!(
+        "turnstile_cluster_partition_owned",
+        "In a cluster: 1 while this node owns the partition, else 0, by partition"
+    );
+    describe_gauge!(
+        "turnstile_cluster_partition_held",
+        "In a cluster: inbox messages admitted here and not yet answered, by partition"
+    );
+    describe_counter!(
+        "turnstile_cluster_appends_total",
+        "In a cluster: changelog appends by partition and outcome (ok, retried, fenced, failed)"
+    );
+    describe_counter!(
+        "turnstile_cluster_applied_total",
+        "In a cluster: other nodes' turns applied from the changelog, by partition"
+    );
+    describe_counter!(
+        "turnstile_cluster_inbox_total",
+        "In a cluster: inbox deliveries by partition and outcome (admitted, queued, answered, \
+         dropped, refused, invalid)"
+    );
     // Counters that may stay at zero for a long time are registered so dashboards see them.
     counter!("turnstile_compactions_total", "trigger" => "manual").absolute(0);
     counter!("turnstile_evictions_total", "reason" => "disk_budget").absolute(0);
@@ -312,6 +333,38 @@ pub fn turn_abandoned() {
 pub fn model_error(kind: &'static str) {
     counter!("turnstile_model_errors_total", "kind" => kind).increment(1);
     STATS.model_errors.fetch_add(1, Ordering::Relaxed);
+}
+
+// ---- cluster ----
+
+/// This node gained (`true`) or lost a partition.
+pub fn cluster_partition_owned(partition: u32, owned: bool) {
+    gauge!("turnstile_cluster_partition_owned", "partition" => partition.to_string())
+        .set(if owned { 1.0 } else { 0.0 });
+}
+
+/// Inbox messages of `partition` admitted here and not yet answered.
+pub fn cluster_partition_held(partition: u32, held: usize) {
+    gauge!("turnstile_cluster_partition_held", "partition" => partition.to_string())
+        .set(held as f64);
+}
+
+/// A changelog append of `partition` ended (`ok`, `fenced`, `failed`) or was `retried`.
+pub fn cluster_append(partition: u32, outcome: &'static str) {
+    counter!("turnstile_cluster_appends_total", "partition" => partition.to_string(), "outcome" => outcome)
+        .increment(1);
+}
+
+/// Another node's turn of `partition` was applied here.
+pub fn cluster_applied(partition: u32) {
+    counter!("turnstile_cluster_applied_total", "partition" => partition.to_string()).increment(1);
+}
+
+/// An inbox delivery of `partition` was handled (`admitted`, `queued`, `answered`,
+/// `refused`, `invalid`).
+pub fn cluster_inbox(partition: u32, outcome: &'static str) {
+    counter!("turnstile_cluster_inbox_total", "partition" => partition.to_string(), "outcome" => outcome)
+        .increment(1);
 }
 
 // ---- context, compaction, disk ----

@@ -359,3 +359,49 @@ async fn a_cluster_runtime_accepts_nothing_before_it_joins() {
     assert_eq!(runtime.queued(), 0);
     runtime.shutdown().await.unwrap();
 }
+
+/// What the changelog's fence relies on, checked on the raw client: a publish with
+/// expected-last-subject-sequence is refused once anyone else appended to the subject, and
+/// other subjects of the stream do not count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_against_a_stale_subject_sequence_is_refused() {
+    use async_nats::jetstream::context::PublishErrorKind;
+    use async_nats::jetstream::message::PublishMessage;
+
+    let cluster = NatsCluster::start().await;
+    let client = async_nats::connect(cluster.urls()).await.unwrap();
+    let js = async_nats::jetstream::new(client);
+    js.create_stream(async_nats::jetstream::stream::Config {
+        name: "fence".into(),
+        subjects: vec!["fence.>".into()],
+        num_replicas: nats::SERVERS,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let append = |subject: &'static str, expected: u64| {
+        let js = js.clone();
+        async move {
+            js.send_publish(
+                subject,
+                PublishMessage::build()
+                    .payload("x".into())
+                    .expected_last_subject_sequence(expected),
+            )
+            .await?
+            .await
+        }
+    };
+    // The stream's leader is elected first; until then a publish finds no responder.
+    let first = eventually(PATIENCE, "the new stream to take an append", || async {
+        append("fence.1", 0).await.map_err(|e| e.to_string())
+    })
+    .await;
+    // The old owner's tenure read `first`; the new owner's tenure record lands after it.
+    let takeover = append("fence.1", first.sequence).await.unwrap();
+    // Another partition's appends do not move this subject's sequence.
+    append("fence.2", 0).await.unwrap();
+    let stale = append("fence.1", first.sequence).await.unwrap_err();
+    assert_eq!(stale.kind(), PublishErrorKind::WrongLastSequence);
+    append("fence.1", takeover.sequence).await.unwrap();
+}

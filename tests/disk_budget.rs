@@ -534,6 +534,7 @@ async fn measure_open_with_100k_sessions() {
                     consumed: vec![],
                     now_ms: 1_000 + i,
                     channel_messages: vec![],
+                    replica: None,
                 })
                 .unwrap();
         }

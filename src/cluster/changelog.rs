@@ -19,6 +19,7 @@ use futures_util::future::BoxFuture;
 use super::names::log_subject;
 use super::record::LogRecord;
 use super::{partition_of, Partition};
+use crate::metrics;
 use crate::pipeline::{now_ms, ReplicatedTurn, Replication, ReplicationError};
 use crate::store::ReplicaMarks;
 
@@ -58,6 +59,8 @@ pub(super) struct Changelog {
     /// are acknowledged once the answering turn is in the changelog. Bounded by the inbox
     /// consumers' `max_ack_pending` per owned partition.
     held: DashMap<(String, String), (Partition, Message)>,
+    /// How many of `held` each partition has (for its gauge).
+    held_by_partition: DashMap<Partition, usize>,
 }
 
 impl Changelog {
@@ -71,6 +74,7 @@ impl Changelog {
             partitions,
             tenures: DashMap::new(),
             held: DashMap::new(),
+            held_by_partition: DashMap::new(),
         }
     }
 
@@ -95,6 +99,8 @@ impl Changelog {
     pub(super) fn end(&self, partition: Partition) {
         self.tenures.remove(&partition);
         self.held.retain(|_, (p, _)| *p != partition);
+        self.held_by_partition.remove(&partition);
+        metrics::cluster_partition_held(partition, 0);
     }
 
     /// Whether `epoch` is this node's current tenure of `partition`.
@@ -112,14 +118,34 @@ impl Changelog {
         message_id: String,
         message: Message,
     ) {
-        self.held
-            .insert((session_key, message_id), (partition, message));
+        if self
+            .held
+            .insert((session_key, message_id), (partition, message))
+            .is_none()
+        {
+            self.count_held(partition, true);
+        }
+    }
+
+    /// Counts a held message of `partition` in (`true`) or out, for its gauge.
+    fn count_held(&self, partition: Partition, added: bool) {
+        let mut count = self.held_by_partition.entry(partition).or_insert(0);
+        *count = if added {
+            count.saturating_add(1)
+        } else {
+            count.saturating_sub(1)
+        };
+        metrics::cluster_partition_held(partition, *count);
     }
 
     /// Stops holding a message (its answer is known some other way).
     pub(super) fn release(&self, session_key: &str, message_id: &str) {
-        self.held
-            .remove(&(session_key.to_string(), message_id.to_string()));
+        if let Some((_, (partition, _))) = self
+            .held
+            .remove(&(session_key.to_string(), message_id.to_string()))
+        {
+            self.count_held(partition, false);
+        }
     }
 
     /// Messages held, over all partitions.
@@ -131,6 +157,7 @@ impl Changelog {
         let partition = partition_of(&turn.session_key, self.partitions);
         let fenced = ReplicationError::Fenced { partition };
         let Some(tenure) = self.tenures.get(&partition).map(|t| Arc::clone(&t)) else {
+            metrics::cluster_append(partition, "fenced");
             return Err(fenced);
         };
         let id = format!(
@@ -143,7 +170,7 @@ impl Changelog {
             id: id.clone(),
             node: self.node_id.clone(),
             epoch: tenure.epoch,
-            turn: turn.clone(),
+            turn: Box::new(turn.clone()),
         };
         let body = Bytes::from(
             serde_json::to_vec(&record)
@@ -155,6 +182,7 @@ impl Changelog {
         let mut appended = None;
         for attempt in 1..=MAX_APPEND_ATTEMPTS {
             if !self.is_current(partition, tenure.epoch) {
+                metrics::cluster_append(partition, "fenced");
                 return Err(fenced);
             }
             let message = PublishMessage::build()
@@ -197,21 +225,25 @@ impl Changelog {
                     tracing::warn!(partition, attempt, error = %e, "changelog append failed; retrying");
                 }
             }
+            metrics::cluster_append(partition, "retried");
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(APPEND_RETRY_MAX);
         }
         let Some(sequence) = appended else {
+            metrics::cluster_append(partition, "failed");
             return Err(ReplicationError::Failed(format!(
                 "partition {partition}'s changelog took no append in {MAX_APPEND_ATTEMPTS} tries"
             )));
         };
         let ack = Appended { sequence };
+        metrics::cluster_append(partition, "ok");
         *last = ack.sequence;
         drop(last);
         for id in &turn.reply.in_reply_to {
             if let Some((_, (_, message))) =
                 self.held.remove(&(turn.session_key.clone(), id.clone()))
             {
+                self.count_held(partition, false);
                 if let Err(e) = message.ack_with(AckKind::Ack).await {
                     // The answer is in the log: a redelivery finds its answered mark.
                     tracing::warn!(partition, error = %e, "could not acknowledge an answered inbox message");

@@ -135,8 +135,11 @@ impl Follower {
             expires_at_ms: now_ms().saturating_add(ANSWERED_MARK_TTL_MS),
         };
         let session_key = turn.session_key.clone();
-        if let Err(e) = self.runtime.apply_replicated(turn, marks).await {
-            tracing::error!(partition, seq, session_key, error = %e, "could not apply a replicated turn here");
+        match self.runtime.apply_replicated(*turn, marks).await {
+            Ok(()) => crate::metrics::cluster_applied(partition),
+            Err(e) => {
+                tracing::error!(partition, seq, session_key, error = %e, "could not apply a replicated turn here")
+            }
         }
     }
 }

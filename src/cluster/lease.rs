@@ -238,7 +238,33 @@ fn kv_error(
 
 /// Creates `bucket` (R[`REPLICAS`], `max_age` = `lease`, one revision per key) or, if it
 /// exists with other settings, says which.
+/// Tries at opening a bucket: a request of a node starting with (or just after) its NATS
+/// cluster may time out while JetStream elects its leaders; a config that differs is final.
+const OPEN_ATTEMPTS: u32 = 10;
+
+/// Pause between those tries.
+const OPEN_RETRY: Duration = Duration::from_millis(500);
+
 async fn open_bucket(
+    js: &Context,
+    bucket: &'static str,
+    description: String,
+    lease: Duration,
+) -> Result<Store, ClusterError> {
+    let mut attempt = 1;
+    loop {
+        match try_open_bucket(js, bucket, description.clone(), lease).await {
+            Err(ClusterError::Bucket { source, .. }) if attempt < OPEN_ATTEMPTS => {
+                tracing::info!(bucket, error = %source, attempt, "opening the bucket: retrying");
+                attempt += 1;
+                tokio::time::sleep(OPEN_RETRY).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn try_open_bucket(
     js: &Context,
     bucket: &'static str,
     description: String,

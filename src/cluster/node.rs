@@ -143,6 +143,7 @@ async fn coordinate(mut owned: watch::Receiver<Owned>, shared: Shared) {
                 task.abort();
             }
             shared.changelog.end(p);
+            crate::metrics::cluster_partition_owned(p, false);
             tracing::info!(partition = p, "partition lost: its turns are fenced");
         }
         for p in now.partitions() {
@@ -160,6 +161,7 @@ async fn coordinate(mut owned: watch::Receiver<Owned>, shared: Shared) {
                 partition: p,
                 epoch,
             };
+            crate::metrics::cluster_partition_owned(p, true);
             tasks.running.insert(p, (epoch, tokio::spawn(owner.run())));
         }
         if owned.changed().await.is_err() {

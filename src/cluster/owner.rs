@@ -24,6 +24,7 @@ use super::names::{inbox_consumer, inbox_subject, log_subject};
 use super::record::{InboxEnvelope, LogRecord};
 use super::Partition;
 use crate::inbound::Refusal;
+use crate::metrics;
 use crate::runtime::{Runtime, SubmitError};
 
 /// Most inbox messages of one partition admitted here and not yet answered; JetStream stops
@@ -235,6 +236,7 @@ impl Owner {
         // without an answer).
         match self.runtime.inbox_holds(&key, &id) {
             Ok(true) => {
+                metrics::cluster_inbox(p, "queued");
                 self.changelog.hold(p, key, id, message);
                 return;
             }
@@ -247,6 +249,7 @@ impl Owner {
         }
         match self.runtime.replica_answered(&key, &id) {
             Ok(true) => {
+                metrics::cluster_inbox(p, "answered");
                 self.changelog.release(&key, &id);
                 let _ = message.ack_with(AckKind::Ack).await;
                 return;
@@ -259,20 +262,27 @@ impl Owner {
             }
         }
         match self.runtime.admit_replicated(event).await {
-            Ok(_) => self.changelog.hold(p, key, id, message),
+            Ok(_) => {
+                metrics::cluster_inbox(p, "admitted");
+                self.changelog.hold(p, key, id, message);
+            }
             Err(SubmitError::Refused(Refusal::Dropped(_))) => {
+                metrics::cluster_inbox(p, "dropped");
                 let _ = message.ack_with(AckKind::Ack).await;
             }
             Err(SubmitError::Refused(refusal)) => {
+                metrics::cluster_inbox(p, "refused");
                 tracing::debug!(partition = p, %refusal, "inbox message refused for now");
                 let _ = message.ack_with(AckKind::Nak(Some(REFUSED_RETRY))).await;
             }
             Err(SubmitError::Failed(crate::error::Error::Inbound(e))) => {
                 // Validated where it was accepted; a node with other limits may refuse it.
+                metrics::cluster_inbox(p, "invalid");
                 tracing::error!(partition = p, error = %e, "invalid inbox message: dropped");
                 let _ = message.ack_with(AckKind::Term).await;
             }
             Err(SubmitError::Failed(e)) => {
+                metrics::cluster_inbox(p, "refused");
                 tracing::warn!(partition = p, error = %e, "inbox message not admitted; retried later");
                 let _ = message.ack_with(AckKind::Nak(Some(REFUSED_RETRY))).await;
             }

@@ -55,8 +55,8 @@ pub(super) enum LogRecord {
         node: String,
         /// Its tenure's epoch.
         epoch: u64,
-        /// What it appended and answered.
-        turn: ReplicatedTurn,
+        /// What it appended and answered (boxed: a turn is far larger than a tenure).
+        turn: Box<ReplicatedTurn>,
     },
 }
 
@@ -88,7 +88,7 @@ mod tests {
             id: "n1/7/1".into(),
             node: "n1".into(),
             epoch: 7,
-            turn: ReplicatedTurn {
+            turn: Box::new(ReplicatedTurn {
                 session_key: "agent:main:x".into(),
                 entries: vec![TranscriptEntry {
                     kind: crate::store::EntryKind::User,
@@ -112,7 +112,7 @@ mod tests {
                     model: None,
                     error_kind: None,
                 },
-            },
+            }),
         };
         let json = serde_json::to_vec(&turn).unwrap();
         assert_eq!(serde_json::from_slice::<LogRecord>(&json).unwrap(), turn);

@@ -72,9 +72,16 @@ impl Runtime {
     /// Deletes a session: its record, transcript and unanswered messages, in one transaction,
     /// after its lane dropped what it held in memory (else the lane would answer the deleted
     /// messages into a new session). `Ok(None)` if there is no such session;
-    /// [`Error::Conflict`] while a turn of it runs (its commit could land after the delete).
+    /// [`Error::Conflict`] while a turn of it runs (its commit could land after the delete);
+    /// [`Error::NotAvailable`] on a cluster node.
     /// Messages admitted after the lane dropped its queue belong to a new session.
     pub async fn delete_session(&self, key: &str) -> Result<Option<Deleted>, Error> {
+        if self.is_clustered() {
+            // Every node holds a copy, and the changelog would bring the session back.
+            return Err(Error::NotAvailable(
+                "deleting a session on a cluster node (every node keeps a copy)",
+            ));
+        }
         let key = normalize_session_key(key);
         let busy = || {
             Error::Conflict(format!(

@@ -73,8 +73,18 @@ struct Prepared<'a> {
     encoded: Vec<(Vec<u8>, &'a TranscriptEntry)>,
     inbox_keys: Vec<Vec<u8>>,
     channel_writes: Vec<(Vec<u8>, Vec<u8>)>,
-    /// `(dedupe writes, channel_state write)` of [`TurnCommit::replica`].
-    replica_writes: Option<(Vec<(Vec<u8>, Vec<u8>)>, (Vec<u8>, Vec<u8>))>,
+    /// The writes of [`TurnCommit::replica`].
+    replica_writes: Option<ReplicaWrites>,
+}
+
+/// A key and its value.
+type Write = (Vec<u8>, Vec<u8>);
+
+/// What a replicated turn's marks write: the answered marks (`dedupe`) and the applied
+/// position (`channel_state`).
+struct ReplicaWrites {
+    answered: Vec<Write>,
+    applied: Write,
 }
 
 /// What the transaction did for one turn.
@@ -220,7 +230,10 @@ fn prepare<'a>(inner: &StoreInner, turn: &'a TurnCommit) -> Result<Prepared<'a>,
                         )
                     })
                     .collect();
-                Some((answered, replica::applied_write(r.partition, r.log_seq)))
+                Some(ReplicaWrites {
+                    answered,
+                    applied: replica::applied_write(r.partition, r.log_seq),
+                })
             }
         },
     })
@@ -232,10 +245,11 @@ fn apply_replica(
     state: &TransactionalTree,
     p: &Prepared<'_>,
 ) -> Result<(), ConflictableTransactionError<StoreError>> {
-    if let Some((answered, (k, v))) = &p.replica_writes {
-        for (k, v) in answered {
+    if let Some(writes) = &p.replica_writes {
+        for (k, v) in &writes.answered {
             dedupe.insert(k.as_slice(), v.as_slice())?;
         }
+        let (k, v) = &writes.applied;
         state.insert(k.as_slice(), v.as_slice())?;
     }
     Ok(())
