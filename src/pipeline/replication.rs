@@ -93,3 +93,43 @@ impl ReplicationSlot {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Owns(&'static str);
+
+    impl Replication for Owns {
+        fn owns(&self, session_key: &str) -> bool {
+            session_key == self.0
+        }
+
+        fn append<'a>(
+            &'a self,
+            _turn: &'a ReplicatedTurn,
+        ) -> BoxFuture<'a, Result<ReplicaMarks, ReplicationError>> {
+            Box::pin(async { Err(ReplicationError::Fenced { partition: 0 }) })
+        }
+    }
+
+    #[test]
+    fn a_single_node_owns_everything_a_cluster_node_only_what_its_replication_says() {
+        let single = ReplicationSlot::new(false);
+        assert!(single.owns("any"));
+        assert!(single.get().is_none());
+        single.install(Arc::new(Owns("a")));
+        assert!(single.owns("b"), "a single node ignores a replication");
+
+        let clustered = ReplicationSlot::new(true);
+        assert!(
+            !clustered.owns("a"),
+            "nothing before the cluster layer is installed"
+        );
+        assert!(matches!(clustered.get(), Some(Err(_))));
+        assert!(clustered.install(Arc::new(Owns("a"))));
+        assert!(clustered.owns("a"));
+        assert!(!clustered.owns("b"));
+        assert!(!clustered.install(Arc::new(Owns("b"))), "installed once");
+    }
+}

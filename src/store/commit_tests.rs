@@ -165,3 +165,58 @@ async fn a_retired_group_commit_lets_go_of_its_database() {
     assert!(reopened.is_ok(), "{:?}", reopened.err());
     drop(held);
 }
+
+#[tokio::test]
+async fn a_replicated_turn_writes_its_position_and_answered_marks_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    assert_eq!(store.replica_applied(3).unwrap(), 0);
+    let mut replicated = turn("k", "hi", vec![]);
+    replicated.replica = Some(ReplicaMarks {
+        partition: 3,
+        log_seq: 41,
+        answered: vec!["m1".into(), "m2".into()],
+        expires_at_ms: 1_000,
+    });
+    store.commit_turn(replicated).unwrap();
+    assert_eq!(store.replica_applied(3).unwrap(), 41);
+    assert_eq!(store.replica_applied(4).unwrap(), 0, "per partition");
+    assert!(store.replica_answered("k", "m1", 999).unwrap());
+    assert!(store.replica_answered("k", "m2", 999).unwrap());
+    assert!(!store.replica_answered("k", "m3", 999).unwrap());
+    assert!(
+        !store.replica_answered("other", "m1", 999).unwrap(),
+        "per session"
+    );
+    assert!(
+        !store.replica_answered("k", "m1", 1_000).unwrap(),
+        "expired"
+    );
+    // A single node's turn writes neither.
+    store.commit_turn(turn("k", "again", vec![])).unwrap();
+    assert_eq!(store.replica_applied(3).unwrap(), 41);
+    assert_eq!(store.session("k").unwrap().unwrap().entries, 4);
+}
+
+#[tokio::test]
+async fn a_cluster_node_clears_its_inbox_and_sees_what_it_still_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    store.enqueue("k", record("1")).unwrap();
+    store.enqueue("k", record("2")).unwrap();
+    store.enqueue("other", record("3")).unwrap();
+    assert!(store.inbox_holds("k", "2", 10).unwrap());
+    assert!(
+        !store.inbox_holds("k", "3", 10).unwrap(),
+        "3 is another session's"
+    );
+    assert!(
+        !store.inbox_holds("k", "2", 1).unwrap(),
+        "only the first `limit` are read"
+    );
+    assert_eq!(store.queued(), 3);
+    assert_eq!(store.clear_inbox().unwrap(), 3);
+    assert_eq!(store.queued(), 0);
+    assert!(store.sessions_with_pending().unwrap().is_empty());
+    assert!(!store.inbox_holds("k", "1", 10).unwrap());
+}
