@@ -20,6 +20,7 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import zlib
@@ -31,13 +32,22 @@ def session_key(user):
     return user
 
 
+# Tries at reading the owners: under load a status read can time out.
+STATUS_ATTEMPTS = 5
+
+
 def owners(binary, config):
-    out = subprocess.run(
-        [binary, "cluster", "status", "--config", config, "--json"],
-        capture_output=True, text=True, timeout=30, check=True,
-    ).stdout
-    status = json.loads(out)
-    return {p["partition"]: p["owner"] for p in status["partitions"]}
+    for attempt in range(1, STATUS_ATTEMPTS + 1):
+        done = subprocess.run(
+            [binary, "cluster", "status", "--config", config, "--json"],
+            capture_output=True, text=True, timeout=30,
+        )
+        if done.returncode == 0:
+            status = json.loads(done.stdout)
+            return {p["partition"]: p["owner"] for p in status["partitions"]}
+        print("cluster status failed (attempt %d): %s" % (attempt, done.stderr.strip()),
+              file=sys.stderr, flush=True)
+    raise SystemExit("cannot read the partitions' owners")
 
 
 class Session(threading.Thread):
