@@ -69,7 +69,8 @@ work=$(mktemp -d)
 pids=()
 nginx_pid=""
 cleanup() {
-    local pid
+    local rc=$? pid
+    [ "$rc" = 0 ] || [ ! -d "$work/run" ] || keep_logs "$work/run" aborted
     for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
     for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
     # SIGTERM: nginx's master stops its worker (SIGKILL would leave the worker running).
@@ -101,13 +102,20 @@ stop_pids() {
     pids=("${keep[@]}")
 }
 
+# Waits until $1 answers; with a pid $2 and its log $3, gives up as soon as it has exited.
 wait_http() {
-    local url=$1 i
+    local url=$1 pid=${2:-} log=${3:-} i
     for i in $(seq "$ready_polls"); do
         curl -fs "$url" >/dev/null 2>&1 && return 0
+        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+            echo "  exited before answering $url; its log ends:" >&2
+            tail -5 "$log" >&2
+            return 1
+        fi
         sleep 0.1
     done
-    echo "no answer from $url" >&2
+    echo "  no answer from $url" >&2
+    [ -z "$log" ] || tail -5 "$log" >&2
     return 1
 }
 
@@ -150,7 +158,9 @@ CONF
         nats_pids+=($!)
         pids+=($!)
     done
-    for i in 0 1 2; do wait_http "http://127.0.0.1:${monitor[$i]}/healthz"; done
+    for i in 0 1 2; do
+        wait_http "http://127.0.0.1:${monitor[$i]}/healthz" "${nats_pids[$i]}" "$dir/s$i/log" || return 1
+    done
 }
 
 # Starts nodes n1..n$2 of the cluster in $1 with lease_ms $3; sets node_pids, node_ports and
@@ -175,7 +185,10 @@ TOML
         node_pids+=($!)
         pids+=($!)
     done
-    for i in $(seq "$count"); do wait_http "http://127.0.0.1:${node_ports[$((i - 1))]}/readyz"; done
+    for i in $(seq "$count"); do
+        wait_http "http://127.0.0.1:${node_ports[$((i - 1))]}/readyz" "${node_pids[$((i - 1))]}" \
+            "$dir/n$i/log" || return 1
+    done
     # Balanced: shares are floor(P/N) or ceil(P/N); a round is lease_ms / 3.
     local polls=$(((3 * lease / 1000 + 30) * 10)) status
     for i in $(seq "$polls"); do
@@ -190,7 +203,7 @@ sys.exit(0 if ok else 1)' "$status" "$count" "$partitions"; then
         fi
         sleep 0.1
     done
-    echo "the cluster did not balance: $status" >&2
+    echo "  the cluster did not balance: $status" >&2
     return 1
 }
 
@@ -249,7 +262,7 @@ for run in $(seq "$runs"); do
     node_pids=($!)
     pids+=($!)
     nats_pids=()
-    wait_http "http://127.0.0.1:$port/readyz"
+    wait_http "http://127.0.0.1:$port/readyz" "${node_pids[0]}" "$dir/single/log"
     measure "$here/cluster/chat.lua" "$port" "$conns" single-turns
     measure "$here/cluster/messages.lua" "$port" "$ack_conns" single-acks
     stop_pids "${node_pids[@]}"
@@ -262,8 +275,13 @@ for count in 1 2 3; do
     for run in $(seq "$runs"); do
         echo "cluster, $count node(s), run $run"
         dir=$work/run && rm -rf "$dir" && mkdir -p "$dir"
-        start_nats "$dir"
-        start_nodes "$dir" "$count" "$throughput_lease"
+        node_pids=() nats_pids=()
+        if ! { start_nats "$dir" && start_nodes "$dir" "$count" "$throughput_lease"; }; then
+            echo "  run failed: the cluster did not start (no row)"
+            stop_pids "${node_pids[@]}" "${nats_pids[@]}"
+            keep_logs "$dir" "cluster$count-$run-failed"
+            continue
+        fi
         ports=$(IFS=,; echo "${node_ports[*]}")
         measure "$here/cluster/chat.lua" "$ports" "$conns" "cluster$count-turns"
         if [ "$count" = 3 ]; then
@@ -281,8 +299,13 @@ for lease in $leases; do
     for run in $(seq "$runs"); do
         echo "failover, lease_ms $lease, run $run"
         dir=$work/run && rm -rf "$dir" && mkdir -p "$dir"
-        start_nats "$dir"
-        start_nodes "$dir" 3 "$lease"
+        node_pids=() nats_pids=()
+        if ! { start_nats "$dir" && start_nodes "$dir" 3 "$lease"; }; then
+            echo "  run failed: the cluster did not start (no row)"
+            stop_pids "${node_pids[@]}" "${nats_pids[@]}"
+            keep_logs "$dir" "failover$lease-$run-failed"
+            continue
+        fi
         # failover.py SIGKILLs n3 itself, to time the kill; n3 is reaped inside the braces,
         # whose stderr is dropped, so bash does not report it "Killed".
         {
