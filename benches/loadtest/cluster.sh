@@ -207,6 +207,24 @@ sys.exit(0 if ok else 1)' "$status" "$count" "$partitions"; then
     return 1
 }
 
+# Starts the NATS cluster and $2 nodes (lease_ms $3) in $1; tries START_ATTEMPTS times, since
+# a free port may be taken by another process before a server binds it.
+start_attempts=3
+start_cluster() {
+    local dir=$1 count=$2 lease=$3 attempt
+    for attempt in $(seq "$start_attempts"); do
+        node_pids=() nats_pids=()
+        rm -rf "$dir" && mkdir -p "$dir"
+        if start_nats "$dir" && start_nodes "$dir" "$count" "$lease"; then
+            return 0
+        fi
+        echo "  the cluster did not start (attempt $attempt)" >&2
+        keep_logs "$dir" "failed-start-$attempt-$(date +%H%M%S)"
+        stop_pids "${node_pids[@]}" "${nats_pids[@]}"
+    done
+    return 1
+}
+
 keep_logs() {
     local dir=$1 name=$2 f
     [ -n "$logs" ] || return 0
@@ -274,12 +292,9 @@ for count in 1 2 3; do
     [[ " $phases " == *" cluster "* ]] || break
     for run in $(seq "$runs"); do
         echo "cluster, $count node(s), run $run"
-        dir=$work/run && rm -rf "$dir" && mkdir -p "$dir"
-        node_pids=() nats_pids=()
-        if ! { start_nats "$dir" && start_nodes "$dir" "$count" "$throughput_lease"; }; then
+        dir=$work/run
+        if ! start_cluster "$dir" "$count" "$throughput_lease"; then
             echo "  run failed: the cluster did not start (no row)"
-            stop_pids "${node_pids[@]}" "${nats_pids[@]}"
-            keep_logs "$dir" "cluster$count-$run-failed"
             continue
         fi
         ports=$(IFS=,; echo "${node_ports[*]}")
@@ -298,12 +313,9 @@ for lease in $leases; do
     [[ " $phases " == *" failover "* ]] || break
     for run in $(seq "$runs"); do
         echo "failover, lease_ms $lease, run $run"
-        dir=$work/run && rm -rf "$dir" && mkdir -p "$dir"
-        node_pids=() nats_pids=()
-        if ! { start_nats "$dir" && start_nodes "$dir" 3 "$lease"; }; then
+        dir=$work/run
+        if ! start_cluster "$dir" 3 "$lease"; then
             echo "  run failed: the cluster did not start (no row)"
-            stop_pids "${node_pids[@]}" "${nats_pids[@]}"
-            keep_logs "$dir" "failover$lease-$run-failed"
             continue
         fi
         # failover.py SIGKILLs n3 itself, to time the kill; n3 is reaped inside the braces,
