@@ -101,7 +101,13 @@ impl LeaseStore {
                 revision,
                 epoch: revision,
             })),
-            Err(e) if e.kind() == CreateErrorKind::AlreadyExists => {
+            // A create that raced another node's for the same key: the client reports it as
+            // "other" with the stream's wrong-last-sequence refusal (error code 10071 or
+            // 10164). It is the same answer as AlreadyExists.
+            Err(e)
+                if e.kind() == CreateErrorKind::AlreadyExists
+                    || e.to_string().contains("wrong last sequence") =>
+            {
                 // Ours if an earlier attempt landed but its answer was lost.
                 Ok(self.own_entry(&key).await?.map(|revision| Lease {
                     partition,

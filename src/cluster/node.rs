@@ -23,6 +23,9 @@ use super::{streams, Partition};
 use crate::config::ClusterConfig;
 use crate::runtime::Runtime;
 
+/// Shortest wait for a JetStream request that makes or replaces a consumer.
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A runtime's membership of its cluster. [`ClusterNode::stop`] leaves gracefully (after the
 /// runtime has shut down, so its last turns could still append).
 pub struct ClusterNode {
@@ -50,7 +53,12 @@ impl ClusterNode {
     ) -> Result<ClusterNode, ClusterError> {
         let js = connect(config).await?;
         let window = Duration::from_millis(runtime.config().preflight.dedupe_ttl_ms);
-        let inbox = streams::inbox(&js, window).await?;
+        // Consumers are made and replaced through a patient context: a create that times out
+        // on a loaded server may still complete there, and a fence needs no haste.
+        let admin = async_nats::jetstream::ContextBuilder::new()
+            .timeout(ADMIN_TIMEOUT.max(Duration::from_millis(config.lease_ms)))
+            .build(js.client());
+        let inbox = streams::inbox(&admin, window).await?;
         let log = streams::changelog(&js).await?;
         let changelog = Arc::new(Changelog::new(
             js.clone(),

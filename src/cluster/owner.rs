@@ -112,8 +112,10 @@ impl Owner {
             marker,
             "partition taken over"
         );
+        let mut order = DeliveryOrder::default();
+        let mut fresh = true;
         loop {
-            if let Err(e) = self.serve_inbox().await {
+            if let Err(e) = self.serve_inbox(&mut order, &mut fresh).await {
                 tracing::warn!(partition = p, error = %e, "inbox consumer: reopening");
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -159,9 +161,17 @@ impl Owner {
         Ok(ack.sequence)
     }
 
-    /// Replaces the partition's inbox consumer (the previous owner's may still be pulling) and
-    /// admits what it delivers.
-    async fn serve_inbox(&self) -> Result<(), ClusterError> {
+    /// Admits what the partition's inbox consumer delivers. `fresh`: replace the consumer
+    /// first (at takeover the previous owner's may still be pulling; after a lost delivery a
+    /// new one delivers everything unanswered again, in order); after any other failure the
+    /// consumer is reused, so a slow server's half-finished create is not thrown away.
+    /// `order` follows its deliveries across reuses: a consumer this task did not create
+    /// fresh shows up as a gap, and is replaced.
+    async fn serve_inbox(
+        &self,
+        order: &mut DeliveryOrder,
+        fresh: &mut bool,
+    ) -> Result<(), ClusterError> {
         let p = self.partition;
         let jet = |op: &'static str| {
             move |e: Box<dyn std::error::Error + Send + Sync>| ClusterError::Jet {
@@ -171,32 +181,38 @@ impl Owner {
             }
         };
         let name = inbox_consumer(p);
-        // A missing consumer is fine: this is the partition's first owner.
-        let _ = self.inbox.delete_consumer(&name).await;
+        if *fresh {
+            // A missing consumer is fine: this is the partition's first owner.
+            let _ = self.inbox.delete_consumer(&name).await;
+            *order = DeliveryOrder::default();
+            *fresh = false;
+        }
         let consumer = self
             .inbox
-            .create_consumer(pull::Config {
-                durable_name: Some(name),
-                filter_subject: inbox_subject(p),
-                // A work queue keeps only unacknowledged messages: "all" is the oldest
-                // unanswered one.
-                deliver_policy: DeliverPolicy::All,
-                ack_policy: AckPolicy::Explicit,
-                ack_wait: INBOX_ACK_WAIT,
-                max_ack_pending: MAX_UNANSWERED_PER_PARTITION,
-                ..Default::default()
-            })
+            .get_or_create_consumer(
+                &name,
+                pull::Config {
+                    durable_name: Some(name.clone()),
+                    filter_subject: inbox_subject(p),
+                    // A work queue keeps only unacknowledged messages: "all" is the oldest
+                    // unanswered one.
+                    deliver_policy: DeliverPolicy::All,
+                    ack_policy: AckPolicy::Explicit,
+                    ack_wait: INBOX_ACK_WAIT,
+                    max_ack_pending: MAX_UNANSWERED_PER_PARTITION,
+                    ..Default::default()
+                },
+            )
             .await
-            .map_err(|e| jet("creating the inbox consumer")(Box::new(e)))?;
+            .map_err(|e| jet("opening the inbox consumer")(Box::new(e)))?;
         let mut messages = consumer
             .messages()
             .await
             .map_err(|e| jet("reading the inbox")(Box::new(e)))?;
-        let mut deliveries = DeliveryOrder::default();
         while let Some(message) = messages.next().await {
             let message = message.map_err(|e| jet("reading the inbox")(Box::new(e)))?;
             let consumer_seq = message.info().map(|i| i.consumer_sequence).ok();
-            if !deliveries.next_is(consumer_seq) {
+            if !order.next_is(consumer_seq) {
                 // A delivery was lost on the way (a connection cut): taking this one would
                 // answer it before the lost one, out of order. A new consumer delivers
                 // everything unanswered again, in inbox order.
@@ -204,6 +220,7 @@ impl Owner {
                     partition = p,
                     "inbox delivery lost in transit; reading the inbox again in order"
                 );
+                *fresh = true;
                 return Ok(());
             }
             self.admit(message).await;
