@@ -228,7 +228,8 @@ pub(crate) fn holder_node(value: &[u8]) -> Option<&str> {
     text.split(' ').next().filter(|n| !n.is_empty())
 }
 
-fn kv_error(
+/// A failed KV (or stream) operation, with what it was on.
+pub(super) fn kv_error(
     op: &'static str,
     bucket: &'static str,
     key: String,

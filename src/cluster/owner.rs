@@ -19,7 +19,7 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 
 use super::changelog::Changelog;
-use super::error::ClusterError;
+use super::error::{ClusterError, NatsError};
 use super::names::{inbox_consumer, inbox_subject, log_subject};
 use super::record::{InboxEnvelope, LogRecord};
 use super::Partition;
@@ -62,6 +62,15 @@ impl DeliveryOrder {
             }
             _ => false,
         }
+    }
+}
+
+/// The error of a JetStream request `op` on partition `p`, from its boxed source.
+fn jet(op: &'static str, p: Partition) -> impl Fn(NatsError) -> ClusterError {
+    move |source| ClusterError::Jet {
+        op,
+        partition: p,
+        source,
     }
 }
 
@@ -125,13 +134,7 @@ impl Owner {
     /// Appends this tenure's record after the partition's last; its sequence.
     async fn append_tenure(&self) -> Result<u64, ClusterError> {
         let p = self.partition;
-        let jet = |op: &'static str| {
-            move |e: Box<dyn std::error::Error + Send + Sync>| ClusterError::Jet {
-                op,
-                partition: p,
-                source: e,
-            }
-        };
+        let jet = |op| jet(op, p);
         let last = match self
             .log
             .get_last_raw_message_by_subject(&log_subject(p))
@@ -173,13 +176,7 @@ impl Owner {
         fresh: &mut bool,
     ) -> Result<(), ClusterError> {
         let p = self.partition;
-        let jet = |op: &'static str| {
-            move |e: Box<dyn std::error::Error + Send + Sync>| ClusterError::Jet {
-                op,
-                partition: p,
-                source: e,
-            }
-        };
+        let jet = |op| jet(op, p);
         let name = inbox_consumer(p);
         if *fresh {
             // A missing consumer is fine: this is the partition's first owner.

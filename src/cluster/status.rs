@@ -23,7 +23,7 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 use serde::Serialize;
 
 use super::error::ClusterError;
-use super::lease::{holder_node, lease_key};
+use super::lease::{holder_node, kv_error, lease_key};
 use super::names::{
     inbox_consumer, log_subject, INBOX_STREAM, LEASES_BUCKET, LOG_STREAM, NODES_BUCKET,
 };
@@ -369,20 +369,6 @@ fn now_nanos() -> i128 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as i128)
         .unwrap_or(0)
-}
-
-fn kv_error(
-    op: &'static str,
-    bucket: &'static str,
-    key: String,
-    e: impl std::error::Error + Send + Sync + 'static,
-) -> ClusterError {
-    ClusterError::Kv {
-        op,
-        bucket,
-        key,
-        source: Box::new(e),
-    }
 }
 
 #[cfg(test)]

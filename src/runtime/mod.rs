@@ -260,14 +260,7 @@ impl Runtime {
                 .admit_local(handle, channel, message, session_key)
                 .await;
         }
-        if self.inner.closing.load(Ordering::Acquire) {
-            metrics::inbound_dropped(channel, "shutting_down");
-            return Err(Refusal::ShuttingDown.into());
-        }
-        let message = message
-            .validated(&self.inner.config.limits, now_ms())
-            .inspect_err(|_| metrics::inbound_dropped(channel, "invalid"))
-            .map_err(Error::from)?;
+        let message = self.accepting(channel, message)?;
         let ack = self
             .publish_replicated(
                 channel,
@@ -280,6 +273,22 @@ impl Runtime {
         Ok(Admitted { ack, ticket: None })
     }
 
+    /// `message` validated, if the runtime is still accepting (refusals counted for `channel`).
+    fn accepting(
+        &self,
+        channel: &str,
+        message: InboundMessage,
+    ) -> Result<InboundMessage, SubmitError> {
+        if self.inner.closing.load(Ordering::Acquire) {
+            metrics::inbound_dropped(channel, "shutting_down");
+            return Err(Refusal::ShuttingDown.into());
+        }
+        Ok(message
+            .validated(&self.inner.config.limits, now_ms())
+            .inspect_err(|_| metrics::inbound_dropped(channel, "invalid"))
+            .map_err(Error::from)?)
+    }
+
     /// Admission into this node's inbox through `handle`, up to the inbox write (not yet
     /// waited on).
     async fn admit_local<C: Channel>(
@@ -289,14 +298,7 @@ impl Runtime {
         message: InboundMessage,
         session_key: Option<String>,
     ) -> Result<Admitted, SubmitError> {
-        if self.inner.closing.load(Ordering::Acquire) {
-            metrics::inbound_dropped(channel, "shutting_down");
-            return Err(Refusal::ShuttingDown.into());
-        }
-        let message = message
-            .validated(&self.inner.config.limits, now_ms())
-            .inspect_err(|_| metrics::inbound_dropped(channel, "invalid"))
-            .map_err(Error::from)?;
+        let message = self.accepting(channel, message)?;
         let message_id = message.message_id.clone();
         let event = InboundEvent {
             message,

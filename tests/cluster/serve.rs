@@ -17,7 +17,9 @@ use tokio::task::JoinHandle;
 use turnstile::cluster::{partition_of, LEASES_BUCKET};
 
 use super::nats::NatsCluster;
-use super::support::{all_answered, eventually, group_key, Api, Msg, ServerProcess, PATIENCE};
+use super::support::{
+    eventually, group_key, wait_all_answered_within, Api, Msg, ServerProcess, PATIENCE,
+};
 
 /// One of these tests at a time: each runs three NATS servers and three nodes, which is what
 /// two cores can take while the timing of leases still means something.
@@ -265,28 +267,6 @@ impl ClusterLoad {
     }
 }
 
-/// Waits until `api` shows every acknowledged message of `acked` answered, once, in order.
-pub async fn wait_all_answered_on(api: &Api, acked: &[(String, Vec<String>)], patience: Duration) {
-    for (key, ids) in acked.iter().filter(|(_, ids)| !ids.is_empty()) {
-        let (key, ids) = (key.as_str(), ids.as_slice());
-        eventually(
-            patience,
-            &format!(
-                "every acknowledged message of {key} answered on {}",
-                api.url("")
-            ),
-            || async move {
-                let entries = api
-                    .transcript(key)
-                    .await
-                    .ok_or_else(|| format!("no session {key}"))?;
-                all_answered(&entries, ids)
-            },
-        )
-        .await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_answers_every_session_and_a_killed_node_loses_nothing() {
     let _serial = SERIAL.lock().await;
@@ -327,7 +307,7 @@ async fn every_node_answers_every_session_and_a_killed_node_loses_nothing() {
     let total: usize = acked.iter().map(|(_, ids)| ids.len()).sum();
     assert!(total > load_after, "nothing acknowledged after the kill");
     for i in [0, 2] {
-        wait_all_answered_on(&nodes.node(i).api, &acked, takeover_patience(lease_ms)).await;
+        wait_all_answered_within(&nodes.node(i).api, &acked, takeover_patience(lease_ms)).await;
     }
     eprintln!(
         "{total} acknowledged; all answered on both survivors {:?} after the kill",
@@ -336,13 +316,14 @@ async fn every_node_answers_every_session_and_a_killed_node_loses_nothing() {
     // The killed node comes back on its data dir, catches up from the changelog, and takes
     // its share again.
     nodes.restart(1).await;
-    wait_all_answered_on(&nodes.node(1).api, &acked, takeover_patience(lease_ms)).await;
+    wait_all_answered_within(&nodes.node(1).api, &acked, takeover_patience(lease_ms)).await;
     wait_balanced(&nats, &["n1", "n2", "n3"], takeover_patience(lease_ms)).await;
     let more = ClusterLoad::start(nodes.apis(), 6, "back");
     more.wait_for_more(60).await;
     let acked_back = more.finish().await;
     for i in 0..3 {
-        wait_all_answered_on(&nodes.node(i).api, &acked_back, takeover_patience(lease_ms)).await;
+        wait_all_answered_within(&nodes.node(i).api, &acked_back, takeover_patience(lease_ms))
+            .await;
     }
     nodes.stop().await;
 }
@@ -463,7 +444,7 @@ async fn a_node_paused_past_its_lease_cannot_commit_after_it_resumes() {
     // Another node takes the partition over, replays the message and answers it.
     let third_api = &nodes.node(third).api;
     let answered = vec![(key.clone(), vec!["p-1".to_string()])];
-    wait_all_answered_on(third_api, &answered, takeover_patience(lease_ms) + delay).await;
+    wait_all_answered_within(third_api, &answered, takeover_patience(lease_ms) + delay).await;
     let moved_after = paused.elapsed();
     let new_owner = holders(&kv).await[&partition_of(&key, PARTITIONS)].clone();
     assert_ne!(new_owner, owner_id, "the partition did not move");
@@ -534,7 +515,7 @@ async fn a_killed_nats_server_loses_no_acknowledged_message() {
     .await;
     let acked = load.finish().await;
     for i in 0..3 {
-        wait_all_answered_on(&nodes.node(i).api, &acked, takeover_patience(lease_ms)).await;
+        wait_all_answered_within(&nodes.node(i).api, &acked, takeover_patience(lease_ms)).await;
     }
     nodes.stop().await;
 }

@@ -2,6 +2,7 @@
 //! check that every acknowledged message was answered, in order, once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use tokio::task::JoinHandle;
@@ -149,14 +150,26 @@ pub fn all_answered(entries: &[Entry], acked: &[String]) -> Result<(), String> {
 
 /// Waits until every session of `acked` has all its acknowledged messages, in order, answered.
 pub async fn wait_all_answered(api: &Api, acked: &[(String, Vec<String>)]) {
+    wait_all_answered_within(api, acked, PATIENCE).await;
+}
+
+/// [`wait_all_answered`], waiting at most `patience` per session.
+pub async fn wait_all_answered_within(
+    api: &Api,
+    acked: &[(String, Vec<String>)],
+    patience: Duration,
+) {
     for (key, ids) in acked {
         if ids.is_empty() {
             continue;
         }
         let (key, ids) = (key.as_str(), ids.as_slice());
         eventually(
-            PATIENCE,
-            &format!("every acknowledged message of {key} answered"),
+            patience,
+            &format!(
+                "every acknowledged message of {key} answered on {}",
+                api.base
+            ),
             || async move {
                 let entries = api
                     .transcript(key)
