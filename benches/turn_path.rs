@@ -195,7 +195,7 @@ fn admit_once(
     msg: &InboundMessage,
 ) -> bool {
     let _key = std::hint::black_box(keys.key(msg));
-    match preflight.decide(msg, false, 1_764_470_000_000, durable) {
+    match preflight.decide(msg, false, 1_764_470_000_000, durable, true) {
         Ok(Verdict::Accept(a)) => {
             preflight.confirm(&a, 1_764_470_000_000);
             true

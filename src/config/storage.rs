@@ -56,6 +56,10 @@ pub struct StorageConfig {
     /// sled's page cache in bytes. sled's own default (1 GiB) is far too much for an embedded
     /// default. Default 64 MiB.
     pub cache_capacity_bytes: u64,
+    /// Memory for the newest transcript entries of recently active sessions, in bytes, so a
+    /// turn's context is assembled without reading its history back from sled; least recently
+    /// used sessions go first. 0 turns it off. Default 16 MiB.
+    pub transcript_cache_bytes: u64,
     /// `strict` (default) or `batched`.
     pub durability: Durability,
     /// Flush period for `batched` durability, in ms. Default 100.
@@ -109,6 +113,7 @@ impl Default for StorageConfig {
         Self {
             data_dir: PathBuf::from("./turnstile-data"),
             cache_capacity_bytes: 64 * 1024 * 1024,
+            transcript_cache_bytes: 16 * 1024 * 1024,
             durability: Durability::Strict,
             flush_every_ms: 100,
             max_queued_messages: 100_000,
@@ -130,6 +135,11 @@ impl StorageConfig {
             "storage.cache_capacity_bytes",
             self.cache_capacity_bytes,
             MIN_CACHE_BYTES..=MAX_DISK_BYTES,
+        )?;
+        in_range(
+            "storage.transcript_cache_bytes",
+            self.transcript_cache_bytes,
+            0..=MAX_DISK_BYTES,
         )?;
         in_range(
             "storage.flush_every_ms",

@@ -186,6 +186,7 @@ fn every_numeric_key_has_a_range() {
         ("storage", "cache_capacity_bytes", "255"),
         ("storage", "cache_capacity_bytes", "0"),
         ("storage", "cache_capacity_bytes", HUGE),
+        ("storage", "transcript_cache_bytes", HUGE),
         ("storage", "flush_every_ms", "0"),
         ("storage", "flush_every_ms", HUGE),
         ("storage", "max_queued_messages", "0"),

@@ -44,6 +44,7 @@ impl MemoryStore {
             id: session_id,
             entries: t.len() as u64,
             next_seq: t.last().map_or(1, |(s, _)| s + 1),
+            compaction_count: 0,
         })
     }
 

@@ -55,6 +55,17 @@ pub trait ContextStore: Send + Sync {
         limit: usize,
     ) -> Result<Vec<ChannelMessage>, StoreError>;
 
+    /// [`ContextStore::newest_entries`] of the session `session_key` as `stored` describes it.
+    /// [`Store`] serves it from its transcript tail cache when it can.
+    fn window_entries(
+        &self,
+        _session_key: &str,
+        stored: &StoredSession,
+        keep: &mut dyn FnMut(&TranscriptEntry) -> bool,
+    ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
+        self.newest_entries(stored.id, keep)
+    }
+
     /// The oldest entry of session `session_id`: where a compaction summary sits.
     fn oldest_entry(&self, session_id: u64) -> Result<Option<(u64, TranscriptEntry)>, StoreError>;
 
@@ -146,6 +157,21 @@ impl ContextStore for Store {
         Store::newest_entries(self, session_id, keep)
     }
 
+    fn window_entries(
+        &self,
+        session_key: &str,
+        stored: &StoredSession,
+        keep: &mut dyn FnMut(&TranscriptEntry) -> bool,
+    ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
+        let stamp = crate::store::TailStamp {
+            id: stored.id,
+            next_seq: stored.next_seq,
+            entries: stored.entries,
+            compaction_count: stored.compaction_count,
+        };
+        Store::window_entries(self, session_key, stamp, keep)
+    }
+
     fn channel_message(
         &self,
         channel: &str,
@@ -228,8 +254,10 @@ pub struct StoredSession {
     pub id: u64,
     /// Transcript entries stored.
     pub entries: u64,
-    /// The sequence the next entry gets; changes whenever the transcript does.
+    /// The sequence the next entry gets; changes whenever the transcript grows.
     pub next_seq: u64,
+    /// Compactions so far; changes whenever a compaction rewrites the transcript.
+    pub compaction_count: u32,
 }
 
 /// The newest part of the transcript, read once per assembly and only as far as the policy
@@ -378,7 +406,7 @@ impl<'a> SessionView<'a> {
                 + MESSAGE_OVERHEAD_TOKENS,
         );
         let mut stop = false;
-        let mut read = self.store.newest_entries(stored.id, &mut |e| {
+        let mut read = self.store.window_entries(self.key, &stored, &mut |e| {
             if stop {
                 return false;
             }

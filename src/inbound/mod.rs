@@ -27,4 +27,9 @@ pub struct InboundEvent {
     pub message: InboundMessage,
     /// An explicit session key; `None` derives it from the message.
     pub session_key: Option<String>,
+    /// The message id was minted by this server for this one request (an OpenAI-compatible
+    /// request without an idempotency key, on its first attempt), so it cannot arrive again
+    /// after a restart: admission checks it against the in-memory dedupe only and writes no
+    /// durable dedupe mark (two sled writes and a lookup per turn saved).
+    pub minted_id: bool,
 }

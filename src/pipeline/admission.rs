@@ -111,7 +111,7 @@ impl Admitter {
         store.thaw_session(&key).map_err(storage)?;
         let mut admission = match self
             .preflight
-            .decide(&event.message, explicit, now, store)
+            .decide(&event.message, explicit, now, store, !event.minted_id)
             .map_err(storage)?
         {
             Verdict::Accept(admission) => admission,
@@ -171,7 +171,11 @@ impl Admitter {
             now_ms: now,
         };
         let (item, ticket) = store
-            .enqueue_deduped(&key, record, self.preflight.dedupes().then_some(mark))
+            .enqueue_deduped(
+                &key,
+                record,
+                (self.preflight.dedupes() && !event.minted_id).then_some(mark),
+            )
             .map_err(storage)?;
         self.preflight.confirm(&admission, now);
         // After the inbox entry that carries them: a crash in between shows them twice, never

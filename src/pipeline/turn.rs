@@ -209,6 +209,7 @@ impl TurnEngine {
             id: r.id,
             entries: r.entries,
             next_seq: r.next_seq,
+            compaction_count: r.compaction_count,
         });
         Ok(self.context.assemble(
             &self.store,

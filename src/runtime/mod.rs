@@ -202,13 +202,19 @@ impl Runtime {
     /// before that flush leaves the client without an answer, and the message either lost
     /// (never acknowledged) or in the inbox (answered after the restart). Check
     /// [`Runtime::admitted_durable`] before telling the client anything.
+    /// `minted_id`: see [`InboundEvent::minted_id`].
     pub async fn submit_for_reply(
         &self,
         message: InboundMessage,
         session_key: Option<String>,
+        minted_id: bool,
     ) -> Result<Admitted, SubmitError> {
-        self.admit_through(&self.inner.api, "api", message, session_key)
-            .await
+        let event = InboundEvent {
+            message,
+            session_key,
+            minted_id,
+        };
+        self.admit_through(&self.inner.api, "api", event).await
     }
 
     /// Waits until the inbox write of `admitted` is durable. `demand`: ask the flusher for a
@@ -239,9 +245,12 @@ impl Runtime {
         message: InboundMessage,
         session_key: Option<String>,
     ) -> Result<Ack, SubmitError> {
-        let admitted = self
-            .admit_through(handle, channel, message, session_key)
-            .await?;
+        let event = InboundEvent {
+            message,
+            session_key,
+            minted_id: false,
+        };
+        let admitted = self.admit_through(handle, channel, event).await?;
         self.admitted_durable(&admitted, true).await?;
         Ok(admitted.ack)
     }
@@ -252,21 +261,19 @@ impl Runtime {
         &self,
         handle: &ChannelHandle<TurnBackend, C>,
         channel: &str,
-        message: InboundMessage,
-        session_key: Option<String>,
+        event: InboundEvent,
     ) -> Result<Admitted, SubmitError> {
         if !self.is_clustered() {
-            return self
-                .admit_local(handle, channel, message, session_key)
-                .await;
+            return self.admit_local(handle, channel, event).await;
         }
-        let message = self.accepting(channel, message)?;
+        let message = self.accepting(channel, event.message)?;
         let ack = self
             .publish_replicated(
                 channel,
                 InboundEvent {
                     message,
-                    session_key,
+                    session_key: event.session_key,
+                    minted_id: false,
                 },
             )
             .await?;
@@ -295,15 +302,11 @@ impl Runtime {
         &self,
         handle: &ChannelHandle<TurnBackend, C>,
         channel: &str,
-        message: InboundMessage,
-        session_key: Option<String>,
+        event: InboundEvent,
     ) -> Result<Admitted, SubmitError> {
-        let message = self.accepting(channel, message)?;
+        let message = self.accepting(channel, event.message)?;
         let message_id = message.message_id.clone();
-        let event = InboundEvent {
-            message,
-            session_key,
-        };
+        let event = InboundEvent { message, ..event };
         let accepted = match handle.submit(event).await.map_err(Error::from)? {
             Ok(a) => a,
             Err(refusal) => {

@@ -90,9 +90,7 @@ impl Runtime {
     /// a local flush (the replicated inbox keeps the message until its answer is in the
     /// changelog).
     pub async fn admit_replicated(&self, event: InboundEvent) -> Result<Ack, SubmitError> {
-        let admitted = self
-            .admit_local(&self.inner.api, "cluster", event.message, event.session_key)
-            .await?;
+        let admitted = self.admit_local(&self.inner.api, "cluster", event).await?;
         Ok(admitted.ack)
     }
 

@@ -70,7 +70,7 @@ pub(super) async fn chat_completions(
                 "name the session with the `user` field or an X-Session-Key header",
             )
         })?;
-    let id = message_id(&state, &headers, &session, &bytes)?;
+    let (id, minted) = message_id(&state, &headers, &session, &bytes)?;
     if let Some(instructions) = &request.instructions {
         // Bounded like a message: they are stored and sent with every turn.
         let max = state.runtime.config().limits.max_inbound_chars;
@@ -123,7 +123,7 @@ pub(super) async fn chat_completions(
         let mut waiter = runtime.reply_to(&id);
         // Nothing is answered before the reply, so the reply's commit flush makes the inbox
         // write durable too: one flush per turn. A failed flush still ends the wait early.
-        let reply = match admit_or_join(&runtime, message, &session).await? {
+        let reply = match admit_or_join(&runtime, message, &session, minted).await? {
             Joined::Answered(answer) => Arc::new(stored_reply(&session, &id, answer)),
             Joined::Pending => tokio::time::timeout(timeout, waiter.recv())
                 .await
@@ -200,15 +200,17 @@ pub(super) async fn chat_completions(
 /// for a retry of the official clients (`x-stainless-retry-count` > 0) with the body of a
 /// recent request of the session, that request's id; else a fresh one (remembered for its
 /// retries).
+/// The request's message id, and whether it was minted here for this request alone (see
+/// [`crate::inbound::InboundEvent::minted_id`]).
 fn message_id(
     state: &AppState,
     headers: &HeaderMap,
     session: &str,
     body: &[u8],
-) -> Result<String, ApiError> {
+) -> Result<(String, bool), ApiError> {
     if let Some(value) = headers.get("idempotency-key") {
         let key = chat_request::idempotency_key(value.as_bytes())?;
-        return Ok(chat_request::idempotent_message_id(session, &key));
+        return Ok((chat_request::idempotent_message_id(session, &key), false));
     }
     let requests = state.runtime.requests();
     let now = now_ms();
@@ -220,12 +222,12 @@ fn message_id(
         .is_some_and(|n| n > 0);
     if retry {
         if let Some(id) = requests.earlier_attempt(&fingerprint, now) {
-            return Ok(id);
+            return Ok((id, false));
         }
     }
     let id = completion_id();
     requests.remember_attempt(&fingerprint, &id, now);
-    Ok(id)
+    Ok((id, true))
 }
 
 /// What [`admit_or_join`] did with a message.
@@ -244,10 +246,11 @@ async fn admit_or_join(
     runtime: &Runtime,
     message: InboundMessage,
     session: &str,
+    minted: bool,
 ) -> Result<Joined, ApiError> {
     let id = message.message_id.clone();
     match runtime
-        .submit_for_reply(message, Some(session.to_string()))
+        .submit_for_reply(message, Some(session.to_string()), minted)
         .await
     {
         Ok(admitted) => Ok(Joined::Admitted(admitted)),

@@ -146,6 +146,25 @@ impl GroupCommit {
         self.wait_for_ticket(ticket, false).await
     }
 
+    /// Asks for a flush covering `ticket` and waits until one succeeded or failed for it,
+    /// without the bounded wait for a recovery that [`GroupCommit::wait`] adds after a
+    /// failure: for the turn committer, which must not stall every later commit on a full disk
+    /// (each turn's own wait still reports the outcome).
+    pub(super) async fn wait_settled(&self, ticket: u64) {
+        if self.inner.mode == Durability::Batched || ticket <= self.inner.first_ticket {
+            return;
+        }
+        if self.inner.flushed.borrow().upto >= ticket {
+            return;
+        }
+        let mut rx = self.inner.flushed.subscribe();
+        self.inner.demanded.fetch_max(ticket, Ordering::AcqRel);
+        self.inner.wake.notify_one();
+        let _ = rx
+            .wait_for(|f| f.upto >= ticket || f.failed.as_ref().is_some_and(|(t, _)| *t >= ticket))
+            .await;
+    }
+
     async fn wait_for_ticket(&self, ticket: u64, demand: bool) -> Result<(), StoreError> {
         if self.inner.mode == Durability::Batched {
             return Ok(());

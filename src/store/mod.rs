@@ -52,6 +52,7 @@ mod records;
 mod recover;
 mod replica;
 mod rewrite;
+mod tails;
 mod turn_commit;
 
 use std::collections::BTreeSet;
@@ -85,6 +86,7 @@ pub use records::{
 };
 pub use replica::ANSWERED_PREFIX;
 pub use rewrite::Rewritten;
+pub use tails::{TailStamp, MAX_TAIL_ENTRIES};
 pub use turn_commit::{Committed, ReplicaMarks, TurnCommit, MAX_TURNS_PER_COMMIT};
 
 use crate::config::StorageConfig;
@@ -158,6 +160,8 @@ struct StoreInner {
     commit: GroupCommit,
     /// Added to sled's `generate_id`, so ids keep increasing across generations.
     id_base: u64,
+    /// The newest entries of recently used sessions (see `tails.rs`).
+    tails: tails::TailCache,
     /// This generation's directory.
     dir: PathBuf,
 }
@@ -216,6 +220,7 @@ impl StoreInner {
             channel_messages: open("channel_messages")?,
             channel_state: open(channel_state::TREE)?,
             id_base: rewrite::id_base(&db)?,
+            tails: tails::TailCache::new(config.transcript_cache_bytes),
             commit: GroupCommit::start_for_store(
                 db.clone(),
                 config.durability,
@@ -635,28 +640,61 @@ impl Store {
     }
 
     /// The newest entries of a session, newest first, while `keep(entry)` says to continue.
-    /// Assembly uses this to read only as much history as fits its budget.
     pub fn newest_entries(
         &self,
         session_id: u64,
-        mut keep: impl FnMut(&TranscriptEntry) -> bool,
+        keep: impl FnMut(&TranscriptEntry) -> bool,
     ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
+        let mut out = Vec::new();
+        self.newest_entries_below(session_id, u64::MAX, keep, &mut out)?;
+        Ok(out)
+    }
+
+    /// Like [`Store::newest_entries`], for the session whose record has `stamp`, through the
+    /// transcript tail cache (`tails.rs`). Assembly uses this to read only as much history as
+    /// fits its budget, and usually none of it from sled.
+    pub fn window_entries(
+        &self,
+        session_key: &str,
+        stamp: TailStamp,
+        keep: &mut dyn FnMut(&TranscriptEntry) -> bool,
+    ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
+        let inner = self.inner();
+        let (mut out, below) = match inner.tails.replay(stamp, keep) {
+            tails::Replay::Done(out) => return Ok(out),
+            tails::Replay::Partial(out, below) => (out, below),
+            tails::Replay::Miss => (Vec::new(), u64::MAX),
+        };
+        let complete = self.newest_entries_below(stamp.id, below, keep, &mut out)?;
+        // Kept only if nothing changed the transcript meanwhile: every change moves the
+        // record's stamp, and the read lies between two reads of the same stamp.
+        if self.session(session_key)?.map(|r| TailStamp::of(&r)) == Some(stamp) {
+            inner.tails.fill(stamp, &out, complete);
+        }
+        Ok(out)
+    }
+
+    /// Appends to `out` the entries of a session below seq `below`, newest first, while
+    /// `keep(entry)` says to continue. True when it read them all.
+    fn newest_entries_below(
+        &self,
+        session_id: u64,
+        below: u64,
+        mut keep: impl FnMut(&TranscriptEntry) -> bool,
+        out: &mut Vec<(u64, TranscriptEntry)>,
+    ) -> Result<bool, StoreError> {
         self.contained("reading a transcript", || {
-            let mut out = Vec::new();
-            for kv in self
-                .inner()
-                .transcript
-                .scan_prefix(keys::transcript_prefix(session_id))
-                .rev()
-            {
+            let start = keys::transcript_key(session_id, 0);
+            let end = keys::transcript_key(session_id, below);
+            for kv in self.inner().transcript.range(start..end).rev() {
                 let (k, v) = kv.map_err(StoreError::sled("reading a transcript"))?;
                 let entry: TranscriptEntry = decode("transcript", &v)?;
                 if !keep(&entry) {
-                    break;
+                    return Ok(false);
                 }
                 out.push((keys::transcript_seq(&k).unwrap_or_default(), entry));
             }
-            Ok(out)
+            Ok(true)
         })
     }
 

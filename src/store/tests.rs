@@ -486,3 +486,79 @@ async fn strict_flushes_only_what_is_waited_on_and_a_passive_wait_rides_along() 
     // Already covered: a demanding wait returns at once.
     commit.wait(admitted).await.unwrap();
 }
+
+/// The texts `window_entries` gives for `key` with an unlimited `keep`, newest first.
+fn window_texts(store: &Store, key: &str) -> Vec<String> {
+    let record = store.session(key).unwrap().unwrap();
+    store
+        .window_entries(key, TailStamp::of(&record), &mut |_| true)
+        .unwrap()
+        .into_iter()
+        .map(|(_, e)| e.text)
+        .collect()
+}
+
+fn turn(key: &str, texts: &[&str]) -> TurnCommit {
+    TurnCommit {
+        session_key: key.to_string(),
+        entries: texts.iter().map(|t| entry(EntryKind::User, t)).collect(),
+        consumed: vec![],
+        now_ms: 5,
+        channel_messages: vec![],
+        replica: None,
+    }
+}
+
+#[tokio::test]
+async fn the_cached_window_follows_commits_and_compactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    store.commit_turn(turn("k", &["a", "b"])).unwrap();
+    assert_eq!(window_texts(&store, "k"), ["b", "a"], "from the new tail");
+    store.commit_turn(turn("k", &["c"])).unwrap();
+    assert_eq!(window_texts(&store, "k"), ["c", "b", "a"], "extended");
+    let record = store.session("k").unwrap().unwrap();
+    let summary = entry(EntryKind::Summary, "sum");
+    store
+        .compact_prefix("k", record.next_seq, 2, &summary)
+        .unwrap()
+        .unwrap();
+    assert_eq!(window_texts(&store, "k"), ["c", "sum"], "a compaction");
+    store.commit_turn(turn("k", &["d"])).unwrap();
+    assert_eq!(window_texts(&store, "k"), ["d", "c", "sum"]);
+    // A reader that stops early, then one that wants more than was cached.
+    let record = store.session("k").unwrap().unwrap();
+    let mut n = 0;
+    let first = store
+        .window_entries("k", TailStamp::of(&record), &mut |_| {
+            n += 1;
+            n <= 1
+        })
+        .unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(window_texts(&store, "k"), ["d", "c", "sum"]);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_window_read_past_its_tail_continues_in_sled() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    store.commit_turn(turn("k", &["a", "b", "c"])).unwrap();
+    drop(store.close().await);
+    drop(store);
+    // A fresh store: the first reader stops after one entry, so the tail holds only "c".
+    let store = Store::open(&config(dir.path())).unwrap();
+    let record = store.session("k").unwrap().unwrap();
+    let mut n = 0;
+    store
+        .window_entries("k", TailStamp::of(&record), &mut |_| {
+            n += 1;
+            n <= 1
+        })
+        .unwrap();
+    assert_eq!(window_texts(&store, "k"), ["c", "b", "a"]);
+    store.commit_turn(turn("k", &["d"])).unwrap();
+    assert_eq!(window_texts(&store, "k"), ["d", "c", "b", "a"]);
+    store.close().await.unwrap();
+}

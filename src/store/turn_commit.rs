@@ -10,7 +10,7 @@ use sled::transaction::{ConflictableTransactionError, TransactionError, Transact
 use sled::Transactional;
 
 use super::{by_updated, channel, decode, encode, keys, ChannelMessage, SessionRecord, Store};
-use super::{replica, StoreInner, TranscriptEntry};
+use super::{replica, StoreInner, TailStamp, TranscriptEntry};
 use crate::error::StoreError;
 
 /// Most turns committed in one transaction: bounds the transaction's write set (and the time
@@ -89,6 +89,8 @@ struct ReplicaWrites {
 
 /// What the transaction did for one turn.
 struct Applied {
+    /// The session's stamp before the turn, `None` for a session the turn created.
+    before: Option<TailStamp>,
     record: SessionRecord,
     seqs: Vec<u64>,
     consumed: usize,
@@ -176,6 +178,12 @@ impl Store {
                 )
                 .map_err(storage_failed)?
         };
+        for (a, p) in applied.iter().zip(&prepared) {
+            let written: Vec<_> = a.seqs.iter().copied().zip(p.turn.entries.iter()).collect();
+            inner
+                .tails
+                .appended(a.before, TailStamp::of(&a.record), &written);
+        }
         self.shared.ledger.committed(turns.len());
         let consumed: usize = applied.iter().map(|a| a.consumed).sum();
         let queued = &self.shared.queued;
@@ -273,9 +281,16 @@ fn apply(
 ) -> Result<Applied, ConflictableTransactionError<StoreError>> {
     let key = p.turn.session_key.as_str();
     let now_ms = p.turn.now_ms;
-    let mut record = match sessions.get(key)? {
-        Some(bytes) => decode::<SessionRecord>("sessions", &bytes)
-            .map_err(ConflictableTransactionError::Abort)?,
+    let stored = match sessions.get(key)? {
+        Some(bytes) => Some(
+            decode::<SessionRecord>("sessions", &bytes)
+                .map_err(ConflictableTransactionError::Abort)?,
+        ),
+        None => None,
+    };
+    let before = stored.as_ref().map(TailStamp::of);
+    let mut record = match stored {
+        Some(record) => record,
         None => SessionRecord {
             id: p.new_id,
             created_at_ms: now_ms,
@@ -314,6 +329,7 @@ fn apply(
     let bytes = encode(&record).map_err(ConflictableTransactionError::Abort)?;
     sessions.insert(key.as_bytes(), bytes)?;
     Ok(Applied {
+        before,
         record,
         seqs,
         consumed,

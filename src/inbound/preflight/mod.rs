@@ -219,7 +219,8 @@ impl Preflight {
     }
 
     /// Decides about `msg` (validated). `explicit_session` says the submitter named the session (see the module doc). `durable` is looked up when the
-    /// dedupe key is not in memory. Counts drops; acceptances are counted by
+    /// dedupe key is not in memory, unless `durable_id` is false (an id minted for this request
+    /// alone, see [`crate::inbound::InboundEvent::minted_id`]). Counts drops; acceptances are counted by
     /// [`Preflight::confirm`].
     pub fn decide(
         &self,
@@ -227,6 +228,7 @@ impl Preflight {
         explicit_session: bool,
         now_ms: u64,
         durable: &dyn DurableDedupe,
+        durable_id: bool,
     ) -> Result<Verdict, StoreError> {
         let key = dedupe_key(&self.agent, msg);
         let mut state = self.state();
@@ -234,7 +236,7 @@ impl Preflight {
             // A cluster node: see `Preflight::dedupes`.
         } else if state.dedupe.seen(&key, now_ms) {
             return Ok(self.dropped(DropReason::Duplicate));
-        } else if durable.seen(&key, now_ms)? {
+        } else if durable_id && durable.seen(&key, now_ms)? {
             state.dedupe.insert(&key, now_ms);
             return Ok(self.dropped(DropReason::Duplicate));
         }

@@ -61,7 +61,7 @@ fn event(id: &str, text: &str) -> InboundMessage {
 
 /// Decides at `now`; an acceptance is confirmed (as after a successful inbox write).
 fn submit_at(p: &Preflight, msg: &InboundMessage, now: u64) -> Result<Admission, DropReason> {
-    match p.decide(msg, false, now, &MemoryOnly).unwrap() {
+    match p.decide(msg, false, now, &MemoryOnly, true).unwrap() {
         Verdict::Accept(a) => {
             p.confirm(&a, now);
             Ok(a)
@@ -142,9 +142,18 @@ fn dedupe_asks_the_durable_layer_on_a_memory_miss() {
     let p = preflight("");
     let msg = group("7");
     let durable = Remembers(dedupe_key("main", &msg));
-    let decide = |m: &InboundMessage| p.decide(m, false, NOW, &durable).unwrap();
+    let decide = |m: &InboundMessage| p.decide(m, false, NOW, &durable, true).unwrap();
     assert_eq!(decide(&msg), Verdict::Drop(DropReason::Duplicate));
     assert!(matches!(decide(&group("8")), Verdict::Accept(_)));
+    assert!(
+        matches!(
+            preflight("")
+                .decide(&msg, false, NOW, &durable, false)
+                .unwrap(),
+            Verdict::Accept(_)
+        ),
+        "an id minted for one request is not looked up durably"
+    );
     assert_eq!(
         dedupe_key("main", &msg),
         "telegram|default|main|-100||7",
@@ -156,7 +165,7 @@ fn dedupe_asks_the_durable_layer_on_a_memory_miss() {
 fn an_unconfirmed_acceptance_is_not_remembered() {
     let p = preflight("");
     let msg = group("1");
-    let v = p.decide(&msg, false, NOW, &MemoryOnly).unwrap();
+    let v = p.decide(&msg, false, NOW, &MemoryOnly, true).unwrap();
     assert!(matches!(v, Verdict::Accept(_)));
     // The inbox write failed: no confirm. A retry must not be a duplicate.
     assert!(submit(&p, &msg).is_ok());
@@ -607,7 +616,7 @@ fn system_events_follow_bot_and_policy_rules() {
 #[test]
 fn explicit_sessions_pass_only_dedupe_and_system_events() {
     let p = preflight("dm_policy = \"disabled\"\nbot_user_ids = [\"111\"]");
-    let decide = |m: &InboundMessage| p.decide(m, true, NOW, &MemoryOnly).unwrap();
+    let decide = |m: &InboundMessage| p.decide(m, true, NOW, &MemoryOnly, true).unwrap();
     let Verdict::Accept(a) = decide(&chatter("1")) else {
         panic!("explicit sessions skip bots, policy and mentions");
     };

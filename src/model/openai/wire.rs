@@ -5,12 +5,13 @@
 //! server, LM Studio). Answers are read leniently: `null` where a list is expected, missing
 //! ids, `content` as an array of parts, tool arguments as an object instead of a string.
 
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 
 use super::errors;
 use crate::error::ModelError;
-use crate::model::{ChatMessage, ModelReply, ModelRequest, RequestParams, Role, ToolCall, Usage};
+use crate::model::{ChatMessage, ModelReply, ModelRequest, Role, ToolCall, Usage};
 
 /// Most bytes of text and tool arguments accepted in one answer; more means a runaway stream.
 pub const MAX_REPLY_BYTES: usize = 8 << 20;
@@ -18,109 +19,149 @@ pub const MAX_REPLY_BYTES: usize = 8 << 20;
 /// Most tool calls accepted in one answer.
 pub const MAX_TOOL_CALLS: usize = 128;
 
-/// The JSON body of a request to `model`.
-pub(crate) fn request_body(model: &str, request: &ModelRequest, stream: bool) -> Value {
-    let mut body = Map::new();
-    body.insert("model".into(), json!(model));
-    body.insert(
-        "messages".into(),
-        Value::Array(request.messages.iter().map(message).collect()),
-    );
-    if !request.tools.is_empty() {
-        let tools = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description, "parameters": t.parameters,
-                }})
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
-    let max_tokens = match (request.max_output_tokens, request.params.max_tokens) {
+/// The JSON body of a request to `model`: borrowed from the request and serialised straight
+/// into the request's bytes (building a `serde_json::Value` tree first cost a turn about as
+/// much as the rest of the model call's own work).
+pub(crate) fn request_body<'a>(
+    model: &'a str,
+    request: &'a ModelRequest,
+    stream: bool,
+) -> WireRequest<'a> {
+    let p = &request.params;
+    let max_tokens = match (request.max_output_tokens, p.max_tokens) {
         (0, asked) => asked.unwrap_or(0),
         (reserve, Some(asked)) => reserve.min(asked),
         (reserve, None) => reserve,
     };
-    if max_tokens > 0 {
-        body.insert("max_tokens".into(), json!(max_tokens));
+    WireRequest {
+        model,
+        messages: request.messages.iter().map(WireOutMessage).collect(),
+        tools: request.tools.iter().map(WireTool).collect(),
+        max_tokens: (max_tokens > 0).then_some(max_tokens),
+        temperature: p.temperature,
+        top_p: p.top_p,
+        frequency_penalty: p.frequency_penalty,
+        presence_penalty: p.presence_penalty,
+        stop: &p.stop,
+        seed: p.seed,
+        response_format: p.response_format.as_ref(),
+        tool_choice: p.tool_choice.as_ref(),
+        stream,
+        stream_options: stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
     }
-    insert_params(&mut body, &request.params);
-    body.insert("stream".into(), json!(stream));
-    if stream {
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-    }
-    Value::Object(body)
 }
 
-/// The client's sampling and output parameters, only those it set.
-fn insert_params(body: &mut Map<String, Value>, p: &RequestParams) {
-    let numbers = [
-        ("temperature", p.temperature),
-        ("top_p", p.top_p),
-        ("frequency_penalty", p.frequency_penalty),
-        ("presence_penalty", p.presence_penalty),
-    ];
-    for (name, value) in numbers {
-        if let Some(v) = value {
-            body.insert(name.into(), json!(v));
+/// A request body (see [`request_body`]); only what the client set is sent.
+#[derive(Debug, Serialize)]
+pub(crate) struct WireRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireOutMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    frequency_penalty: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    presence_penalty: Option<f64>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'a Value>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Debug, Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// A tool the model may call, as `{"type": "function", "function": {...}}`.
+#[derive(Debug)]
+struct WireTool<'a>(&'a crate::model::ToolSpec);
+
+impl Serialize for WireTool<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Function<'a> {
+            name: &'a str,
+            description: &'a str,
+            parameters: &'a Value,
         }
-    }
-    if !p.stop.is_empty() {
-        body.insert("stop".into(), json!(p.stop));
-    }
-    if let Some(seed) = p.seed {
-        body.insert("seed".into(), json!(seed));
-    }
-    if let Some(format) = &p.response_format {
-        body.insert("response_format".into(), format.clone());
-    }
-    if let Some(choice) = &p.tool_choice {
-        body.insert("tool_choice".into(), choice.clone());
+        let t = self.0;
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("type", "function")?;
+        m.serialize_entry(
+            "function",
+            &Function {
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.parameters,
+            },
+        )?;
+        m.end()
     }
 }
 
-fn message(m: &ChatMessage) -> Value {
-    let role = match m.role {
-        Role::System => "system",
-        Role::User => "user",
-        Role::Assistant => "assistant",
-        Role::Tool => "tool",
-    };
-    let mut out = Map::new();
-    out.insert("role".into(), json!(role));
-    if !m.image_urls.is_empty() {
-        // Vision: the text stays a part of its own, each image an `image_url` part after it.
-        let parts = std::iter::once(json!({"type": "text", "text": m.content}))
-            .chain(
-                m.image_urls
-                    .iter()
-                    .map(|url| json!({"type": "image_url", "image_url": {"url": url}})),
-            )
-            .collect();
-        out.insert("content".into(), Value::Array(parts));
-    } else if m.tool_calls.is_empty() || !m.content.is_empty() {
-        out.insert("content".into(), json!(m.content));
-    } else {
-        // An assistant message that only calls tools has no content (OpenAI wants null).
-        out.insert("content".into(), Value::Null);
+/// One message of the context.
+#[derive(Debug)]
+struct WireOutMessage<'a>(&'a ChatMessage);
+
+impl Serialize for WireOutMessage<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let m = self.0;
+        let role = match m.role {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        };
+        let mut out = s.serialize_map(None)?;
+        out.serialize_entry("role", role)?;
+        if !m.image_urls.is_empty() {
+            // Vision: the text stays a part of its own, each image an `image_url` part after it.
+            let parts: Vec<Value> = std::iter::once(json!({"type": "text", "text": m.content}))
+                .chain(
+                    m.image_urls
+                        .iter()
+                        .map(|url| json!({"type": "image_url", "image_url": {"url": url}})),
+                )
+                .collect();
+            out.serialize_entry("content", &parts)?;
+        } else if m.tool_calls.is_empty() || !m.content.is_empty() {
+            out.serialize_entry("content", &m.content)?;
+        } else {
+            // An assistant message that only calls tools has no content (OpenAI wants null).
+            out.serialize_entry("content", &Value::Null)?;
+        }
+        if !m.tool_calls.is_empty() {
+            let calls: Vec<Value> = m
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.id, "type": "function",
+                           "function": {"name": c.name, "arguments": c.arguments}})
+                })
+                .collect();
+            out.serialize_entry("tool_calls", &calls)?;
+        }
+        if let Some(id) = &m.tool_call_id {
+            out.serialize_entry("tool_call_id", id)?;
+        }
+        out.end()
     }
-    if !m.tool_calls.is_empty() {
-        let calls = m
-            .tool_calls
-            .iter()
-            .map(|c| {
-                json!({"id": c.id, "type": "function",
-                       "function": {"name": c.name, "arguments": c.arguments}})
-            })
-            .collect();
-        out.insert("tool_calls".into(), Value::Array(calls));
-    }
-    if let Some(id) = &m.tool_call_id {
-        out.insert("tool_call_id".into(), json!(id));
-    }
-    Value::Object(out)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -416,7 +457,7 @@ impl StreamState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ToolSpec;
+    use crate::model::{RequestParams, ToolSpec};
 
     #[test]
     fn body_has_only_common_fields() {
@@ -451,7 +492,7 @@ mod tests {
             max_output_tokens: 64,
             params: Default::default(),
         };
-        let body = request_body("m", &request, true);
+        let body = serde_json::to_value(request_body("m", &request, true)).unwrap();
         assert_eq!(
             body,
             json!({
@@ -473,7 +514,7 @@ mod tests {
         let mut plain = request.clone();
         plain.tools.clear();
         plain.max_output_tokens = 0;
-        let body = request_body("m", &plain, false);
+        let body = serde_json::to_value(request_body("m", &plain, false)).unwrap();
         assert!(body.get("tools").is_none() && body.get("max_tokens").is_none());
         assert!(body.get("stream_options").is_none());
     }
@@ -497,7 +538,7 @@ mod tests {
                 tool_choice: Some(json!("none")),
             },
         };
-        let body = request_body("m", &request, false);
+        let body = serde_json::to_value(request_body("m", &request, false)).unwrap();
         assert_eq!(
             body["max_tokens"],
             json!(40),
@@ -512,14 +553,14 @@ mod tests {
         assert_eq!(body["response_format"], json!({"type": "json_object"}));
         assert_eq!(body["tool_choice"], json!("none"));
         request.params.max_tokens = Some(4_096);
-        let body = request_body("m", &request, false);
+        let body = serde_json::to_value(request_body("m", &request, false)).unwrap();
         assert_eq!(
             body["max_tokens"],
             json!(512),
             "never above the output reserve"
         );
         request.params = RequestParams::default();
-        let body = request_body("m", &request, false);
+        let body = serde_json::to_value(request_body("m", &request, false)).unwrap();
         for name in [
             "temperature",
             "top_p",
@@ -543,7 +584,7 @@ mod tests {
             max_output_tokens: 0,
             params: Default::default(),
         };
-        let body = request_body("m", &request, false);
+        let body = serde_json::to_value(request_body("m", &request, false)).unwrap();
         assert_eq!(
             body["messages"],
             json!([

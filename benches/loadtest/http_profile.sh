@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Profiles the full turn over HTTP: the same harness as `http_turns.sh` (wrk driving
+# POST /v1/chat/completions over 1,000 sessions, nginx as an instant OpenAI-compatible model,
+# strict durability), with `perf record --call-graph dwarf -F 499` on the server for 5 s of an
+# 8 s run; then prints the samples per stage of a turn (`profile_stages.py`) and the syscalls
+# and context switches per turn (`perf stat` over 4 s of a second run).
+# Usage: benches/loadtest/http_profile.sh [BINARY] [CONNECTIONS] [OUT_DIR]
+#        (default: target/release/turnstile, 16, a temporary dir; perf.data is kept in OUT_DIR)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=$(realpath "${1:-target/release/turnstile}")
+c=${2:-16}
+out=${3:-$(mktemp -d)}
+mkdir -p "$out"
+command -v perf >/dev/null || { echo "perf is needed (linux-perf / linux-tools)" >&2; exit 1; }
+command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || {
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
+    (service nginx stop || systemctl stop nginx) >/dev/null 2>&1 || true
+}
+nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+
+work=$(mktemp -d)
+fake_port=18801
+port=17990
+nginx_pid=""
+server_pid=""
+cleanup() {
+    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+    [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null
+    rm -rf "$work"
+}
+trap cleanup EXIT
+mkdir -p "$work/logs"
+sed "s/FAKE_PORT/$fake_port/" "$here/http/fake-model.nginx.conf" >"$work/nginx.conf"
+"$nginx_bin" -c "$work/nginx.conf" -p "$work" -g "pid $work/nginx.pid; daemon off;" &
+nginx_pid=$!
+cat >"$work/turnstile.toml" <<TOML
+[model]
+provider = "openai"
+base_url = "http://127.0.0.1:$fake_port/v1"
+model = "fake-model"
+[storage]
+durability = "strict"
+TOML
+
+start_server() {
+    rm -rf "$work/data"
+    OPENAI_API_KEY=bench RUST_LOG=warn "$bin" serve --config "$work/turnstile.toml" \
+        --data-dir "$work/data" --listen "127.0.0.1:$port" >"$work/serve.log" 2>&1 &
+    server_pid=$!
+    for _ in $(seq 100); do
+        curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    SESSIONS=1000 wrk -t1 -c"$c" -d3s -s "$here/http/chat.lua" "http://127.0.0.1:$port" >/dev/null
+}
+stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""; }
+turns() {
+    curl -s "http://127.0.0.1:$port/metrics" | awk '/^turnstile_turns_total/ {s += $2} END {print s}'
+}
+
+start_server
+SESSIONS=1000 wrk -t1 -c"$c" -d8s -s "$here/http/chat.lua" "http://127.0.0.1:$port" >"$work/wrk.out" &
+wrk_pid=$!
+sleep 1
+perf record -F 499 --call-graph dwarf,16384 -p "$server_pid" -o "$out/perf.data" -- sleep 5 \
+    >/dev/null 2>&1
+wait "$wrk_pid"
+grep '^JSON ' "$work/wrk.out" | sed 's/^JSON /wrk: /'
+stop_server
+
+start_server
+SESSIONS=1000 wrk -t1 -c"$c" -d7s -s "$here/http/chat.lua" "http://127.0.0.1:$port" >/dev/null &
+wrk_pid=$!
+sleep 1
+t0=$(turns)
+events=pwrite64,sync_file_range,futex,sched_yield,epoll_wait,writev,recvfrom
+perf stat -e "$(sed 's/\([a-z_0-9]*\)/syscalls:sys_enter_\1/g' <<<"$events"),context-switches" \
+    -p "$server_pid" -- sleep 4 2>"$work/stat.txt"
+t1=$(turns)
+wait "$wrk_pid"
+stop_server
+python3 - "$t0" "$t1" "$work/stat.txt" <<'PY'
+import re, sys
+turns = float(sys.argv[2]) - float(sys.argv[1])
+print(f"per turn over {turns:.0f} turns:")
+for line in open(sys.argv[3]):
+    m = re.match(r"\s*([\d,]+)\s+(\S+)", line)
+    if m:
+        name = m.group(2).replace("syscalls:sys_enter_", "")
+        print(f"  {int(m.group(1).replace(',', '')) / turns:6.2f}  {name}")
+PY
+perf script -i "$out/perf.data" -F comm,tid,ip,sym --no-inline 2>/dev/null >"$out/stacks.txt"
+python3 "$here/profile_stages.py" "$out/stacks.txt"
+echo "perf data: $out/perf.data"
