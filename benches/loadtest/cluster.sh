@@ -47,15 +47,8 @@ ready_polls=300
     exit 1
 }
 
-need=()
-command -v wrk >/dev/null || need+=(wrk)
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
-if [ ${#need[@]} -gt 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-    # The package starts its own nginx service; this harness runs its own instance.
-    (service nginx stop || systemctl stop nginx) >/dev/null 2>&1 || true
-fi
-nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+. "$here/http/harness.sh"
+need_wrk_and_nginx
 
 nats_bin=${TURNSTILE_NATS_SERVER:-$root/target/nats-venv/bin/nats-server}
 if ! "$nats_bin" --version 2>/dev/null | grep -q 'nats-server: v'; then
@@ -122,9 +115,7 @@ wait_http() {
 mkdir -p "$work/logs" "$work/results"
 echo "$(nproc) cores, $("$nats_bin" --version), sync_interval $nats_sync, load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
 fake_port=$(free_ports 1)
-sed "s/FAKE_PORT/$fake_port/" "$here/http/fake-model.nginx.conf" >"$work/nginx.conf"
-"$nginx_bin" -c "$work/nginx.conf" -p "$work" -g "pid $work/nginx.pid; daemon off;" &
-nginx_pid=$!
+start_fake_model "$work" "$fake_port"
 wait_http "http://127.0.0.1:$fake_port/v1/models"
 
 model_toml="[model]

@@ -13,12 +13,8 @@ c=${2:-16}
 out=${3:-$(mktemp -d)}
 mkdir -p "$out"
 command -v perf >/dev/null || { echo "perf is needed (linux-perf / linux-tools)" >&2; exit 1; }
-command -v wrk >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light >/dev/null
-    (service nginx stop || systemctl stop nginx) >/dev/null 2>&1 || true
-}
-nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+. "$here/http/harness.sh"
+need_wrk_and_nginx
 
 work=$(mktemp -d)
 fake_port=18801
@@ -31,18 +27,8 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-mkdir -p "$work/logs"
-sed "s/FAKE_PORT/$fake_port/" "$here/http/fake-model.nginx.conf" >"$work/nginx.conf"
-"$nginx_bin" -c "$work/nginx.conf" -p "$work" -g "pid $work/nginx.pid; daemon off;" &
-nginx_pid=$!
-cat >"$work/turnstile.toml" <<TOML
-[model]
-provider = "openai"
-base_url = "http://127.0.0.1:$fake_port/v1"
-model = "fake-model"
-[storage]
-durability = "strict"
-TOML
+start_fake_model "$work" "$fake_port"
+write_fake_model_config "$work/turnstile.toml" "$fake_port" strict
 
 start_server() {
     rm -rf "$work/data"

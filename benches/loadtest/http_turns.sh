@@ -16,15 +16,8 @@ conns=("$@")
 sessions=${SESSIONS:-1000}
 durability=${DURABILITY:-strict}
 
-need=()
-command -v wrk >/dev/null || need+=(wrk)
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
-if [ ${#need[@]} -gt 0 ]; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-    # The package starts its own nginx service; this harness runs its own instance.
-    (service nginx stop || systemctl stop nginx) >/dev/null 2>&1 || true
-fi
-nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+. "$here/http/harness.sh"
+need_wrk_and_nginx
 
 work=$(mktemp -d)
 fake_port=18801
@@ -38,19 +31,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-mkdir -p "$work/logs"
-sed "s/FAKE_PORT/$fake_port/" "$here/http/fake-model.nginx.conf" >"$work/nginx.conf"
-"$nginx_bin" -c "$work/nginx.conf" -p "$work" -g "pid $work/nginx.pid; daemon off;" &
-nginx_pid=$!
-
-cat >"$work/turnstile.toml" <<TOML
-[model]
-provider = "openai"
-base_url = "http://127.0.0.1:$fake_port/v1"
-model = "fake-model"
-[storage]
-durability = "$durability"
-TOML
+start_fake_model "$work" "$fake_port"
+write_fake_model_config "$work/turnstile.toml" "$fake_port" "$durability"
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
