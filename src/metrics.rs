@@ -290,18 +290,23 @@ impl TurnTimer {
         let persist = self.lap();
         self.completion_tokens = completion_tokens;
         let total = self.started.elapsed();
-        for (phase, d) in [
-            ("queue_wait", self.queue_wait),
-            ("assembly", self.assembly),
-            ("model", self.model),
-            ("persist", persist),
-        ] {
-            histogram!("turnstile_turn_phase_seconds", "phase" => phase).record(d.as_secs_f64());
+        let phases = [self.queue_wait, self.assembly, self.model, persist];
+        let handles;
+        let h = match turn_handles() {
+            Some(h) => h,
+            None => {
+                handles = TurnHandles::register();
+                &handles
+            }
+        };
+        for (histogram, d) in h.phases.iter().zip(phases) {
+            histogram.record(d.as_secs_f64());
         }
-        histogram!("turnstile_turn_seconds").record(total.as_secs_f64());
-        histogram!("turnstile_turn_prompt_tokens").record(f64::from(self.prompt_tokens));
-        histogram!("turnstile_turn_completion_tokens").record(f64::from(self.completion_tokens));
-        counter!("turnstile_turns_total", "outcome" => "ok").increment(1);
+        h.turn.record(total.as_secs_f64());
+        h.prompt_tokens.record(f64::from(self.prompt_tokens));
+        h.completion_tokens
+            .record(f64::from(self.completion_tokens));
+        h.turns_ok.increment(1);
         STATS.record_turn(self.prompt_tokens);
         TURN_LATENCY.record(total);
         let span = Span::current();
@@ -313,6 +318,40 @@ impl TurnTimer {
         span.record("completion_tokens", self.completion_tokens);
         tracing::debug!("turn finished");
     }
+}
+
+/// The metrics every finished turn records, looked up once: each `histogram!` call builds its
+/// key and finds it in the recorder's registry, a measurable share of a turn over HTTP.
+struct TurnHandles {
+    /// queue_wait, assembly, model, persist.
+    phases: [metrics::Histogram; 4],
+    turn: metrics::Histogram,
+    prompt_tokens: metrics::Histogram,
+    completion_tokens: metrics::Histogram,
+    turns_ok: metrics::Counter,
+}
+
+impl TurnHandles {
+    fn register() -> Self {
+        Self {
+            phases: ["queue_wait", "assembly", "model", "persist"]
+                .map(|phase| histogram!("turnstile_turn_phase_seconds", "phase" => phase)),
+            turn: histogram!("turnstile_turn_seconds"),
+            prompt_tokens: histogram!("turnstile_turn_prompt_tokens"),
+            completion_tokens: histogram!("turnstile_turn_completion_tokens"),
+            turns_ok: counter!("turnstile_turns_total", "outcome" => "ok"),
+        }
+    }
+}
+
+/// The cached handles, once this process's Prometheus recorder is installed (handles taken
+/// before that would stay no-ops; another application's recorder gets a lookup per turn).
+fn turn_handles() -> Option<&'static TurnHandles> {
+    static HANDLES: OnceLock<TurnHandles> = OnceLock::new();
+    if HANDLES.get().is_none() && !matches!(PROMETHEUS.get(), Some(Some(_))) {
+        return None;
+    }
+    Some(HANDLES.get_or_init(TurnHandles::register))
 }
 
 fn millis(d: Duration) -> u64 {

@@ -62,8 +62,12 @@ pub trait ContextStore: Send + Sync {
         _session_key: &str,
         stored: &StoredSession,
         keep: &mut dyn FnMut(&TranscriptEntry) -> bool,
-    ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
-        self.newest_entries(stored.id, keep)
+    ) -> Result<Vec<(u64, Arc<TranscriptEntry>)>, StoreError> {
+        Ok(self
+            .newest_entries(stored.id, keep)?
+            .into_iter()
+            .map(|(seq, e)| (seq, Arc::new(e)))
+            .collect())
     }
 
     /// The oldest entry of session `session_id`: where a compaction summary sits.
@@ -162,7 +166,7 @@ impl ContextStore for Store {
         session_key: &str,
         stored: &StoredSession,
         keep: &mut dyn FnMut(&TranscriptEntry) -> bool,
-    ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
+    ) -> Result<Vec<(u64, Arc<TranscriptEntry>)>, StoreError> {
         let stamp = crate::store::TailStamp {
             id: stored.id,
             next_seq: stored.next_seq,
@@ -264,12 +268,12 @@ pub struct StoredSession {
 /// and the budget can use.
 #[derive(Debug, Clone, Default)]
 pub struct TranscriptWindow {
-    /// Conversation entries, newest first.
-    pub entries: Vec<(u64, TranscriptEntry)>,
+    /// Conversation entries, newest first (shared with the store's tail cache).
+    pub entries: Vec<(u64, Arc<TranscriptEntry>)>,
     /// The compaction summary, if the session has one: reading stops there (everything older
     /// is summarised in it), and when the window ends before reaching it, it is read on its
     /// own (it is always the oldest entry), so it is in every context.
-    pub summary: Option<(u64, TranscriptEntry)>,
+    pub summary: Option<(u64, Arc<TranscriptEntry>)>,
 }
 
 /// A group or channel chat: where its messages are recorded.
@@ -437,7 +441,8 @@ impl<'a> SessionView<'a> {
             summary = self
                 .store
                 .oldest_entry(stored.id)?
-                .filter(|(seq, e)| e.kind == EntryKind::Summary && *seq < oldest_read);
+                .filter(|(seq, e)| e.kind == EntryKind::Summary && *seq < oldest_read)
+                .map(|(seq, e)| (seq, Arc::new(e)));
         }
         Ok(TranscriptWindow {
             entries: read,

@@ -3,7 +3,7 @@
 
 use futures_util::future::BoxFuture;
 
-use super::{DeltaSink, Model, ModelReply, ModelRequest, Role, Usage};
+use super::{DeltaSink, Encoding, Model, ModelReply, ModelRequest, Role, TokenCounter, Usage};
 use crate::error::ModelError;
 
 /// Longest excerpt of the last message quoted in an echo reply.
@@ -62,7 +62,9 @@ fn echo(request: &ModelRequest) -> ModelReply {
         request.prompt_tokens,
         quote
     );
-    let completion_tokens = u32::try_from(text.split_whitespace().count()).unwrap_or(u32::MAX);
+    // Counted like a real model's usage (its own tokenizer), since the turn stores the reply
+    // with the count the model reports.
+    let completion_tokens = TokenCounter::new(Encoding::Cl100k).count(&text);
     ModelReply {
         text,
         tool_calls: Vec::new(),

@@ -363,9 +363,16 @@ impl TurnEngine {
             timer.finished(completion_tokens);
             return Ok(report);
         }
+        // The answer's usage holds the model's own count, or ours when it gave none: counting
+        // the text again would repeat a tokenisation per turn. A zero for a non-empty text is
+        // a server's omission, not a count.
+        let tokens = match completion_tokens {
+            0 if !answer.text.is_empty() => self.tokens.count(&answer.text),
+            n => n,
+        };
         let reply = TranscriptEntry {
             kind: EntryKind::Assistant,
-            tokens: self.tokens.count(&answer.text),
+            tokens,
             text: answer.text,
             message_id: None,
             sender: None,

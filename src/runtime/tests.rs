@@ -173,3 +173,69 @@ async fn a_thread_the_bot_answered_in_addresses_it() {
     }
     rt.shutdown().await.unwrap();
 }
+
+/// A model answering `text` with `completion_tokens` in its usage.
+struct Reporting {
+    text: &'static str,
+    completion_tokens: u32,
+}
+
+impl Model for Reporting {
+    fn name(&self) -> &str {
+        "reporting"
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+    ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
+        Box::pin(async move {
+            Ok(ModelReply {
+                text: self.text.into(),
+                usage: Some(crate::model::Usage {
+                    prompt_tokens: request.prompt_tokens,
+                    completion_tokens: self.completion_tokens,
+                }),
+                ..ModelReply::default()
+            })
+        })
+    }
+}
+
+/// The tokens stored with the reply of one turn answered by `model`.
+async fn reply_tokens(model: Reporting) -> u32 {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime(dir.path(), Arc::new(model)).await;
+    let mut replies = rt.subscribe();
+    accepted(&rt, message("1", true)).await;
+    tokio::time::timeout(Duration::from_secs(10), replies.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let items = rt.transcript(KEY, 0, 10).unwrap().expect("the session");
+    let reply = items.last().expect("the reply");
+    rt.shutdown().await.unwrap();
+    reply.tokens
+}
+
+/// The reply is stored with the count the model reported, not tokenised again; a zero for a
+/// non-empty text is no count, so the text is counted.
+#[tokio::test]
+async fn a_reply_keeps_the_token_count_its_model_reported() {
+    let text = "a reply of several words";
+    let reported = reply_tokens(Reporting {
+        text,
+        completion_tokens: 77,
+    })
+    .await;
+    assert_eq!(reported, 77);
+    let counted = reply_tokens(Reporting {
+        text,
+        completion_tokens: 0,
+    })
+    .await;
+    assert_eq!(
+        counted,
+        crate::model::TokenCounter::new(crate::model::Encoding::Cl100k).count(text)
+    );
+}

@@ -155,6 +155,15 @@ pub(super) fn list(data_dir: &Path) -> Result<Vec<ColdFile>, StoreError> {
     Ok(out)
 }
 
+/// Whether the cold tier's directory under `data_dir` holds anything (when it cannot be
+/// listed: assumed so).
+pub(super) fn may_hold_segments(data_dir: &Path) -> bool {
+    match std::fs::read_dir(data_dir.join(COLD_DIR)) {
+        Ok(mut entries) => entries.next().is_some(),
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
+}
+
 /// Stripes of [`ColdLocks`]: enough that unrelated sessions rarely wait for each other.
 const LOCK_STRIPES: usize = 64;
 
@@ -240,6 +249,10 @@ impl Store {
         record: &SessionRecord,
         path: &Path,
     ) -> Result<u64, StoreError> {
+        // Before the file exists: from here on admissions look for segments.
+        self.shared
+            .cold_used
+            .store(true, std::sync::atomic::Ordering::Release);
         let dir = self.data_dir().join(COLD_DIR);
         std::fs::create_dir_all(&dir).map_err(StoreError::file("create", &dir))?;
         let name = path
@@ -298,8 +311,18 @@ impl Store {
         Ok(cold)
     }
 
+    /// False while the cold tier is known to be empty (see `Shared::cold_used`).
+    fn cold_used(&self) -> bool {
+        self.shared
+            .cold_used
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// [`Store::thaw_session`] with the session's cold lock held.
     fn thaw_locked(&self, key: &str) -> Result<bool, StoreError> {
+        if !self.cold_used() {
+            return Ok(false);
+        }
         let path = path_of(self.data_dir(), key);
         if !path.exists() || self.session(key)?.is_some() {
             return Ok(false);
@@ -375,6 +398,9 @@ impl Store {
     /// Deletes the cold copy of session `key`, if there is one (a deleted or plainly evicted
     /// session must not come back from a stale segment).
     pub(super) fn forget_cold(&self, key: &str) -> Result<(), StoreError> {
+        if !self.cold_used() {
+            return Ok(());
+        }
         let path = path_of(self.data_dir(), key);
         if !path.exists() {
             return Ok(());
@@ -519,6 +545,28 @@ mod tests {
             .doctor(crate::store::Depth::Full, false)
             .unwrap()
             .is_clean());
+        store.close().await.unwrap();
+    }
+
+    /// Admissions skip the segment lookup while the tier is known empty; a store opened on a
+    /// data dir whose tier holds a segment must still look.
+    #[tokio::test]
+    async fn a_session_frozen_before_a_restart_thaws_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&config(dir.path(), 64 << 20)).unwrap();
+        assert!(!store.cold_used(), "nothing frozen yet");
+        turn(&store, "a", 1_000, "before the restart");
+        let before = whole_transcript(&store, "a");
+        store.freeze_session("a", 1_000).unwrap().expect("frozen");
+        assert!(store.cold_used());
+        store.close().await.unwrap();
+        drop(store);
+
+        let store = Store::open(&config(dir.path(), 64 << 20)).unwrap();
+        assert!(store.cold_used(), "the segment on disk counts");
+        assert!(store.session("a").unwrap().is_none());
+        assert!(store.thaw_session("a").unwrap());
+        assert_eq!(whole_transcript(&store, "a"), before);
         store.close().await.unwrap();
     }
 

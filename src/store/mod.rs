@@ -144,6 +144,10 @@ struct Shared {
     /// Per-session locks (striped) that a freeze and an inbox write of the same session take,
     /// so a message never lands in a session while it moves to the cold tier (see `cold.rs`).
     cold_locks: cold::ColdLocks,
+    /// False while the cold tier is known to be empty (nothing under its directory at open,
+    /// no segment written since): then a message's admission skips the segment lookup, a
+    /// file-system call per message.
+    cold_used: std::sync::atomic::AtomicBool,
 }
 
 /// One generation of the database: the sled instance, its trees and its group commit.
@@ -342,6 +346,7 @@ impl Store {
             // Leftovers of an interrupted rewrite or of a retired generation.
             generations::remove_stale(&data_dir, &inner.dir);
         }
+        let cold_used = cold::may_hold_segments(&data_dir);
         let store = Self {
             shared: Arc::new(Shared {
                 current: RwLock::new(Arc::new(inner)),
@@ -358,6 +363,7 @@ impl Store {
                 loss,
                 rewriting: std::sync::Mutex::new(()),
                 cold_locks: cold::ColdLocks::default(),
+                cold_used: std::sync::atomic::AtomicBool::new(cold_used),
             }),
         };
         store.start_recovery_probe();
@@ -647,7 +653,10 @@ impl Store {
     ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
         let mut out = Vec::new();
         self.newest_entries_below(session_id, u64::MAX, keep, &mut out)?;
-        Ok(out)
+        Ok(out
+            .into_iter()
+            .map(|(seq, e)| (seq, Arc::unwrap_or_clone(e)))
+            .collect())
     }
 
     /// Like [`Store::newest_entries`], for the session whose record has `stamp`, through the
@@ -658,7 +667,7 @@ impl Store {
         session_key: &str,
         stamp: TailStamp,
         keep: &mut dyn FnMut(&TranscriptEntry) -> bool,
-    ) -> Result<Vec<(u64, TranscriptEntry)>, StoreError> {
+    ) -> Result<Vec<(u64, Arc<TranscriptEntry>)>, StoreError> {
         let inner = self.inner();
         let (mut out, below) = match inner.tails.replay(stamp, keep) {
             tails::Replay::Done(out) => return Ok(out),
@@ -681,7 +690,7 @@ impl Store {
         session_id: u64,
         below: u64,
         mut keep: impl FnMut(&TranscriptEntry) -> bool,
-        out: &mut Vec<(u64, TranscriptEntry)>,
+        out: &mut Vec<(u64, Arc<TranscriptEntry>)>,
     ) -> Result<bool, StoreError> {
         self.contained("reading a transcript", || {
             let start = keys::transcript_key(session_id, 0);
@@ -692,7 +701,10 @@ impl Store {
                 if !keep(&entry) {
                     return Ok(false);
                 }
-                out.push((keys::transcript_seq(&k).unwrap_or_default(), entry));
+                out.push((
+                    keys::transcript_seq(&k).unwrap_or_default(),
+                    Arc::new(entry),
+                ));
             }
             Ok(true)
         })

@@ -12,10 +12,11 @@
 //! only if the session's record did not change during the read (see [`Store::window_entries`]).
 //!
 //! Bounded by `storage.transcript_cache_bytes` (least recently used tails go first) and by
-//! [`MAX_TAIL_ENTRIES`] per session.
+//! [`MAX_TAIL_ENTRIES`] per session. Entries are shared (`Arc`), so a replay copies pointers,
+//! not texts.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::{SessionRecord, TranscriptEntry};
 
@@ -50,7 +51,7 @@ impl TailStamp {
 struct Tail {
     stamp: TailStamp,
     /// Oldest first, contiguous up to the newest entry.
-    entries: VecDeque<(u64, TranscriptEntry)>,
+    entries: VecDeque<(u64, Arc<TranscriptEntry>)>,
     /// No older entry exists.
     complete: bool,
     bytes: u64,
@@ -72,10 +73,10 @@ pub(super) enum Replay {
     /// No tail matches: read sled (`keep` was not called).
     Miss,
     /// The tail answered: the entries `keep` took, newest first.
-    Done(Vec<(u64, TranscriptEntry)>),
+    Done(Vec<(u64, Arc<TranscriptEntry>)>),
     /// `keep` took every cached entry and wants older ones: continue in sled below the
     /// sequence given.
-    Partial(Vec<(u64, TranscriptEntry)>, u64),
+    Partial(Vec<(u64, Arc<TranscriptEntry>)>, u64),
 }
 
 /// The cache. Every critical section is one map operation plus copying entries out.
@@ -135,7 +136,7 @@ impl TailCache {
                 stopped = true;
                 break;
             }
-            out.push((*seq, e.clone()));
+            out.push((*seq, Arc::clone(e)));
         }
         let oldest = tail.entries.front().map_or(stamp.next_seq, |(seq, _)| *seq);
         let complete = tail.complete;
@@ -155,7 +156,7 @@ impl TailCache {
     pub(super) fn fill(
         &self,
         stamp: TailStamp,
-        newest_first: &[(u64, TranscriptEntry)],
+        newest_first: &[(u64, Arc<TranscriptEntry>)],
         complete: bool,
     ) {
         if self.max_bytes == 0 {
@@ -187,7 +188,10 @@ impl TailCache {
         let tails = &mut *guard;
         let Some(before) = before else {
             // A new session's transcript is exactly what its first turn wrote.
-            let entries = appended.iter().map(|(s, e)| (*s, (*e).clone())).collect();
+            let entries = appended
+                .iter()
+                .map(|(s, e)| (*s, Arc::new((*e).clone())))
+                .collect();
             tails.put(after, entries, true, self.max_bytes);
             return;
         };
@@ -203,7 +207,7 @@ impl TailCache {
         for (seq, e) in appended {
             tail.bytes += entry_bytes(e);
             tails.bytes += entry_bytes(e);
-            tail.entries.push_back((*seq, (*e).clone()));
+            tail.entries.push_back((*seq, Arc::new((*e).clone())));
         }
         while tail.entries.len() > MAX_TAIL_ENTRIES {
             if let Some((_, old)) = tail.entries.pop_front() {
@@ -233,7 +237,7 @@ impl Tails {
     fn put(
         &mut self,
         stamp: TailStamp,
-        entries: VecDeque<(u64, TranscriptEntry)>,
+        entries: VecDeque<(u64, Arc<TranscriptEntry>)>,
         complete: bool,
         max_bytes: u64,
     ) {
@@ -283,8 +287,8 @@ mod tests {
     use super::*;
     use crate::store::EntryKind;
 
-    fn entry(text: &str) -> TranscriptEntry {
-        TranscriptEntry {
+    fn entry(text: &str) -> Arc<TranscriptEntry> {
+        Arc::new(TranscriptEntry {
             kind: EntryKind::User,
             text: text.into(),
             message_id: None,
@@ -292,7 +296,7 @@ mod tests {
             timestamp_ms: 1,
             tokens: 1,
             tool: None,
-        }
+        })
     }
 
     fn stamp(id: u64, next_seq: u64) -> TailStamp {
@@ -304,7 +308,7 @@ mod tests {
         }
     }
 
-    fn seqs(v: Vec<(u64, TranscriptEntry)>) -> Vec<u64> {
+    fn seqs(v: Vec<(u64, Arc<TranscriptEntry>)>) -> Vec<u64> {
         v.into_iter().map(|(seq, _)| seq).collect()
     }
 
@@ -335,11 +339,11 @@ mod tests {
         let c = TailCache::new(1 << 20);
         c.fill(stamp(7, 2), &[(1, entry("a"))], true);
         let (u, a) = (entry("u"), entry("r"));
-        c.appended(Some(stamp(7, 2)), stamp(7, 4), &[(2, &u), (3, &a)]);
+        c.appended(Some(stamp(7, 2)), stamp(7, 4), &[(2, &*u), (3, &*a)]);
         assert_eq!(all(&c, stamp(7, 4)), Some(vec![3, 2, 1]));
-        c.appended(Some(stamp(7, 9)), stamp(7, 11), &[(9, &u), (10, &a)]);
+        c.appended(Some(stamp(7, 9)), stamp(7, 11), &[(9, &*u), (10, &*a)]);
         assert_eq!(all(&c, stamp(7, 4)), None, "a gap drops the tail");
-        c.appended(None, stamp(8, 3), &[(1, &u), (2, &a)]);
+        c.appended(None, stamp(8, 3), &[(1, &*u), (2, &*a)]);
         assert_eq!(all(&c, stamp(8, 3)), Some(vec![2, 1]), "a new session");
     }
 
@@ -381,7 +385,9 @@ mod tests {
         let c = TailCache::new(1 << 30);
         let e = entry("a");
         c.fill(stamp(1, 1), &[], true);
-        let appended: Vec<_> = (1..=MAX_TAIL_ENTRIES as u64 + 5).map(|s| (s, &e)).collect();
+        let appended: Vec<_> = (1..=MAX_TAIL_ENTRIES as u64 + 5)
+            .map(|s| (s, &*e))
+            .collect();
         let next = MAX_TAIL_ENTRIES as u64 + 6;
         c.appended(Some(stamp(1, 1)), stamp(1, next), &appended);
         assert!(all(&c, stamp(1, next)).is_none(), "the oldest were dropped");

@@ -494,7 +494,7 @@ fn window_texts(store: &Store, key: &str) -> Vec<String> {
         .window_entries(key, TailStamp::of(&record), &mut |_| true)
         .unwrap()
         .into_iter()
-        .map(|(_, e)| e.text)
+        .map(|(_, e)| e.text.clone())
         .collect()
 }
 

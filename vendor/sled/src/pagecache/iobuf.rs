@@ -878,7 +878,7 @@ pub(in crate::pagecache) fn make_stable(
     iobufs: &Arc<IoBufs>,
     lsn: Lsn,
 ) -> Result<usize> {
-    make_stable_inner(iobufs, lsn, false)
+    make_stable_inner(iobufs, lsn, false, false)
 }
 
 /// Blocks until the specified log sequence number
@@ -894,13 +894,14 @@ pub(in crate::pagecache) fn make_durable(
     iobufs: &Arc<IoBufs>,
     lsn: Lsn,
 ) -> Result<usize> {
-    make_stable_inner(iobufs, lsn, true)
+    make_stable_inner(iobufs, lsn, true, false)
 }
 
 pub(in crate::pagecache) fn make_stable_inner(
     iobufs: &Arc<IoBufs>,
     lsn: Lsn,
     partial_durability: bool,
+    write_inline: bool,
 ) -> Result<usize> {
     let _measure = Measure::new(&M.make_stable);
 
@@ -933,7 +934,7 @@ pub(in crate::pagecache) fn make_stable_inner(
             // nothing to write, don't bother sealing
             // current IO buffer.
         } else {
-            maybe_seal_and_write_iobuf(iobufs, &iobuf, header, false)?;
+            seal_and_write_iobuf(iobufs, &iobuf, header, false, write_inline)?;
             stable = iobufs.stable();
             // NB we have to continue here to possibly clear
             // the next io buffer, which may have dirty
@@ -1011,7 +1012,10 @@ pub(in crate::pagecache) fn make_stable_inner(
 pub(in crate::pagecache) fn flush(iobufs: &Arc<IoBufs>) -> Result<usize> {
     let _cc = concurrency_control::read();
     let max_reserved_lsn = iobufs.max_reserved_lsn.load(Acquire);
-    make_stable(iobufs, max_reserved_lsn)
+    // Turnstile patch: the flushing thread writes the buffer it seals itself (it waits for
+    // that write anyway) instead of handing it to the I/O pool and sleeping until a pool
+    // thread has written it.
+    make_stable_inner(iobufs, max_reserved_lsn, false, true)
 }
 
 /// Attempt to seal the current IO buffer, possibly
@@ -1022,6 +1026,18 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
     iobuf: &Arc<IoBuf>,
     header: Header,
     from_reserve: bool,
+) -> Result<()> {
+    seal_and_write_iobuf(iobufs, iobuf, header, from_reserve, false)
+}
+
+/// Like `maybe_seal_and_write_iobuf`; `write_inline` (Turnstile patch): a buffer this thread
+/// must write is written here, not on the I/O pool.
+fn seal_and_write_iobuf(
+    iobufs: &Arc<IoBufs>,
+    iobuf: &Arc<IoBuf>,
+    header: Header,
+    from_reserve: bool,
+    write_inline: bool,
 ) -> Result<()> {
     if header::is_sealed(header) {
         // this buffer is already sealed. nothing to do here.
@@ -1178,6 +1194,20 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
             "asynchronously writing iobuf with lsn {} to log from maybe_seal",
             lsn
         );
+        if write_inline {
+            if let Err(e) = iobufs.write_to_log(iobuf) {
+                error!(
+                    "hit error while writing iobuf with lsn {}: {:?}",
+                    lsn, e
+                );
+                iobufs.config.set_global_error(e.clone());
+                let intervals = iobufs.intervals.lock();
+                drop(intervals);
+                let _notified = iobufs.interval_updated.notify_all();
+                return Err(e);
+            }
+            return Ok(());
+        }
         let iobufs = iobufs.clone();
         let iobuf = iobuf.clone();
         let _result = threadpool::spawn(move || {
