@@ -170,6 +170,18 @@ struct WireCompletion {
     choices: Option<Vec<WireChoice>>,
     #[serde(default)]
     usage: Option<WireUsage>,
+    /// Only looked at to route an error body to [`errors::classify_embedded`].
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    object: Option<Value>,
+}
+
+impl WireCompletion {
+    /// True when the body may carry an error instead of an answer (see `error_fields`).
+    fn may_be_error(&self) -> bool {
+        self.error.is_some() || self.object.as_ref().and_then(Value::as_str) == Some("error")
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -259,11 +271,18 @@ fn decode<T: for<'de> Deserialize<'de>>(value: Value) -> Result<T, ModelError> {
 
 /// Reads a complete (non-streamed) answer.
 pub(crate) fn parse_completion(body: &[u8]) -> Result<ModelReply, ModelError> {
-    let value = parse_value(body)?;
-    if let Some(error) = errors::classify_embedded(&value) {
-        return Err(error);
-    }
-    let completion: WireCompletion = decode(value)?;
+    // The usual answer decodes in one pass; a body that may carry an error, or does not
+    // decode, goes through a generic value first, which classifies it.
+    let completion = match serde_json::from_slice::<WireCompletion>(body) {
+        Ok(completion) if !completion.may_be_error() => completion,
+        _ => {
+            let value = parse_value(body)?;
+            if let Some(error) = errors::classify_embedded(&value) {
+                return Err(error);
+            }
+            decode(value)?
+        }
+    };
     let choice = completion
         .choices
         .unwrap_or_default()
@@ -616,6 +635,26 @@ mod tests {
             parse_completion(b"<html>"),
             Err(ModelError::Protocol(_))
         ));
+    }
+
+    /// A 200 body that carries an error is an error, whether or not it also decodes as an
+    /// answer; an odd shape that is no error still decodes the lenient way.
+    #[test]
+    fn an_error_inside_a_successful_body_is_classified() {
+        let embedded = br#"{"error":{"message":"prompt is too long","type":"invalid_request_error"},"choices":[{"message":{"content":"x"}}]}"#;
+        assert!(parse_completion(embedded).is_err());
+        let vllm =
+            br#"{"object":"error","message":"maximum context length is 4096 tokens","code":400}"#;
+        assert!(parse_completion(vllm).is_err());
+        let text = br#"{"error":"upstream down"}"#;
+        assert!(parse_completion(text).is_err());
+        let null_error = br#"{"error":null,"object":"chat.completion","choices":[{"message":{"content":"ok"}}]}"#;
+        assert_eq!(parse_completion(null_error).unwrap().text, "ok");
+        let odd = br#"{"object":7,"choices":[{"message":{"content":"ok"},"finish_reason":3}]}"#;
+        assert!(
+            parse_completion(odd).is_err(),
+            "a finish reason that is no string is a protocol error, as before"
+        );
     }
 
     #[test]
