@@ -6,7 +6,7 @@ use crate::config::LimitsConfig;
 use crate::error::InboundError;
 
 /// Where a message was posted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ChatKind {
     /// A one-to-one conversation with the bot.

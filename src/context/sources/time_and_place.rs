@@ -48,6 +48,19 @@ pub(super) struct TimeAndPlaceSource {
     zone: TimeZone,
     /// The zone's name as shown (the database's spelling when it has one).
     zone_name: String,
+    /// The lines of the current minute: every turn of a minute in the same channel and chat
+    /// kind gets the same line, and formatting it in two time zones was most of this source's
+    /// cost. At most [`MAX_MEMO_LINES`]; cleared when the minute changes.
+    memo: std::sync::Mutex<Memo>,
+}
+
+/// Most lines remembered for one minute (one per channel and chat kind seen in it).
+const MAX_MEMO_LINES: usize = 64;
+
+#[derive(Default)]
+struct Memo {
+    minute: u64,
+    lines: std::collections::HashMap<(Option<String>, ChatKind), String>,
 }
 
 impl TimeAndPlaceSource {
@@ -56,7 +69,11 @@ impl TimeAndPlaceSource {
         let configured = &c.config.context.time_zone;
         let zone = time_zone(configured).map_err(|e| format!("context.time_zone: {e}"))?;
         let zone_name = zone.iana_name().unwrap_or(configured.trim()).to_string();
-        Ok(Self { zone, zone_name })
+        Ok(Self {
+            zone,
+            zone_name,
+            memo: std::sync::Mutex::new(Memo::default()),
+        })
     }
 
     /// The line for `now_ms` in chat `channel` (if known) of `kind`; `None` for an instant
@@ -143,10 +160,27 @@ impl ContextSource for TimeAndPlaceSource {
             Some(c) => clean_channel(&c.record.message.channel),
             None => channel_of_key(session.key).and_then(clean_channel),
         };
-        let Some(text) = self.render(session.now_ms, channel.as_deref(), session.chat_kind) else {
-            tracing::debug!(now_ms = session.now_ms, "no calendar time for this instant");
-            return Ok(Vec::new());
+        let minute = session.now_ms / MINUTE_MS;
+        let key = (channel, session.chat_kind);
+        // A poisoned memo holds only complete lines: keep using it.
+        let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
+        if memo.minute != minute || memo.lines.len() >= MAX_MEMO_LINES {
+            memo.minute = minute;
+            memo.lines.clear();
+        }
+        let text = match memo.lines.get(&key) {
+            Some(text) => text.clone(),
+            None => {
+                let Some(text) = self.render(session.now_ms, key.0.as_deref(), session.chat_kind)
+                else {
+                    tracing::debug!(now_ms = session.now_ms, "no calendar time for this instant");
+                    return Ok(Vec::new());
+                };
+                memo.lines.insert(key, text.clone());
+                text
+            }
         };
+        drop(memo);
         // The same line for every turn of a minute (per channel and chat kind): memoised.
         let tokens = session.tokens.count_recurring(&text) + MESSAGE_OVERHEAD_TOKENS;
         Ok(vec![ContextBlock::new(
@@ -166,6 +200,7 @@ mod tests {
         TimeAndPlaceSource {
             zone_name: tz.iana_name().unwrap_or(zone).to_string(),
             zone: tz,
+            memo: std::sync::Mutex::new(Memo::default()),
         }
     }
 
