@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::BlockText;
 use crate::model::Role;
 use crate::store::{EntryKind, ToolInfo};
 
@@ -164,7 +165,7 @@ pub struct ContextBlock {
     /// What it is.
     pub kind: BlockKind,
     /// The text sent.
-    pub content: String,
+    pub content: BlockText,
     /// 0–100: blocks are admitted to the budget in order of priority (higher first), so a
     /// higher priority survives trimming longer. Stamped by the pipeline from the source's
     /// configured priority.
@@ -231,13 +232,13 @@ impl ContextBlock {
             keep = next;
         }
         let (content, cost) = best.unwrap_or_else(|| render(0));
-        self.content = content;
+        self.content = content.into();
         self.token_count = cost;
     }
 
     /// A block of `kind` with `content` costing `token_count` tokens (overhead included).
     /// Source, priority, weight and index are stamped by the pipeline.
-    pub fn new(kind: BlockKind, content: impl Into<String>, token_count: u32) -> Self {
+    pub fn new(kind: BlockKind, content: impl Into<BlockText>, token_count: u32) -> Self {
         Self {
             source: Cow::Borrowed(""),
             kind,

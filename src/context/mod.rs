@@ -31,6 +31,7 @@
 //! - `memory_store.rs`, `text.rs`, `error.rs`: an in-memory store, text helpers, errors.
 
 mod block;
+mod block_text;
 mod budget;
 mod cache;
 mod config;
@@ -56,6 +57,7 @@ pub use block::{
     BlockKind, BlockMeta, ContextBlock, DroppedBlock, Placement, CUT_TO_FIT_MARKER,
     DROPPED_PREVIEW_CHARS,
 };
+pub use block_text::BlockText;
 pub use budget::{TokenBudget, MIN_CONTEXT_BUDGET_TOKENS, OUTPUT_RESERVE_WINDOW_DIVISOR};
 pub use cache::{AssemblyCache, CacheKey, CacheStats};
 pub use config::{default_processors, default_sources, parse_params, StageSpec};

@@ -55,9 +55,9 @@ impl ContextProcessor for Sanitize {
                 return;
             }
             let clean = sanitize_text(&b.content);
-            if clean != b.content {
+            if b.content != clean {
                 b.token_count = session.tokens.count(&clean) + MESSAGE_OVERHEAD_TOKENS;
-                b.content = clean;
+                b.content = clean.into();
             }
         });
         Ok(())

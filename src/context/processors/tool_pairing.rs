@@ -133,7 +133,7 @@ impl ContextProcessor for ToolPairing {
             });
             let result = ContextBlock {
                 kind: BlockKind::ToolResult,
-                content: MISSING_RESULT_TEXT.to_string(),
+                content: MISSING_RESULT_TEXT.into(),
                 token_count: cost,
                 metadata: BlockMeta {
                     seq: call.metadata.seq,

@@ -110,7 +110,7 @@ impl ContextProcessor for ToolResultGuard {
             {
                 let short = truncate_middle(&b.content, head, tail).into_owned();
                 b.token_count = session.tokens.count(&short) + MESSAGE_OVERHEAD_TOKENS;
-                b.content = short;
+                b.content = short.into();
                 trimmed.insert(o, b.token_count);
             }
         });
@@ -135,7 +135,7 @@ impl ContextProcessor for ToolResultGuard {
         }
         blocks.edit(|b| {
             if clear.contains(&b.conversation_order()) && b.kind == BlockKind::ToolResult {
-                b.content = CLEARED_TOOL_RESULT.to_string();
+                b.content = CLEARED_TOOL_RESULT.into();
                 b.token_count = cleared_tokens;
             }
         });

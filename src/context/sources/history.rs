@@ -9,6 +9,8 @@
 //! unanswered): it comes with its middle cut out, as the tool-result guard would cut it, or
 //! failing that as `[Old tool result content cleared]`.
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 
 use crate::context::processors::{
@@ -16,8 +18,8 @@ use crate::context::processors::{
 };
 use crate::context::text::truncate_middle;
 use crate::context::{
-    BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
-    StageError, TokenBudget,
+    BlockKind, BlockMeta, BlockText, ContextBlock, ContextError, ContextSource, SessionView,
+    StageContext, StageError, TokenBudget,
 };
 use crate::inbound::{sanitize_text, untrusted, untrusted_block, ChatKind};
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
@@ -40,7 +42,7 @@ impl HistorySource {
 }
 
 /// The block of one transcript entry.
-pub(crate) fn entry_block(seq: u64, e: &TranscriptEntry) -> ContextBlock {
+pub(crate) fn entry_block(seq: u64, e: &Arc<TranscriptEntry>) -> ContextBlock {
     let meta = BlockMeta {
         seq: Some(seq),
         message_id: e.message_id.clone(),
@@ -54,7 +56,7 @@ pub(crate) fn entry_block(seq: u64, e: &TranscriptEntry) -> ContextBlock {
     };
     ContextBlock::new(
         BlockKind::of_entry(e.kind),
-        e.text.clone(),
+        BlockText::Entry(Arc::clone(e)),
         e.tokens + MESSAGE_OVERHEAD_TOKENS,
     )
     .with_meta(meta)
@@ -76,7 +78,7 @@ impl ContextSource for HistorySource {
     ) -> Result<Vec<ContextBlock>, ContextError> {
         let window = session.transcript()?;
         let mut room = budget.remaining();
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(window.entries.len());
         // Newest first: collection order is precedence among equal priorities, so the newest
         // entries are admitted (and kept when trimming) first.
         let chat = if session.chat_kind == ChatKind::Direct {
@@ -132,7 +134,7 @@ fn with_speakers(
     lines.push_str(&sanitize_text(&entry.text.replace('\0', "")).replace("```", "ˋˋˋ"));
     let frame = untrusted_block(SPOKEN_LABEL, "");
     made_up = made_up.saturating_add(session.tokens.count_recurring(&frame));
-    block.content = untrusted_block(SPOKEN_LABEL, &lines);
+    block.content = untrusted_block(SPOKEN_LABEL, &lines).into();
     block.token_count = block.token_count.saturating_add(made_up);
     // The block holds sanitised text now; the sanitise processor must not frame it again.
     block.metadata.user_text = false;
@@ -151,14 +153,14 @@ fn shrink_result(block: &mut ContextBlock, room: u32, session: &SessionView<'_>)
         let short = truncate_middle(&block.content, KEEP_HEAD_CHARS, KEEP_TAIL_CHARS).into_owned();
         let tokens = session.tokens.count(&short) + MESSAGE_OVERHEAD_TOKENS;
         if tokens <= room {
-            block.content = short;
+            block.content = short.into();
             block.token_count = tokens;
             return;
         }
     }
     let tokens = session.tokens.count_recurring(CLEARED_TOOL_RESULT) + MESSAGE_OVERHEAD_TOKENS;
     if tokens <= room {
-        block.content = CLEARED_TOOL_RESULT.to_string();
+        block.content = CLEARED_TOOL_RESULT.into();
         block.token_count = tokens;
     }
 }

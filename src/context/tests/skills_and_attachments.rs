@@ -22,7 +22,7 @@ fn skills_text(config: &Config) -> String {
     a.blocks
         .iter()
         .find(|b| b.kind == BlockKind::Skills)
-        .map(|b| b.content.clone())
+        .map(|b| b.content.to_string())
         .unwrap_or_default()
 }
 

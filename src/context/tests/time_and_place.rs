@@ -84,7 +84,7 @@ fn the_line_ends_the_system_message_after_the_prefix() {
         .all(|b| matches!(b.placement(), Placement::Prefix | Placement::System)));
     assert!(a.blocks[..at].iter().any(|b| b.kind == BlockKind::Skills));
     assert!(a.blocks[..at].iter().any(|b| b.kind == BlockKind::Summary));
-    assert!(system_text(&a).ends_with(&block.content));
+    assert!(system_text(&a).ends_with(block.content.as_str()));
     assert!(system_text(&a).starts_with("You are Turnstile's test agent."));
     // Sent in the system message, never counted in the stable prefix.
     let prefix: u32 = a

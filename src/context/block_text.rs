@@ -1,0 +1,163 @@
+//! [`BlockText`]: a block's text, either its own or a stored transcript entry's, shared with
+//! the store's transcript tail cache. History blocks are most of a context and are rebuilt for
+//! every turn; copying each entry's text into its block was a measurable share of a turn's
+//! CPU over HTTP, and grew with the history.
+
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use serde::{Serialize, Serializer};
+
+use crate::store::TranscriptEntry;
+
+/// The text of a context block. Reads as a `str`; a processor that rewrites it assigns an
+/// owned `String` (`block.content = text.into()`).
+#[derive(Clone)]
+pub enum BlockText {
+    /// Text the block owns.
+    Owned(String),
+    /// The text of a stored entry, not copied.
+    Entry(Arc<TranscriptEntry>),
+}
+
+impl BlockText {
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Owned(s) => s,
+            Self::Entry(e) => &e.text,
+        }
+    }
+
+    /// The text as an owned `String` (a copy only when shared).
+    pub fn into_string(self) -> String {
+        match self {
+            Self::Owned(s) => s,
+            Self::Entry(e) => e.text.clone(),
+        }
+    }
+}
+
+impl Default for BlockText {
+    fn default() -> Self {
+        Self::Owned(String::new())
+    }
+}
+
+impl Deref for BlockText {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for BlockText {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<String> for BlockText {
+    fn from(s: String) -> Self {
+        Self::Owned(s)
+    }
+}
+
+impl From<&str> for BlockText {
+    fn from(s: &str) -> Self {
+        Self::Owned(s.to_string())
+    }
+}
+
+impl From<&String> for BlockText {
+    fn from(s: &String) -> Self {
+        Self::Owned(s.clone())
+    }
+}
+
+impl From<std::borrow::Cow<'_, str>> for BlockText {
+    fn from(s: std::borrow::Cow<'_, str>) -> Self {
+        Self::Owned(s.into_owned())
+    }
+}
+
+impl From<BlockText> for String {
+    fn from(t: BlockText) -> Self {
+        t.into_string()
+    }
+}
+
+impl PartialEq for BlockText {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for BlockText {}
+
+impl PartialEq<str> for BlockText {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for BlockText {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for BlockText {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl fmt::Debug for BlockText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for BlockText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for BlockText {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EntryKind;
+
+    #[test]
+    fn shared_and_owned_text_read_and_compare_alike() {
+        let entry = Arc::new(TranscriptEntry {
+            kind: EntryKind::User,
+            text: "hello".into(),
+            message_id: None,
+            sender: None,
+            timestamp_ms: 0,
+            tokens: 1,
+            tool: None,
+        });
+        let shared = BlockText::Entry(Arc::clone(&entry));
+        let owned = BlockText::from("hello");
+        assert_eq!(shared, owned);
+        assert_eq!(shared, "hello");
+        assert_eq!(shared.len(), 5);
+        assert_eq!(serde_json::to_string(&shared).unwrap(), "\"hello\"");
+        assert_eq!(format!("{shared:?}"), "\"hello\"");
+        let copy = shared.clone();
+        assert_eq!(Arc::strong_count(&entry), 3, "shared, not copied");
+        assert_eq!(copy.into_string(), "hello");
+    }
+}
