@@ -15,57 +15,25 @@ bin_b=$(realpath "$2")
 pairs=${3:-5}
 secs=${4:-6}
 c=${5:-16}
-sessions=${SESSIONS:-1000}
 durability=${DURABILITY:-strict}
 
 . "$here/http/harness.sh"
 need_wrk_and_nginx
 
-work=$(mktemp -d)
-fake_port=18801
-port=17990
-nginx_pid=""
-server_pid=""
-cleanup() {
-    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-    [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-start_fake_model "$work" "$fake_port"
-write_fake_model_config "$work/turnstile.toml" "$fake_port" "$durability"
+start_single_server_harness "$durability"
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-
-# One run of binary $1: prints "turns/s cpu_us_per_turn".
+# One run of binary $1: sets `ran` to "turns/s cpu_us_per_turn".
 run() {
-    rm -rf "$work/data"
-    OPENAI_API_KEY=bench RUST_LOG=warn "$1" serve --config "$work/turnstile.toml" \
-        --data-dir "$work/data" --listen "127.0.0.1:$port" >"$work/serve.log" 2>&1 &
-    server_pid=$!
-    for _ in $(seq 100); do
-        curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    SESSIONS=$sessions wrk -t1 -c"$c" -d2s -s "$here/http/chat.lua" "http://127.0.0.1:$port" >/dev/null
-    local t0 t1 out
-    t0=$(cpu_ticks "$server_pid")
-    out=$(SESSIONS=$sessions wrk -t1 -c"$c" -d"${secs}s" -s "$here/http/chat.lua" "http://127.0.0.1:$port")
-    t1=$(cpu_ticks "$server_pid")
-    kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""
-    python3 -c '
-import json, os, sys
-r = json.loads(sys.argv[1])
-ok = r["requests"] - r["non2xx"]
-ticks = int(sys.argv[2]) - int(sys.argv[3])
-print("%.0f %.0f" % (ok / r["seconds"], ticks / os.sysconf("SC_CLK_TCK") / max(ok, 1) * 1e6))' \
-        "$(grep '^JSON ' <<<"$out" | sed 's/^JSON //')" "$t1" "$t0"
+    measure_run "$1" "$c" "$secs"
+    ran=$(awk '{print $1, $4}' <<<"$run_result")
 }
 
 rows=()
 for p in $(seq "$pairs"); do
-    a=$(run "$bin_a")
-    b=$(run "$bin_b")
+    run "$bin_a"
+    a=$ran
+    run "$bin_b"
+    b=$ran
     echo "pair $p: A turns/s cpu_us = $a | B = $b"
     rows+=("$a $b")
 done

@@ -16,48 +16,24 @@ command -v perf >/dev/null || { echo "perf is needed (linux-perf / linux-tools)"
 . "$here/http/harness.sh"
 need_wrk_and_nginx
 
-work=$(mktemp -d)
-fake_port=18801
-port=17990
-nginx_pid=""
-server_pid=""
-cleanup() {
-    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-    [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
-start_fake_model "$work" "$fake_port"
-write_fake_model_config "$work/turnstile.toml" "$fake_port" strict
+start_single_server_harness strict
 
-start_server() {
-    rm -rf "$work/data"
-    OPENAI_API_KEY=bench RUST_LOG=warn "$bin" serve --config "$work/turnstile.toml" \
-        --data-dir "$work/data" --listen "127.0.0.1:$port" >"$work/serve.log" 2>&1 &
-    server_pid=$!
-    for _ in $(seq 100); do
-        curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-        sleep 0.1
-    done
-    SESSIONS=1000 wrk -t1 -c"$c" -d3s -s "$here/http/chat.lua" "http://127.0.0.1:$port" >/dev/null
-}
-stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""; }
 turns() {
     curl -s "http://127.0.0.1:$port/metrics" | awk '/^turnstile_turns_total/ {s += $2} END {print s}'
 }
 
-start_server
-SESSIONS=1000 wrk -t1 -c"$c" -d8s -s "$here/http/chat.lua" "http://127.0.0.1:$port" >"$work/wrk.out" &
+start_turnstile "$bin" "$c"
+drive_chat "$c" 8s >"$work/wrk.out" &
 wrk_pid=$!
 sleep 1
 perf record -F 499 --call-graph dwarf,16384 -p "$server_pid" -o "$out/perf.data" -- sleep 5 \
     >/dev/null 2>&1
 wait "$wrk_pid"
 grep '^JSON ' "$work/wrk.out" | sed 's/^JSON /wrk: /'
-stop_server
+stop_turnstile
 
-start_server
-SESSIONS=1000 wrk -t1 -c"$c" -d7s -s "$here/http/chat.lua" "http://127.0.0.1:$port" >/dev/null &
+start_turnstile "$bin" "$c"
+drive_chat "$c" 7s >/dev/null &
 wrk_pid=$!
 sleep 1
 t0=$(turns)
@@ -66,7 +42,7 @@ perf stat -e "$(sed 's/\([a-z_0-9]*\)/syscalls:sys_enter_\1/g' <<<"$events"),con
     -p "$server_pid" -- sleep 4 2>"$work/stat.txt"
 t1=$(turns)
 wait "$wrk_pid"
-stop_server
+stop_turnstile
 python3 - "$t0" "$t1" "$work/stat.txt" <<'PY'
 import re, sys
 turns = float(sys.argv[2]) - float(sys.argv[1])

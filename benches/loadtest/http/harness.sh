@@ -1,4 +1,4 @@
-# Shared by the HTTP load scripts (`http_turns.sh`, `http_profile.sh`, `cluster.sh`); source it.
+# Shared by the HTTP load scripts (`http_turns.sh`, `http_ab.sh`, `http_profile.sh`, `cluster.sh`); source it.
 
 # Installs wrk and nginx-light with apt-get when missing; sets `nginx_bin`.
 need_wrk_and_nginx() {
@@ -35,4 +35,65 @@ model = "fake-model"
 [storage]
 durability = "$3"
 TOML
+}
+
+# The single-server harness of `http_turns.sh`, `http_ab.sh` and `http_profile.sh`: a work dir
+# removed on exit, nginx as the fake model, and a `turnstile serve` config with durability $1.
+# Sets `work`, `port`, `server_pid`; the scripts' `here` must be set.
+start_single_server_harness() {
+    work=$(mktemp -d)
+    port=17990
+    local fake_port=18801
+    nginx_pid=""
+    server_pid=""
+    trap stop_single_server_harness EXIT
+    start_fake_model "$work" "$fake_port"
+    write_fake_model_config "$work/turnstile.toml" "$fake_port" "$1"
+}
+
+stop_single_server_harness() {
+    [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
+    [ -n "$nginx_pid" ] && kill "$nginx_pid" 2>/dev/null
+    rm -rf "$work"
+}
+
+# wrk driving POST /v1/chat/completions over $SESSIONS (1000) sessions with $1 connections
+# for $2 seconds; prints wrk's output (its last line: `JSON {...}`).
+drive_chat() {
+    SESSIONS=${SESSIONS:-1000} wrk -t1 -c"$1" -d"$2" -s "$here/http/chat.lua" "http://127.0.0.1:$port"
+}
+
+# Starts binary $1 on a fresh data dir and warms it up with $2 connections for 3 s (every
+# session exists and the model connection pool is open); sets `server_pid`.
+start_turnstile() {
+    rm -rf "$work/data"
+    OPENAI_API_KEY=bench RUST_LOG=warn "$1" serve --config "$work/turnstile.toml" \
+        --data-dir "$work/data" --listen "127.0.0.1:$port" >"$work/serve.log" 2>&1 &
+    server_pid=$!
+    for _ in $(seq 100); do
+        curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    drive_chat "$2" 3s >/dev/null
+}
+
+stop_turnstile() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""; }
+
+# One measured run of binary $1 with $2 connections for $3 seconds, on a fresh server: sets
+# `run_result` to "turns/s p50_ms p99_ms cpu_us_per_turn non2xx" (CPU = the server's utime +
+# stime ÷ turns). Not called in a subshell, so the exit trap still knows the server.
+measure_run() {
+    local t0 t1 out
+    start_turnstile "$1" "$2"
+    t0=$(awk '{print $14 + $15}' "/proc/$server_pid/stat")
+    out=$(drive_chat "$2" "$3s")
+    t1=$(awk '{print $14 + $15}' "/proc/$server_pid/stat")
+    stop_turnstile
+    run_result=$(python3 -c '
+import json, os, sys
+r = json.loads(sys.argv[1])
+ok = r["requests"] - r["non2xx"]
+cpu_us = (int(sys.argv[2]) - int(sys.argv[3])) / os.sysconf("SC_CLK_TCK") / max(ok, 1) * 1e6
+print("%.0f %.2f %.2f %.0f %d" % (ok / r["seconds"], r["p50_ms"], r["p99_ms"], cpu_us, r["non2xx"]))' \
+        "$(grep '^JSON ' <<<"$out" | sed 's/^JSON //')" "$t1" "$t0")
 }
