@@ -123,7 +123,9 @@ impl AssemblyCache {
 
     /// Forgets `session` (its transcript changed).
     pub fn invalidate(&self, session: &str) {
-        self.lock().remove(session);
+        // Dropped after the lock: an assembly holds every block of a context.
+        let removed = self.lock().remove(session);
+        drop(removed);
     }
 
     /// Hits and misses so far.

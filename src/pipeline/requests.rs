@@ -95,11 +95,11 @@ impl<V: Clone> RecentMap<V> {
     }
 
     fn expire_locked(&self, r: &mut Recent<V>, now_ms: u64) {
-        while let Some((key, at)) = r.order.front().cloned() {
-            if now_ms.saturating_sub(at) < self.ttl_ms {
+        let expired = |at: &u64| now_ms.saturating_sub(*at) >= self.ttl_ms;
+        while r.order.front().is_some_and(|(_, at)| expired(at)) {
+            let Some((key, at)) = r.order.pop_front() else {
                 break;
-            }
-            r.order.pop_front();
+            };
             if r.values.get(&key).is_some_and(|(_, t)| *t == at) {
                 r.values.remove(&key);
             }

@@ -3,7 +3,7 @@
 //! head must be complete within `header_read_timeout_ms` (else `408`), and its request line
 //! must end within a bound (else `414`). While a request is being served (its body, the
 //! handler, a long response such as an SSE stream) no read deadline applies here: the body has
-//! its own in the router (`edge::bound_request`).
+//! its own in the router (`edge::edge`).
 //!
 //! hyper answers a request it cannot parse (bad request line or header, too many or too large
 //! headers) itself, before any service runs, with an empty `4xx`; the socket replaces that

@@ -1,6 +1,8 @@
-//! The router's edge middleware: request bounds (URI length, declared and read body size, the
-//! body-read timeout) and the rule that every error answer is the JSON error shape, including
-//! the ones axum writes itself (404, 405, extractor rejections).
+//! The router's edge middleware, one layer in front of every route: the rule that every error
+//! answer is the JSON error shape (including the ones axum writes itself: 404, 405, extractor
+//! rejections), the guard (auth, rate limits; `guard.rs`), then the request bounds (URI
+//! length, declared and read body size, the body-read timeout). One layer rather than three:
+//! each `from_fn` layer clones the boxed service behind it and boxes a future per request.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +16,7 @@ use futures_util::StreamExt;
 
 use super::auth::PUBLIC_PATHS;
 use super::error::ApiError;
+use super::guard::{self, Guard};
 use crate::metrics;
 
 /// Largest plain-text error body carried over into a JSON error's message.
@@ -27,26 +30,43 @@ pub(super) struct RequestBounds {
     pub(super) body_timeout: Duration,
 }
 
+/// What the edge middleware checks.
+#[derive(Debug)]
+pub(super) struct Edge {
+    pub(super) bounds: RequestBounds,
+    pub(super) guard: Guard,
+}
+
+/// The edge middleware: the guard, then the bounds, then the route; any error answer in the
+/// JSON error shape.
+pub(super) async fn edge(State(edge): State<Arc<Edge>>, request: Request, next: Next) -> Response {
+    let probe = request.method() == Method::GET && PUBLIC_PATHS.contains(&request.uri().path());
+    let response = match guard::refusal(&edge.guard, &request) {
+        Some(refused) => refused,
+        None => match bound_request(&edge.bounds, request).await {
+            Ok(request) => next.run(request).await,
+            Err(refused) => refused,
+        },
+    };
+    json_errors(probe, response).await
+}
+
 /// Refuses an over-long URI (`414`) and a declared body over the limit (`413`, before
 /// `100 Continue` is sent, as hyper sends it only when the body is first read), then reads the
 /// body within the body-read timeout (`408`) and the limit (`413`). These answers close the
 /// connection: the rest of the body is never read.
-pub(super) async fn bound_request(
-    State(bounds): State<Arc<RequestBounds>>,
-    request: Request,
-    next: Next,
-) -> Response {
+async fn bound_request(bounds: &RequestBounds, request: Request) -> Result<Request, Response> {
     let uri_len = request
         .uri()
         .path_and_query()
         .map_or(0, |p| p.as_str().len());
     if uri_len > bounds.max_uri {
         metrics::http_rejected("uri_too_long");
-        return closing(ApiError::new(
+        return Err(closing(ApiError::new(
             StatusCode::URI_TOO_LONG,
             "uri_too_long",
             format!("the URI is over {} bytes", bounds.max_uri),
-        ));
+        )));
     }
     let declared = request
         .headers()
@@ -54,33 +74,32 @@ pub(super) async fn bound_request(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|n| n > bounds.max_body as u64) {
-        return too_large(bounds.max_body);
+        return Err(too_large(bounds.max_body));
     }
     let (parts, body) = request.into_parts();
     let bytes =
         match tokio::time::timeout(bounds.body_timeout, read_body(body, bounds.max_body)).await {
             Err(_) => {
                 metrics::http_rejected("body_timeout");
-                return closing(ApiError::new(
+                return Err(closing(ApiError::new(
                     StatusCode::REQUEST_TIMEOUT,
                     "request_timeout",
                     format!(
                         "the request body did not arrive within {} ms",
                         bounds.body_timeout.as_millis()
                     ),
-                ));
+                )));
             }
-            Ok(Err(BodyError::TooLarge)) => return too_large(bounds.max_body),
+            Ok(Err(BodyError::TooLarge)) => return Err(too_large(bounds.max_body)),
             Ok(Err(BodyError::Read(e))) => {
-                return closing(ApiError::bad_request(
+                return Err(closing(ApiError::bad_request(
                     "invalid_body",
                     format!("reading the request body: {e}"),
-                ))
+                )))
             }
             Ok(Ok(bytes)) => bytes,
         };
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
 /// Why a body could not be read.
@@ -93,17 +112,27 @@ enum BodyError {
 }
 
 /// Reads `body` whole, refusing more than `max` bytes.
+/// A body that arrives in one chunk (most do) is passed on as it is, not copied.
 async fn read_body(body: Body, max: usize) -> Result<Bytes, BodyError> {
     let mut stream = body.into_data_stream();
+    let mut first: Option<Bytes> = None;
     let mut out = Vec::new();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(BodyError::Read)?;
-        if out.len() + chunk.len() > max {
+        let have = first.as_ref().map_or(0, Bytes::len) + out.len();
+        if have + chunk.len() > max {
             return Err(BodyError::TooLarge);
+        }
+        if first.is_none() && out.is_empty() {
+            first = Some(chunk);
+            continue;
+        }
+        if let Some(first) = first.take() {
+            out.extend_from_slice(&first);
         }
         out.extend_from_slice(&chunk);
     }
-    Ok(Bytes::from(out))
+    Ok(first.unwrap_or_else(|| Bytes::from(out)))
 }
 
 fn too_large(max: usize) -> Response {
@@ -144,10 +173,8 @@ pub(super) async fn no_route(request: Request) -> ApiError {
 
 /// Turns an error answer that is not JSON (written by axum: 405 from a method router, an
 /// extractor's plain-text rejection) into the JSON error shape, keeping its status and headers
-/// (`Allow`, `Retry-After`). The probes' answers to `GET` stay as they are.
-pub(super) async fn json_errors(request: Request, next: Next) -> Response {
-    let probe = request.method() == Method::GET && PUBLIC_PATHS.contains(&request.uri().path());
-    let response = next.run(request).await;
+/// (`Allow`, `Retry-After`). The probes' answers to `GET` (`probe`) stay as they are.
+async fn json_errors(probe: bool, response: Response) -> Response {
     let status = response.status();
     let is_json = response
         .headers()

@@ -1,15 +1,12 @@
-//! The middleware in front of every route: auth, then rate limits. Probes (`/healthz`,
+//! The check in front of every route (run by `edge::edge`): auth, then rate limits. Probes (`/healthz`,
 //! `/readyz`) pass untouched so orchestrators never need the key or get throttled. The
 //! console's pages and assets (`ui::is_public`) hold no data and need no key — a browser
 //! cannot send a bearer header when it navigates — but they are rate limited like the API.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, HeaderValue, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::net::SocketAddr;
 
 use super::auth::{Auth, PUBLIC_PATHS};
 use super::error::ApiError;
@@ -23,13 +20,11 @@ pub(super) struct Guard {
     pub(super) limiter: Option<RateLimiter>,
 }
 
-pub(super) async fn check(
-    State(guard): State<Arc<Guard>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// The answer refusing `request` (no or a wrong key, over the rate limit), or `None` to let
+/// it through.
+pub(super) fn refusal(guard: &Guard, request: &Request) -> Option<Response> {
     if PUBLIC_PATHS.contains(&request.uri().path()) {
-        return next.run(request).await;
+        return None;
     }
     let authenticated = guard.auth.is_required() && guard.auth.permits(request.headers());
     let needs_key = guard.auth.is_required() && !super::ui::is_public(request.uri().path());
@@ -44,7 +39,7 @@ pub(super) async fn check(
         response
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return response;
+        return Some(response);
     }
     if let Some(limiter) = &guard.limiter {
         let ip = request
@@ -54,14 +49,16 @@ pub(super) async fn check(
         if let Err(wait) = limiter.check(ip, authenticated) {
             metrics::http_rejected("rate_limited");
             let secs = retry_after_secs(wait);
-            return ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "rate_limited",
-                format!("too many requests; retry in {secs} s"),
-            )
-            .with_retry_after(secs)
-            .into_response();
+            return Some(
+                ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    format!("too many requests; retry in {secs} s"),
+                )
+                .with_retry_after(secs)
+                .into_response(),
+            );
         }
     }
-    next.run(request).await
+    None
 }

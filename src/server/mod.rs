@@ -61,11 +61,11 @@ pub fn app(runtime: Runtime, closing: watch::Receiver<bool>) -> Router {
 /// Like [`app`] with explicit credentials (for embedding applications that hold the key).
 pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Auth) -> Router {
     let server_config = &runtime.config().server;
-    let bounds = Arc::new(edge::RequestBounds {
+    let bounds = edge::RequestBounds {
         max_body: server_config.max_body_bytes,
         max_uri: server_config.max_uri_bytes,
         body_timeout: Duration::from_millis(server_config.body_read_timeout_ms),
-    });
+    };
     let max_body = server_config.max_body_bytes;
     crate::metrics::install_prometheus();
     let history = Arc::new(history::History::default());
@@ -77,9 +77,12 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
             closing.clone(),
         ));
     }
-    let guard = Arc::new(guard::Guard {
-        auth,
-        limiter: RateLimiter::from_config(&runtime.config().server.rate_limit),
+    let edge = Arc::new(edge::Edge {
+        bounds,
+        guard: guard::Guard {
+            auth,
+            limiter: RateLimiter::from_config(&runtime.config().server.rate_limit),
+        },
     });
     Router::new()
         .route("/v1/messages", post(messages::post_message))
@@ -102,12 +105,7 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         .merge(ui::routes())
         .fallback(edge::no_route)
         .layer(DefaultBodyLimit::max(max_body))
-        .layer(axum::middleware::from_fn_with_state(
-            bounds,
-            edge::bound_request,
-        ))
-        .layer(axum::middleware::from_fn_with_state(guard, guard::check))
-        .layer(axum::middleware::from_fn(edge::json_errors))
+        .layer(axum::middleware::from_fn_with_state(edge, edge::edge))
         .with_state(AppState {
             runtime,
             closing,

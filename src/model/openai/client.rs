@@ -38,6 +38,9 @@ pub const MAX_RESPONSE_BYTES: usize = wire::MAX_REPLY_BYTES + 64 * 1024;
 pub struct OpenAiModel {
     client: reqwest::Client,
     endpoint: reqwest::Url,
+    /// The `Authorization` header, built once (`Err` for a key that is not a valid header
+    /// value: every call fails with it).
+    authorization: Option<Result<HeaderValue, ()>>,
     settings: OpenAiSettings,
     retry: RetryPolicy,
     calibration: Option<CalibrationStore>,
@@ -117,9 +120,16 @@ impl OpenAiModel {
             .chain(&settings.fallbacks)
             .map(|m| (m.clone(), ModelLimiter::new(limits)))
             .collect();
+        let authorization = settings.api_key.as_ref().map(|key| {
+            let mut value =
+                HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(|_| ())?;
+            value.set_sensitive(true);
+            Ok(value)
+        });
         Ok(Self {
             client,
             endpoint,
+            authorization,
             settings,
             retry,
             calibration: None,
@@ -276,10 +286,10 @@ impl OpenAiModel {
             .client
             .post(self.endpoint.clone())
             .json(&wire::request_body(model, request, streaming));
-        if let Some(key) = &self.settings.api_key {
-            let mut value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
+        if let Some(value) = &self.authorization {
+            let value = value
+                .clone()
                 .map_err(|_| ModelError::Protocol("the API key is not a valid header".into()))?;
-            value.set_sensitive(true);
             builder = builder.header(AUTHORIZATION, value);
         }
         let mut response = builder.send().await.map_err(transport)?;
