@@ -726,8 +726,9 @@ impl DiskBudget for StoreBudget {
 
 impl Store {
     /// Why a new message must be refused for lack of disk space, if it must: the data dir's
-    /// estimated size (see `disk::UsageMeter`) plus the room the next rewrite needs (the newest
-    /// fresh generation's size) has reached `ADMIT_BELOW` of `max_disk_bytes`. Without that
+    /// estimated size (see `disk::UsageMeter`), plus what the turns of the messages already
+    /// acknowledged will write, plus the room the next rewrite needs (the newest fresh
+    /// generation's size) has reached `ADMIT_BELOW` of `max_disk_bytes`. Without that
     /// reserve the janitor could only rewrite by passing the budget. Wakes the janitor then,
     /// so the refusal lasts only until a pass frees space. Cheap: a few atomic loads. `None`
     /// while no janitor has measured the data dir.
@@ -738,7 +739,9 @@ impl Store {
         // of a small budget, and a line the janitor cannot get under would refuse for good.
         let line = (limit * ADMIT_BELOW - self.shared.meter.rewrite_reserve() as f64)
             .max(limit * self.shared.config.high_water);
-        if estimate == 0 || (estimate as f64) < line {
+        if estimate == 0
+            || (estimate.saturating_add(self.shared.meter.pending_disk_bytes()) as f64) < line
+        {
             return None;
         }
         let limit = self.shared.config.max_disk_bytes;

@@ -95,16 +95,19 @@ impl Store {
                     for k in &transcript_keys {
                         transcript.remove(k)?;
                     }
-                    let mut pending = 0u64;
+                    let (mut pending, mut pending_bytes) = (0u64, 0u64);
                     for k in &inbox_keys {
-                        if inbox.remove(k)?.is_some() {
+                        if let Some(old) = inbox.remove(k)? {
                             pending += 1;
+                            pending_bytes += (k.len() + old.len()) as u64;
                         }
                     }
-                    Ok(pending)
+                    Ok((pending, pending_bytes))
                 });
             match result {
-                Ok(pending) => {
+                Ok((pending, pending_bytes)) => {
+                    self.shared.meter.sub(pending_bytes);
+                    self.shared.meter.sub_pending(pending_bytes);
                     let removed = usize::try_from(pending).unwrap_or(usize::MAX);
                     let _ = self.shared.queued.fetch_update(
                         std::sync::atomic::Ordering::Relaxed,

@@ -62,6 +62,13 @@ fn allocated(meta: &std::fs::Metadata) -> u64 {
 /// upper end of what the overload tests showed between two measurements.
 pub(super) const DISK_BYTES_PER_WRITTEN_BYTE: u64 = 2;
 
+/// Disk bytes admission keeps free per logical byte of an acknowledged message still in the
+/// inbox: its turn writes the text again as a transcript entry and a reply assumed as long
+/// (the built-in echo model's), each at [`DISK_BYTES_PER_WRITTEN_BYTE`]. Admission cannot
+/// refuse those writes any more, so without this room a backlog (messages held by the
+/// debounce) carried the data dir past its budget.
+pub(super) const PENDING_DISK_BYTES_PER_BYTE: u64 = 2 * DISK_BYTES_PER_WRITTEN_BYTE;
+
 /// Live logical bytes in the database (transcript values and keys, inbox entries) and the
 /// level at which the janitor wants to hear about it; and an estimate of the data dir's
 /// allocated size (the janitor's newest measurement plus what was written since), which
@@ -87,6 +94,8 @@ pub(super) struct UsageMeter {
     disk_trigger_at: AtomicU64,
     /// Room admission keeps free for the janitor's next rewrite (the fresh copy it expects).
     rewrite_reserve: AtomicU64,
+    /// Logical bytes (keys and values) of the acknowledged messages in the inbox.
+    pending: AtomicU64,
     hook: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
@@ -179,6 +188,32 @@ impl UsageMeter {
         self.files_deleted_since.store(0, Ordering::Relaxed);
         self.measured_disk
             .store(disk_bytes.max(1), Ordering::Relaxed);
+    }
+
+    /// Counts an acknowledged message of `bytes` (inbox key and value) written to the inbox.
+    pub(super) fn add_pending(&self, bytes: u64) {
+        self.pending.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Takes inbox entries of `bytes` (consumed by a turn, or deleted) off the pending bytes.
+    pub(super) fn sub_pending(&self, bytes: u64) {
+        let _ = self
+            .pending
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(bytes))
+            });
+    }
+
+    /// Sets the pending bytes from a scan of the inbox (on open, after clearing it).
+    pub(super) fn set_pending(&self, bytes: u64) {
+        self.pending.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Disk bytes the turns of the acknowledged messages in the inbox are expected to write.
+    pub(super) fn pending_disk_bytes(&self) -> u64 {
+        self.pending
+            .load(Ordering::Relaxed)
+            .saturating_mul(PENDING_DISK_BYTES_PER_BYTE)
     }
 
     /// Room kept free for a rewrite's fresh copy.

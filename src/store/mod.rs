@@ -463,10 +463,15 @@ impl Store {
         });
     }
 
+    /// Sets the queued-message count and the pending bytes from the inbox (one scan of it).
     fn recount_queued(&self) {
-        self.shared
-            .queued
-            .store(self.inner().inbox.len(), Ordering::Relaxed);
+        let (mut queued, mut bytes) = (0usize, 0u64);
+        for (k, v) in self.inner().inbox.iter().flatten() {
+            queued += 1;
+            bytes += (k.len() + v.len()) as u64;
+        }
+        self.shared.queued.store(queued, Ordering::Relaxed);
+        self.shared.meter.set_pending(bytes);
     }
 
     /// The checks [`Store::open_for_serving`] left out, while the store is in use: the quick

@@ -106,6 +106,7 @@ impl Store {
             .queued
             .store(0, std::sync::atomic::Ordering::Relaxed);
         self.shared.meter.sub(freed);
+        self.shared.meter.set_pending(0);
         Ok(removed)
     }
 }

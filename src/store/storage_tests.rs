@@ -663,6 +663,50 @@ async fn admission_refuses_when_nothing_can_be_evicted() {
     assert!(open, "still refused after a pass freed space");
 }
 
+/// Acknowledged messages in the inbox are writes admission can no longer refuse (each turn
+/// stores the text again and a reply): admission keeps room for them, and gives it back as
+/// their turn consumes them.
+#[tokio::test]
+async fn admission_keeps_room_for_the_turns_of_acknowledged_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_disk_bytes = 64 << 20;
+    let store = Store::open(&cfg).unwrap();
+    let budget = StoreBudget::new(store.clone(), &cfg, no_one_live());
+    usage(&budget);
+    let text = "p".repeat(64_000);
+    let mut seqs = Vec::new();
+    while store.disk_full().is_none() {
+        assert!(seqs.len() < 1_000, "admission never refused");
+        let record = InboxRecord::direct_for_test(&format!("m{}", seqs.len()), &text);
+        seqs.push(store.enqueue("s", record).unwrap().0.seq);
+    }
+    let estimate = store.shared.meter.disk_estimate();
+    assert!(
+        (estimate as f64) < cfg.max_disk_bytes as f64 * cfg.high_water,
+        "refused at {} messages with the data dir at about {estimate} bytes: too late for their turns",
+        seqs.len()
+    );
+    store
+        .commit_turn(TurnCommit {
+            session_key: "s".into(),
+            entries: vec![
+                entry(EntryKind::User, "all of them", 1),
+                entry(EntryKind::Assistant, "done", 1),
+            ],
+            consumed: seqs,
+            now_ms: 1,
+            channel_messages: vec![],
+            replica: None,
+        })
+        .unwrap();
+    assert_eq!(store.shared.meter.pending_disk_bytes(), 0);
+    assert!(
+        store.disk_full().is_none(),
+        "still refused once the acknowledged messages were answered"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_go_on_during_a_rewrite_and_none_is_lost() {
     let dir = tempfile::tempdir().unwrap();

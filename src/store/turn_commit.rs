@@ -191,9 +191,9 @@ impl Store {
             consumed.min(queued.load(std::sync::atomic::Ordering::Relaxed)),
             std::sync::atomic::Ordering::Relaxed,
         );
-        self.shared
-            .meter
-            .sub(applied.iter().map(|a| a.inbox_freed).sum());
+        let inbox_freed = applied.iter().map(|a| a.inbox_freed).sum();
+        self.shared.meter.sub(inbox_freed);
+        self.shared.meter.sub_pending(inbox_freed);
         self.shared
             .meter
             .add(prepared.iter().map(written_bytes).sum());
