@@ -66,7 +66,7 @@ pub use budget::{Liveness, StoreBudget};
 pub use channel::{walk_back, Scan, MAX_CHAT_SCAN};
 pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
 pub use cold::COLD_DIR;
-pub use committer::{TurnCommitter, COMMIT_QUEUE, INLINE_COMMIT_TURNS};
+pub use committer::{TurnCommitter, COMMIT_QUEUE, GATHER_YIELDS, INLINE_COMMIT_TURNS};
 pub use compact::{SummarySwap, SwapOutcome, MAX_COMPACTED_ENTRIES};
 pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
 pub use delete::SessionDeletion;
