@@ -88,8 +88,7 @@ impl Store {
         self.shared
             .queued
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.shared.meter.add(written);
-        self.shared.meter.add_pending(written);
+        self.shared.meter.add_inbox(written);
         self.shared.ledger.enqueued();
         let ticket = inner.commit.ticket();
         if let Some(mark) = dedupe {

@@ -106,8 +106,7 @@ impl Store {
                 });
             match result {
                 Ok((pending, pending_bytes)) => {
-                    self.shared.meter.sub(pending_bytes);
-                    self.shared.meter.sub_pending(pending_bytes);
+                    self.shared.meter.sub_inbox(pending_bytes);
                     let removed = usize::try_from(pending).unwrap_or(usize::MAX);
                     let _ = self.shared.queued.fetch_update(
                         std::sync::atomic::Ordering::Relaxed,

@@ -190,18 +190,18 @@ impl UsageMeter {
             .store(disk_bytes.max(1), Ordering::Relaxed);
     }
 
-    /// Counts an acknowledged message of `bytes` (inbox key and value) written to the inbox.
-    pub(super) fn add_pending(&self, bytes: u64) {
+    /// Counts an acknowledged message of `bytes` (inbox key and value) written to the inbox:
+    /// live bytes now, and pending bytes until its turn consumes it.
+    pub(super) fn add_inbox(&self, bytes: u64) {
         self.pending.fetch_add(bytes, Ordering::Relaxed);
+        self.add(bytes);
     }
 
-    /// Takes inbox entries of `bytes` (consumed by a turn, or deleted) off the pending bytes.
-    pub(super) fn sub_pending(&self, bytes: u64) {
-        let _ = self
-            .pending
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(bytes))
-            });
+    /// Takes inbox entries of `bytes` (consumed by a turn, or deleted) off the live and the
+    /// pending bytes.
+    pub(super) fn sub_inbox(&self, bytes: u64) {
+        saturating_sub(&self.pending, bytes);
+        self.sub(bytes);
     }
 
     /// Sets the pending bytes from a scan of the inbox (on open, after clearing it).
@@ -232,11 +232,7 @@ impl UsageMeter {
     }
 
     pub(super) fn sub(&self, bytes: u64) {
-        let _ = self
-            .live
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(bytes))
-            });
+        saturating_sub(&self.live, bytes);
     }
 
     pub(super) fn set_trigger(&self, bytes: u64) {
@@ -247,6 +243,14 @@ impl UsageMeter {
     pub(super) fn set_hook(&self, hook: Box<dyn Fn() + Send + Sync>) -> bool {
         self.hook.set(hook).is_ok()
     }
+}
+
+/// Subtracts `bytes` from `counter`, stopping at zero (a count set from a scan may be below
+/// what is later taken off it).
+fn saturating_sub(counter: &AtomicU64, bytes: u64) {
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(v.saturating_sub(bytes))
+    });
 }
 
 /// What the disk estimate had counted when a measurement began.

@@ -192,8 +192,7 @@ impl Store {
             std::sync::atomic::Ordering::Relaxed,
         );
         let inbox_freed = applied.iter().map(|a| a.inbox_freed).sum();
-        self.shared.meter.sub(inbox_freed);
-        self.shared.meter.sub_pending(inbox_freed);
+        self.shared.meter.sub_inbox(inbox_freed);
         self.shared
             .meter
             .add(prepared.iter().map(written_bytes).sum());
