@@ -8,12 +8,12 @@
 //! with large values (whole nodes stored as blob files) garbage can build up faster than its
 //! segment cleaner reclaims it. A rewrite bounds that: the new generation holds only live
 //! data. Generations and `CURRENT` are described in `generations.rs`: the new generation is
-//! copied, checked (same number of keys per tree as the old one while writes are held),
-//! flushed and marked complete before `CURRENT` is switched to it (atomically, durably); the
-//! old one is deleted only after that. A crash before the switch leaves the old generation
-//! current and the incomplete copy is deleted on the next open.
+//! copied, checked (the same keys per tree as the old one while writes are held; a tree whose
+//! copy differs is copied again), flushed and marked complete before `CURRENT` is switched to
+//! it (atomically, durably); the old one is deleted only after that. A crash before the switch
+//! leaves the old generation current and the incomplete copy is deleted on the next open.
 //!
-//! Writes are held off (the write gate, exclusively) for the copy, the key-count check, the
+//! Writes are held off (the write gate, exclusively) for the copy, the check, the
 //! flush and the switch: admission waits for as long as the live data takes to copy. Copying
 //! beside the writers through sled's subscribers was tried and deadlocks: a sled transaction
 //! holds sled's process-wide concurrency lock while it hands an event to a subscriber, so a
@@ -33,6 +33,9 @@ use crate::error::StoreError;
 const ID_BASE_KEY: &[u8] = b"id_base";
 /// Keys copied per sled batch; bounds the memory of a rewrite.
 const COPY_BATCH: usize = 1_000;
+/// How often a rewrite copies a tree whose copy differs from its source before giving up
+/// (the rewrite then fails and the old generation stays current).
+const COPY_ATTEMPTS: u32 = 3;
 /// How long a rewrite waits for readers of the old generation before leaving its directory
 /// to be deleted on the next open.
 const RETIRE_WAIT: Duration = Duration::from_secs(5);
@@ -73,10 +76,66 @@ struct TreeCopy {
     dst: sled::Tree,
 }
 
-/// Copies tree `i` in batches (bounding the memory of a rewrite).
-fn copy_tree(copies: &[TreeCopy], i: usize) -> Result<u64, StoreError> {
+/// Copies one tree and checks that the copy holds exactly the source's keys; a copy that
+/// does not is cleared and made again, up to [`COPY_ATTEMPTS`] times. Writes are held off, yet
+/// one CI run saw a copy whose key count differed from its source's (not reproduced in 80 runs
+/// since). The suspected cause: sled finishes an interrupted node merge lazily, on the next
+/// traversal, so the copy's pass can be the first to walk a tree that evictions left
+/// mid-merge. Returns the keys copied.
+fn copy_verified(copy: &TreeCopy) -> Result<u64, StoreError> {
+    for attempt in 1..=COPY_ATTEMPTS {
+        let copied = copy_tree(copy)?;
+        match first_difference(copy)? {
+            None => return Ok(copied),
+            Some(difference) => {
+                tracing::warn!(
+                    tree = %String::from_utf8_lossy(&copy.src.name()),
+                    attempt,
+                    copied,
+                    %difference,
+                    "a rewrite's copy differs from its source; copying the tree again"
+                );
+                copy.dst
+                    .clear()
+                    .map_err(StoreError::sled("clearing a rewrite's copy"))?;
+            }
+        }
+    }
+    Err(StoreError::Invariant(
+        "a rewrite's copy does not hold the same keys as its source",
+    ))
+}
+
+/// The first key that only one of the source and its copy holds, walking both in key order.
+/// Keys, not values: the old generation's ledger mark can be restamped while writes are held.
+fn first_difference(copy: &TreeCopy) -> Result<Option<String>, StoreError> {
+    let mut src = copy.src.iter().keys();
+    let mut dst = copy.dst.iter().keys();
+    loop {
+        const CONTEXT: &str = "reading for a rewrite's check";
+        let a = src.next().transpose().map_err(StoreError::sled(CONTEXT))?;
+        let b = dst.next().transpose().map_err(StoreError::sled(CONTEXT))?;
+        match (a, b) {
+            (None, None) => return Ok(None),
+            (Some(a), Some(b)) if a == b => {}
+            (a, b) => {
+                let show = |k: Option<sled::IVec>| {
+                    k.map_or("nothing".to_string(), |k| format!("{:?}", k.as_ref()))
+                };
+                return Ok(Some(format!(
+                    "source has {}, copy has {}",
+                    show(a),
+                    show(b)
+                )));
+            }
+        }
+    }
+}
+
+/// Copies one tree in batches (bounding the memory of a rewrite).
+fn copy_tree(copy: &TreeCopy) -> Result<u64, StoreError> {
     let mut copied = 0u64;
-    let mut iter = copies[i].src.iter();
+    let mut iter = copy.src.iter();
     loop {
         let mut batch = sled::Batch::default();
         let mut in_batch = 0usize;
@@ -85,8 +144,7 @@ fn copy_tree(copies: &[TreeCopy], i: usize) -> Result<u64, StoreError> {
             batch.insert(k, v);
             in_batch += 1;
         }
-        copies[i]
-            .dst
+        copy.dst
             .apply_batch(batch)
             .map_err(StoreError::sled("writing a rewrite"))?;
         copied += in_batch as u64;
@@ -200,31 +258,16 @@ impl Store {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let paused = Instant::now();
-        let copies = old
-            .db
-            .tree_names()
-            .into_iter()
-            .map(|tree| {
-                let src = old
-                    .db
-                    .open_tree(&tree)
-                    .map_err(StoreError::sled("opening a tree to copy"))?;
-                let dst = db
-                    .open_tree(&tree)
-                    .map_err(StoreError::sled("creating a tree copy"))?;
-                Ok(TreeCopy { src, dst })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
         let mut keys = 0u64;
-        for i in 0..copies.len() {
-            keys += copy_tree(&copies, i)?;
-        }
-        for copy in &copies {
-            if copy.src.len() != copy.dst.len() {
-                return Err(StoreError::Invariant(
-                    "a rewrite's copy does not hold the same keys as its source",
-                ));
-            }
+        for tree in old.db.tree_names() {
+            let src = old
+                .db
+                .open_tree(&tree)
+                .map_err(StoreError::sled("opening a tree to copy"))?;
+            let dst = db
+                .open_tree(&tree)
+                .map_err(StoreError::sled("creating a tree copy"))?;
+            keys += copy_verified(&TreeCopy { src, dst })?;
         }
         // Every id the old generation handed out is below this one.
         let base = old.next_id()? + 1;
@@ -260,5 +303,48 @@ impl Store {
         old.commit.all_durable();
         let pause_ms = u64::try_from(paused.elapsed().as_millis()).unwrap_or(u64::MAX);
         Ok((keys, pause_ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trees() -> (tempfile::TempDir, TreeCopy) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new()
+            .temporary(true)
+            .path(dir.path())
+            .open()
+            .unwrap();
+        let src = db.open_tree("src").unwrap();
+        for i in 0..2_500u32 {
+            src.insert(i.to_be_bytes(), &[1u8; 8]).unwrap();
+        }
+        let dst = db.open_tree("dst").unwrap();
+        (dir, TreeCopy { src, dst })
+    }
+
+    #[test]
+    fn a_copy_holding_a_key_its_source_lacks_is_made_again() {
+        let (_dir, copy) = trees();
+        copy.dst.insert(b"stray", &[]).unwrap();
+        assert_eq!(copy_verified(&copy).unwrap(), 2_500);
+        assert_eq!(copy.dst.len(), 2_500);
+        assert!(first_difference(&copy).unwrap().is_none());
+    }
+
+    #[test]
+    fn the_check_finds_a_missing_or_extra_key() {
+        let (_dir, copy) = trees();
+        copy_tree(&copy).unwrap();
+        assert!(first_difference(&copy).unwrap().is_none());
+        copy.dst.remove(1_234u32.to_be_bytes()).unwrap();
+        let missing = first_difference(&copy).unwrap().expect("a missing key");
+        assert!(missing.contains("source has [0, 0, 4, 210]"), "{missing}");
+        copy.dst.insert(1_234u32.to_be_bytes(), &[1u8; 8]).unwrap();
+        copy.dst.insert(9_999u32.to_be_bytes(), &[]).unwrap();
+        let extra = first_difference(&copy).unwrap().expect("an extra key");
+        assert!(extra.contains("source has nothing"), "{extra}");
     }
 }
