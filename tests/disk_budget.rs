@@ -361,6 +361,82 @@ async fn four_times_the_budget_stays_within_it() {
     .await;
 }
 
+/// Sessions revisited after the budget moved them to the cold tier, by senders that never
+/// retry: most messages are refused (507) while the disk is full. A refused message must write
+/// nothing — bringing its session back from the cold tier writes the whole transcript, and once
+/// that came before the budget check, refusals alone carried the data dir to 2–3× its budget
+/// — and a segment the janitor deletes while a message thaws it is not a server error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_messages_to_cold_sessions_write_nothing() {
+    const SENDERS: u64 = 8;
+    const SESSIONS_PER_SENDER: u64 = 100;
+    const POSTS_PER_SENDER: u64 = 1_000;
+    let budget = 32u64 << 20;
+    let data = tempfile::tempdir().unwrap();
+    let conf = tempfile::tempdir().unwrap();
+    let server =
+        ServerProcess::start(data.path(), conf.path(), &budget_config(budget, "strict")).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (done, dir) = (Arc::clone(&done), server.data_dir.clone());
+        tokio::spawn(async move {
+            let mut peak = 0;
+            while !done.load(Ordering::Relaxed) {
+                peak = peak.max(disk_bytes(&dir));
+                tokio::time::sleep(SAMPLE_EVERY).await;
+            }
+            peak.max(disk_bytes(&dir))
+        })
+    };
+    let mut tasks = Vec::new();
+    for w in 0..SENDERS {
+        let (client, url) = (client.clone(), server.url.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut statuses = std::collections::BTreeMap::<u16, u64>::new();
+            for i in 0..POSTS_PER_SENDER {
+                let chat = format!("cold-{w}-{}", i % SESSIONS_PER_SENDER);
+                let text = format!("word{i} ").repeat(2_000);
+                let r = client
+                    .post(format!("{url}/v1/messages"))
+                    .json(&message(&chat, &format!("m{w}-{i}"), &text))
+                    .send()
+                    .await
+                    .expect("the server answers");
+                *statuses.entry(r.status().as_u16()).or_default() += 1;
+            }
+            statuses
+        }));
+    }
+    let mut statuses = std::collections::BTreeMap::<u16, u64>::new();
+    for t in tasks {
+        for (status, n) in t.await.unwrap() {
+            *statuses.entry(status).or_default() += n;
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    let peak = sampler.await.unwrap();
+    println!(
+        "statuses {statuses:?}; peak data dir {:.0}% of the budget",
+        peak as f64 * 100.0 / budget as f64
+    );
+    assert!(
+        statuses.keys().all(|s| [202, 429, 507].contains(s)),
+        "only accepted and back-pressure answers: {statuses:?}"
+    );
+    assert!(
+        statuses.contains_key(&507),
+        "the budget was reached: {statuses:?}"
+    );
+    assert!(
+        peak <= budget + budget / 10,
+        "data dir peaked at {peak} bytes, past the budget {budget} + 10%"
+    );
+}
+
 /// One overload regime through the real binary: `config` is the whole config file. Asserts the
 /// data dir's peak stays within the budget + 10%, every acknowledged message is answered, and
 /// the newest session survives.

@@ -107,6 +107,13 @@ impl Admitter {
             }
             other => Refusal::Storage(other.to_string()),
         };
+        // The disk budget holds here, not only in the janitor: past it nothing new is written
+        // (the check wakes the janitor, so the refusal lasts until a pass frees space). Before
+        // the thaw: bringing a cold session back writes its whole transcript, and a refused
+        // message must change nothing.
+        if let Some(reason) = store.disk_full() {
+            return Err(Refusal::InsufficientStorage(reason));
+        }
         // A cold session comes back before anything reads it (preflight, history, the turn).
         store.thaw_session(&key).map_err(storage)?;
         let mut admission = match self
@@ -121,11 +128,6 @@ impl Admitter {
                 return Err(Refusal::Dropped(reason));
             }
         };
-        // The disk budget holds here, not only in the janitor: past it nothing new is written
-        // (the check wakes the janitor, so the refusal lasts until a pass frees space).
-        if let Some(reason) = store.disk_full() {
-            return Err(Refusal::InsufficientStorage(reason));
-        }
         let cap = self.config.storage.max_queued_messages;
         if store.queued() >= cap {
             return Err(Refusal::Overloaded(format!(

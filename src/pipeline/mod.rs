@@ -4,8 +4,8 @@
 //! Runtime::submit(message)                 validate; refuse while closing (runtime/mod.rs)
 //!   ChannelHandle::submit → Supervisor     one mailbox, admissions in arrival order
 //!     Backend::admit → admission::Admitter::admit
-//!                                          session key → thaw → preflight (drop or accept)
-//!                                          → disk budget → queue cap → chat record
+//!                                          session key → disk budget → thaw
+//!                                          → preflight (drop or accept) → queue cap → chat record
 //!                                          → durable inbox entry → route to the key's lane
 //!   wait for the group commit of the entry → Ack (or the refusal: Dropped is a 200)
 //! Lane (one per session)                   queue mode, debounce, cap, retries

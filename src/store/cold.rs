@@ -327,7 +327,17 @@ impl Store {
         if !path.exists() || self.session(key)?.is_some() {
             return Ok(false);
         }
-        let (header, entries) = read_segment(&path, true)?;
+        let (header, entries) = match read_segment(&path, true) {
+            Ok(read) => read,
+            // Deleted since the check above (the janitor keeps the cold tier within its share,
+            // oldest first): the session is gone for good, as if it had never been cold.
+            Err(StoreError::File { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Ok(false)
+            }
+            Err(e) => return Err(e),
+        };
         if header.session_key != key {
             return Ok(false);
         }
