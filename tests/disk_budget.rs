@@ -154,6 +154,24 @@ async fn overload(
     .await
 }
 
+/// Measures `dir` every [`SAMPLE_EVERY`] until `done`, and once more then: (seconds since
+/// `start`, bytes) per sample.
+fn sample_disk(
+    dir: std::path::PathBuf,
+    start: Instant,
+    done: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<Vec<(f64, u64)>> {
+    tokio::spawn(async move {
+        let mut samples = Vec::new();
+        while !done.load(Ordering::Relaxed) {
+            samples.push((start.elapsed().as_secs_f64(), disk_bytes(&dir)));
+            tokio::time::sleep(SAMPLE_EVERY).await;
+        }
+        samples.push((start.elapsed().as_secs_f64(), disk_bytes(&dir)));
+        samples
+    })
+}
+
 async fn run_load(server: &ServerProcess, load: &Load) -> Outcome {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
@@ -173,19 +191,7 @@ async fn run_load(server: &ServerProcess, load: &Load) -> Outcome {
     };
     let done = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
-    let dir = server.data_dir.clone();
-    let sampler = {
-        let done = Arc::clone(&done);
-        tokio::spawn(async move {
-            let mut samples = Vec::new();
-            while !done.load(Ordering::Relaxed) {
-                samples.push((start.elapsed().as_secs_f64(), disk_bytes(&dir)));
-                tokio::time::sleep(SAMPLE_EVERY).await;
-            }
-            samples.push((start.elapsed().as_secs_f64(), disk_bytes(&dir)));
-            samples
-        })
-    };
+    let sampler = sample_disk(server.data_dir.clone(), start, Arc::clone(&done));
     let text = "x".repeat(load.text_bytes);
     let mut tasks = Vec::new();
     for _ in 0..load.senders {
@@ -362,7 +368,7 @@ async fn four_times_the_budget_stays_within_it() {
 }
 
 /// Sessions revisited after the budget moved them to the cold tier, by senders that never
-/// retry: most messages are refused (507) while the disk is full. A refused message must write
+/// retry: many messages are refused (507) while the disk is full. A refused message must write
 /// nothing — bringing its session back from the cold tier writes the whole transcript, and once
 /// that came before the budget check, refusals alone carried the data dir to 2–3× its budget
 /// — and a segment the janitor deletes while a message thaws it is not a server error.
@@ -381,17 +387,7 @@ async fn refused_messages_to_cold_sessions_write_nothing() {
         .build()
         .unwrap();
     let done = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (done, dir) = (Arc::clone(&done), server.data_dir.clone());
-        tokio::spawn(async move {
-            let mut peak = 0;
-            while !done.load(Ordering::Relaxed) {
-                peak = peak.max(disk_bytes(&dir));
-                tokio::time::sleep(SAMPLE_EVERY).await;
-            }
-            peak.max(disk_bytes(&dir))
-        })
-    };
+    let sampler = sample_disk(server.data_dir.clone(), Instant::now(), Arc::clone(&done));
     let mut tasks = Vec::new();
     for w in 0..SENDERS {
         let (client, url) = (client.clone(), server.url.clone());
@@ -418,7 +414,13 @@ async fn refused_messages_to_cold_sessions_write_nothing() {
         }
     }
     done.store(true, Ordering::Relaxed);
-    let peak = sampler.await.unwrap();
+    let peak = sampler
+        .await
+        .unwrap()
+        .iter()
+        .map(|&(_, bytes)| bytes)
+        .max()
+        .unwrap_or(0);
     println!(
         "statuses {statuses:?}; peak data dir {:.0}% of the budget",
         peak as f64 * 100.0 / budget as f64
