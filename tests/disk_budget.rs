@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{disk_bytes, message, post, session_key, transcript, ServerProcess};
+use support::{disk_bytes, encode_key, message, post, session_key, transcript, ServerProcess};
 
 /// Messages per session before the load moves on to the next one.
 const PER_SESSION: u64 = 20;
@@ -371,7 +371,9 @@ async fn four_times_the_budget_stays_within_it() {
 /// retry: many messages are refused (507) while the disk is full. A refused message must write
 /// nothing — bringing its session back from the cold tier writes the whole transcript, and once
 /// that came before the budget check, refusals alone carried the data dir to 2–3× its budget
-/// — and a segment the janitor deletes while a message thaws it is not a server error.
+/// — and a segment the janitor deletes while a message thaws it is not a server error. Then
+/// reads: a cold session is found and its transcript read from its segment, which stays as it
+/// is (no thaw, no write), and a DELETE removes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_messages_to_cold_sessions_write_nothing() {
     const SENDERS: u64 = 8;
@@ -437,6 +439,101 @@ async fn refused_messages_to_cold_sessions_write_nothing() {
         peak <= budget + budget / 10,
         "data dir peaked at {peak} bytes, past the budget {budget} + 10%"
     );
+
+    let keys: Vec<String> = (0..SENDERS)
+        .flat_map(|w| (0..SESSIONS_PER_SENDER).map(move |i| session_key(&format!("cold-{w}-{i}"))))
+        .collect();
+    let cold_dir = server.data_dir.join("cold");
+    let before = settled_segments(&cold_dir).await;
+    let cold: Vec<&String> = keys
+        .iter()
+        .filter(|k| before.contains_key(&segment_name(k)))
+        .collect();
+    assert!(
+        cold.len() >= 10,
+        "only {} cold sessions to read",
+        cold.len()
+    );
+    for key in &cold {
+        let path = format!("{}/v1/sessions/{}", server.url, encode_key(key));
+        let r = client.get(&path).send().await.unwrap();
+        assert_eq!(r.status(), 200, "GET a cold session {key}");
+        let info: serde_json::Value = r.json().await.unwrap();
+        let entries = info["entries"].as_u64().unwrap_or(0);
+        assert!(entries > 0, "{info}");
+        let r = client
+            .get(format!("{path}/transcript?limit=1000"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "GET a cold session's transcript {key}");
+        let page: Vec<serde_json::Value> = r.json().await.unwrap();
+        let kinds: Vec<_> = page.iter().map(|e| (&e["seq"], &e["kind"])).collect();
+        assert_eq!(
+            page.len() as u64,
+            entries.min(1_000),
+            "{key}: the record {info} and its transcript {kinds:?}"
+        );
+    }
+    assert_eq!(
+        segments(&cold_dir),
+        before,
+        "reads changed the cold tier (a thaw writes the whole transcript back)"
+    );
+    let gone = cold[0];
+    let path = format!("{}/v1/sessions/{}", server.url, encode_key(gone));
+    let r = client.delete(&path).send().await.unwrap();
+    assert_eq!(r.status(), 200, "DELETE a cold session");
+    assert!(!segments(&cold_dir).contains_key(&segment_name(gone)));
+    assert_eq!(client.get(&path).send().await.unwrap().status(), 404);
+}
+
+/// A cold segment's file name: the server's stable 64-bit FNV-1a hash of the session key.
+fn segment_name(key: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.as_bytes() {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}.seg")
+}
+
+/// The cold tier's files: name → (size, modification time).
+fn segments(
+    dir: &std::path::Path,
+) -> std::collections::BTreeMap<String, (u64, std::time::SystemTime)> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| {
+                    let meta = e.metadata().ok()?;
+                    let modified = meta.modified().ok()?;
+                    Some((
+                        e.file_name().to_string_lossy().into_owned(),
+                        (meta.len(), modified),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The cold tier once the janitor has stopped changing it (the same for a second, within
+/// a bounded wait).
+async fn settled_segments(
+    dir: &std::path::Path,
+) -> std::collections::BTreeMap<String, (u64, std::time::SystemTime)> {
+    let mut last = segments(dir);
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = segments(dir);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the cold tier kept changing for a minute after the load");
 }
 
 /// One overload regime through the real binary: `config` is the whole config file. Asserts the

@@ -358,14 +358,13 @@ impl Runtime {
         self.inner.replies.watch_deltas()
     }
 
-    /// One session, if it exists.
+    /// One session, if it exists (a cold one is read from its segment, not thawed).
     pub fn session(&self, key: &str) -> Result<Option<SessionInfo>, Error> {
         let key = &normalize_session_key(key);
-        self.inner.store.thaw_session(key)?;
         Ok(self
             .inner
             .store
-            .session(key)?
+            .find_session(key)?
             .map(|r| SessionInfo::new(key.to_string(), r)))
     }
 
@@ -381,7 +380,7 @@ impl Runtime {
     }
 
     /// A page of a session's transcript (entries with `seq > after`), or `None` if the session
-    /// does not exist.
+    /// does not exist (a cold one is read from its segment, not thawed).
     pub fn transcript(
         &self,
         key: &str,
@@ -389,13 +388,10 @@ impl Runtime {
         limit: usize,
     ) -> Result<Option<Vec<TranscriptItem>>, Error> {
         let key = &normalize_session_key(key);
-        let store = &self.inner.store;
-        store.thaw_session(key)?;
-        let Some(record) = store.session(key)? else {
+        let Some((_, page)) = self.inner.store.find_transcript(key, after, limit)? else {
             return Ok(None);
         };
-        let items = store
-            .transcript(record.id, after, limit)?
+        let items = page
             .into_iter()
             .map(|(seq, e)| TranscriptItem {
                 seq,
@@ -412,10 +408,11 @@ impl Runtime {
     }
 
     /// The context the next turn of `key` would send (without a new message), or `None` if the
-    /// session does not exist.
+    /// session does not exist. Assembly reads sled: a cold session is thawed, unless the disk
+    /// is full (then `InsufficientStorage`).
     pub fn context_dump(&self, key: &str) -> Result<Option<Arc<Assembly>>, Error> {
         let key = &normalize_session_key(key);
-        self.inner.store.thaw_session(key)?;
+        self.inner.store.thaw_within_budget(key)?;
         if self.inner.store.session(key)?.is_none() {
             return Ok(None);
         }

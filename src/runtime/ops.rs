@@ -115,6 +115,8 @@ impl Runtime {
     /// `Ok(None)` if there is no such session.
     pub async fn compact(&self, key: &str) -> Result<Option<Compacted>, Error> {
         let key = normalize_session_key(key);
+        // The compactor works on sled: a cold session comes back first, within the budget.
+        self.inner.store.thaw_within_budget(&key)?;
         if self.session(&key)?.is_none() {
             return Ok(None);
         }

@@ -31,11 +31,15 @@ impl Runtime {
     }
 
     /// Keeps `text` as the request-level system instructions of session `key`, durably, when
-    /// they differ from the stored ones (the next assembly sees them).
+    /// they differ from the stored ones (the next assembly sees them). They are kept beside
+    /// the session, not in it, so a cold session stays cold. While the disk is full:
+    /// `InsufficientStorage` and nothing written, as admission would answer the message.
     pub async fn set_session_instructions(&self, key: &str, text: &str) -> Result<(), Error> {
         let key = &normalize_session_key(key);
         let store = &self.inner.store;
-        store.thaw_session(key)?;
+        if let Some(reason) = store.disk_full() {
+            return Err(Error::InsufficientStorage { reason });
+        }
         if let Some(ticket) = store.set_session_instructions(key, text)? {
             self.inner.engine.context().invalidate(key);
             store.commit().wait(ticket).await?;

@@ -1,6 +1,7 @@
 //! The cold tier: sessions the janitor would evict for the disk budget are moved out of sled
 //! into one gzip-compressed segment file each, `<data_dir>/cold/<hash of the key>.seg`, and
-//! loaded back into sled on the session's next message or read (`Store::thaw_session`).
+//! loaded back into sled on the session's next message (`Store::thaw_session`); reads and a
+//! delete use the segment in place (`cold_reads.rs`).
 //!
 //! Why: sled holds a live byte in 2–4 disk bytes and a rewrite needs room for a second copy,
 //! so live data in sled is held to a fifth of the budget. A segment holds a transcript in
@@ -42,9 +43,9 @@ const MAX_FRAME: usize = super::MAX_VALUE_BYTES;
 
 /// The first frame of a segment.
 #[derive(Debug, Serialize, Deserialize)]
-struct ColdHeader {
-    session_key: String,
-    record: SessionRecord,
+pub(super) struct ColdHeader {
+    pub(super) session_key: String,
+    pub(super) record: SessionRecord,
 }
 
 /// One segment file.
@@ -58,7 +59,7 @@ pub(super) struct ColdFile {
 
 /// The segment path for `key`: a stable 64-bit FNV-1a hash, so nothing a user chose is in a
 /// file name. Two keys with the same hash cannot both be cold: the second is evicted instead.
-fn path_of(data_dir: &Path, key: &str) -> PathBuf {
+pub(super) fn path_of(data_dir: &Path, key: &str) -> PathBuf {
     data_dir
         .join(COLD_DIR)
         .join(format!("{:016x}.seg", fnv1a(key)))
@@ -103,10 +104,21 @@ fn read_frame(input: &mut impl Read, path: &Path) -> Result<Option<Vec<u8>>, Sto
     Ok(Some(value))
 }
 
-/// Reads a segment's header (and, with `entries`, its whole transcript).
-fn read_segment(
+/// Which of a segment's transcript entries [`read_segment`] returns.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Entries {
+    /// None: the header only.
+    None,
+    /// Every entry.
+    All,
+    /// A page: entries with `seq > after`, at most `limit` of them.
+    After { after: u64, limit: usize },
+}
+
+/// Reads a segment's header and the transcript entries `which` asks for.
+pub(super) fn read_segment(
     path: &Path,
-    entries: bool,
+    which: Entries,
 ) -> Result<(ColdHeader, Vec<(u64, TranscriptEntry)>), StoreError> {
     let file = std::fs::File::open(path).map_err(StoreError::file("open", path))?;
     let mut input = GzDecoder::new(BufReader::new(file));
@@ -115,10 +127,19 @@ fn read_segment(
         reason: format!("empty segment {}", path.display()),
     })?;
     let header: ColdHeader = decode("cold", &header)?;
+    let (after, limit) = match which {
+        Entries::None => return Ok((header, Vec::new())),
+        Entries::All => (None, usize::MAX),
+        Entries::After { after, limit } => (Some(after), limit),
+    };
     let mut out = Vec::new();
-    if entries {
-        while let Some(frame) = read_frame(&mut input, path)? {
-            out.push(decode("cold", &frame)?);
+    while out.len() < limit {
+        let Some(frame) = read_frame(&mut input, path)? else {
+            break;
+        };
+        let (seq, entry): (u64, TranscriptEntry) = decode("cold", &frame)?;
+        if after.is_none_or(|after| seq > after) {
+            out.push((seq, entry));
         }
     }
     Ok((header, out))
@@ -182,7 +203,7 @@ impl Default for ColdLocks {
 }
 
 impl ColdLocks {
-    fn lock(&self, key: &str) -> std::sync::MutexGuard<'_, ()> {
+    pub(super) fn lock(&self, key: &str) -> std::sync::MutexGuard<'_, ()> {
         let stripe = (fnv1a(key) % LOCK_STRIPES as u64) as usize;
         // A panic while holding a stripe leaves nothing half-done that the lock guards.
         self.0[stripe]
@@ -223,7 +244,7 @@ impl Store {
         }
         let path = path_of(self.data_dir(), key);
         if path.exists() {
-            match read_segment(&path, false) {
+            match read_segment(&path, Entries::None) {
                 Ok((header, _)) if header.session_key != key => return Ok(None),
                 // A stale copy of this session (sled won): replaced below.
                 _ => {}
@@ -231,6 +252,13 @@ impl Store {
         }
         let segment_bytes = self.write_segment(key, &record, &path)?;
         self.shared.meter.add_file(segment_bytes);
+        // A compaction (which does not take the cold lock, nor change `updated_at_ms`) may
+        // have replaced entries while they were written: the segment would pair the old
+        // record with the new transcript. Kept hot then; the next pass tries again.
+        if self.session(key)?.as_ref() != Some(&record) {
+            self.remove_segment(&path)?;
+            return Ok(None);
+        }
         match self.evict_session(key, Some(expected_updated_at))? {
             Some(evicted) => Ok(Some(Frozen {
                 evicted,
@@ -312,7 +340,7 @@ impl Store {
     }
 
     /// False while the cold tier is known to be empty (see `Shared::cold_used`).
-    fn cold_used(&self) -> bool {
+    pub(super) fn cold_used(&self) -> bool {
         self.shared
             .cold_used
             .load(std::sync::atomic::Ordering::Acquire)
@@ -327,7 +355,7 @@ impl Store {
         if !path.exists() || self.session(key)?.is_some() {
             return Ok(false);
         }
-        let (header, entries) = match read_segment(&path, true) {
+        let (header, entries) = match read_segment(&path, Entries::All) {
             Ok(read) => read,
             // Deleted since the check above (the janitor keeps the cold tier within its share,
             // oldest first): the session is gone for good, as if it had never been cold.
@@ -415,7 +443,7 @@ impl Store {
         if !path.exists() {
             return Ok(());
         }
-        match read_segment(&path, false) {
+        match read_segment(&path, Entries::None) {
             Ok((header, _)) if header.session_key != key => Ok(()),
             _ => self.remove_segment(&path),
         }
@@ -435,7 +463,7 @@ impl Store {
                 // An interrupted freeze's leftover: the janitor deletes it.
                 continue;
             }
-            let problem = match read_segment(&file.path, true) {
+            let problem = match read_segment(&file.path, Entries::All) {
                 Ok((header, _)) if path_of(self.data_dir(), &header.session_key) != file.path => {
                     Some(format!(
                         "holds session {:?} under another name",
@@ -459,7 +487,7 @@ impl Store {
     }
 
     /// Deletes a segment file, if it is there, and takes its size off the disk estimate.
-    fn remove_segment(&self, path: &Path) -> Result<(), StoreError> {
+    pub(super) fn remove_segment(&self, path: &Path) -> Result<(), StoreError> {
         let bytes = std::fs::symlink_metadata(path)
             .map(|m| super::disk::dir_disk_bytes_of_file(&m))
             .unwrap_or(0);
@@ -745,7 +773,7 @@ mod tests {
             } else {
                 let path = path_of(dir.path(), key);
                 if path.exists() {
-                    let bytes = text(read_segment(&path, true).unwrap().1);
+                    let bytes = text(read_segment(&path, Entries::All).unwrap().1);
                     held += bytes;
                     cold_text += bytes;
                 }

@@ -30,10 +30,18 @@ impl Store {
     /// caller makes sure no turn runs for the session (a turn that commits anyway recreates
     /// it with its own entries, which is consistent).
     pub fn delete_session(&self, session_key: &str) -> Result<Option<SessionDeletion>, StoreError> {
-        // A cold session is deleted like a hot one; a stale cold copy must not come back.
-        self.thaw_session(session_key)?;
-        self.forget_cold(session_key)?;
+        // A cold session's segment goes without a thaw (which would write its whole
+        // transcript first, even with the disk full); a stale cold copy of a hot session
+        // (sled won after a crash) goes too, so it cannot come back.
+        let cold = self.take_cold(session_key)?;
         let deleted = self.delete_session_records(session_key)?;
+        let deleted = deleted.or_else(|| {
+            cold.map(|record| SessionDeletion {
+                entries: record.entries,
+                pending: 0,
+                ticket: self.inner().commit.ticket(),
+            })
+        });
         if deleted.is_some() {
             // After the write gate is released: this takes it per batch.
             self.delete_channel_messages(session_key)?;

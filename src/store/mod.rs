@@ -13,7 +13,7 @@
 //! Disk budget, repair and interchange live in their own files: `disk` (measuring, the live
 //! byte meter), `evict` (removing whole sessions), `archive` (compressed JSONL of evicted
 //! sessions), `cold` (the cold tier: evicted sessions as compressed segments, thawed on
-//! use), `budget` (the janitor's [`StoreBudget`] and admission's `disk_full`), `doctor` (checks, repair,
+//! use), `cold_reads` (reads and deletes of a cold session in place, without a thaw), `budget` (the janitor's [`StoreBudget`] and admission's `disk_full`), `doctor` (checks, repair,
 //! quarantine), `migrate` (schema migrations on open), `compact` (a prefix replaced by a summary),
 //! `export` and `import_openclaw`, `delete` (one session, on request).
 //!
@@ -30,6 +30,7 @@ mod channel;
 mod channel_state;
 mod codec;
 mod cold;
+mod cold_reads;
 mod committer;
 mod compact;
 mod contain;
@@ -66,6 +67,7 @@ pub use budget::{Liveness, StoreBudget};
 pub use channel::{walk_back, Scan, MAX_CHAT_SCAN};
 pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
 pub use cold::COLD_DIR;
+pub use cold_reads::SessionPage;
 pub use committer::{TurnCommitter, COMMIT_QUEUE, GATHER_YIELDS, INLINE_COMMIT_TURNS};
 pub use compact::{SummarySwap, SwapOutcome, MAX_COMPACTED_ENTRIES};
 pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
