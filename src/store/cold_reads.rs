@@ -1,9 +1,9 @@
-//! Reads and deletes of a session wherever it is, hot (in sled) or cold (in its segment),
-//! without thawing it. A thaw writes the session's whole transcript back into sled: a read
-//! that thawed would write while the disk is full, and the janitor would freeze the session
-//! again — churn that a client looping over reads of cold sessions could keep up. Only what
-//! must change a session (a message, its instructions, a compaction, the context dump's
-//! assembly) thaws it, and only within the disk budget ([`Store::thaw_within_budget`]).
+//! Reads, exports and deletes of a session wherever it is, hot (in sled) or cold (in its
+//! segment), without thawing it. A thaw writes the session's whole transcript back into sled:
+//! a read that thawed would write while the disk is full, and the janitor would freeze the
+//! session again — churn that a client looping over reads of cold sessions could keep up.
+//! Only what must change a session or needs it in sled (a message, a compaction, the context
+//! dump's assembly) thaws it, and only within the disk budget ([`Store::thaw_within_budget`]).
 
 use super::cold::{path_of, read_segment, Entries};
 use super::{SessionRecord, Store, TranscriptEntry};
@@ -78,7 +78,11 @@ impl Store {
 
     /// `key`'s cold segment, read in place; `None` when there is none for `key` (also when
     /// the janitor deleted it a moment ago: then the session is gone).
-    fn read_cold(&self, key: &str, which: Entries) -> Result<Option<SessionPage>, StoreError> {
+    pub(super) fn read_cold(
+        &self,
+        key: &str,
+        which: Entries,
+    ) -> Result<Option<SessionPage>, StoreError> {
         if !self.cold_used() {
             return Ok(None);
         }
@@ -185,6 +189,26 @@ mod tests {
         assert_eq!(store.find_session("hot").unwrap().unwrap().entries, 2);
         assert!(store.find_session("never").unwrap().is_none());
         assert!(store.find_transcript("never", 0, 10).unwrap().is_none());
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_cold_session_is_exported_from_its_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        turns(&store, "a", 2);
+        let mut hot = Vec::new();
+        assert_eq!(store.export_session("a", &mut hot).unwrap(), Some(4));
+        freeze(&store, "a");
+        let mut cold = Vec::new();
+        assert_eq!(store.export_session("a", &mut cold).unwrap(), Some(4));
+        assert_eq!(String::from_utf8(cold), String::from_utf8(hot));
+        assert!(store.session("a").unwrap().is_none(), "still cold");
+        assert_eq!(segments(dir.path()), 1);
+        assert_eq!(
+            store.export_session("never", &mut Vec::new()).unwrap(),
+            None
+        );
         store.close().await.unwrap();
     }
 

@@ -10,6 +10,7 @@ use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
+use super::cold::Entries;
 use super::{EntryKind, EntrySender, SessionRecord, Store, ToolInfo, TranscriptEntry};
 use crate::error::StoreError;
 
@@ -95,6 +96,22 @@ pub fn write_session_jsonl(
     record: &SessionRecord,
     out: &mut dyn Write,
 ) -> Result<u64, StoreError> {
+    write_jsonl(
+        key,
+        record,
+        |after| store.transcript(record.id, after, EXPORT_PAGE),
+        out,
+    )
+}
+
+/// Writes the header of `record` and the pages `page_after(last seq so far)` returns, until an
+/// empty one.
+fn write_jsonl(
+    key: &str,
+    record: &SessionRecord,
+    mut page_after: impl FnMut(u64) -> Result<Vec<(u64, TranscriptEntry)>, StoreError>,
+    out: &mut dyn Write,
+) -> Result<u64, StoreError> {
     let io = |e: std::io::Error| StoreError::Encode(format!("writing an export: {e}"));
     let header = ExportHeader {
         kind: "session".into(),
@@ -113,7 +130,7 @@ pub fn write_session_jsonl(
     let mut after = 0u64;
     let mut written = 0u64;
     loop {
-        let page = store.transcript(record.id, after, EXPORT_PAGE)?;
+        let page = page_after(after)?;
         let Some((last, _)) = page.last() else {
             break;
         };
@@ -137,9 +154,13 @@ impl Store {
         key: &str,
         out: &mut dyn Write,
     ) -> Result<Option<u64>, StoreError> {
-        let Some(record) = self.session(key)? else {
+        if let Some(record) = self.session(key)? {
+            return write_session_jsonl(self, key, &record, out).map(Some);
+        }
+        // A cold session, from its segment (an export reads; it does not thaw).
+        let Some((record, mut entries)) = self.read_cold(key, Entries::All)? else {
             return Ok(None);
         };
-        write_session_jsonl(self, key, &record, out).map(Some)
+        write_jsonl(key, &record, |_| Ok(std::mem::take(&mut entries)), out).map(Some)
     }
 }
