@@ -444,7 +444,9 @@ async fn refused_messages_to_cold_sessions_write_nothing() {
         .flat_map(|w| (0..SESSIONS_PER_SENDER).map(move |i| session_key(&format!("cold-{w}-{i}"))))
         .collect();
     let cold_dir = server.data_dir.join("cold");
+    let reads_began = Instant::now();
     let before = settled_segments(&cold_dir).await;
+    let settled_after = reads_began.elapsed();
     let cold: Vec<&String> = keys
         .iter()
         .filter(|k| before.contains_key(&segment_name(k)))
@@ -479,6 +481,11 @@ async fn refused_messages_to_cold_sessions_write_nothing() {
         segments(&cold_dir),
         before,
         "reads changed the cold tier (a thaw writes the whole transcript back)"
+    );
+    println!(
+        "the cold tier settled in {settled_after:?}; {} cold sessions read in {:?}",
+        cold.len(),
+        reads_began.elapsed() - settled_after
     );
     let gone = cold[0];
     let path = format!("{}/v1/sessions/{}", server.url, encode_key(gone));
