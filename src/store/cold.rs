@@ -355,21 +355,12 @@ impl Store {
         if !path.exists() || self.session(key)?.is_some() {
             return Ok(false);
         }
-        let (header, entries) = match read_segment(&path, Entries::All) {
-            Ok(read) => read,
-            // Deleted since the check above (the janitor keeps the cold tier within its share,
-            // oldest first): the session is gone for good, as if it had never been cold.
-            Err(StoreError::File { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                return Ok(false)
-            }
-            Err(e) => return Err(e),
-        };
-        if header.session_key != key {
+        // None also when the janitor deleted the segment since the check above (it keeps the
+        // cold tier within its share, oldest first): the session is gone for good.
+        let Some((record, entries)) = self.read_cold(key, Entries::All)? else {
             return Ok(false);
-        }
-        let thawed = self.restore(key, header.record, entries)?;
+        };
+        let thawed = self.restore(key, record, entries)?;
         self.remove_segment(&path)?;
         if thawed {
             tracing::info!(session_key = %key, "thawed a cold session");

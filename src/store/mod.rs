@@ -13,9 +13,10 @@
 //! Disk budget, repair and interchange live in their own files: `disk` (measuring, the live
 //! byte meter), `evict` (removing whole sessions), `archive` (compressed JSONL of evicted
 //! sessions), `cold` (the cold tier: evicted sessions as compressed segments, thawed on
-//! use), `cold_reads` (reads and deletes of a cold session in place, without a thaw), `budget` (the janitor's [`StoreBudget`] and admission's `disk_full`), `doctor` (checks, repair,
-//! quarantine), `migrate` (schema migrations on open), `compact` (a prefix replaced by a summary),
-//! `export` and `import_openclaw`, `delete` (one session, on request).
+//! use), `cold_reads` (reads, exports and deletes of a cold session in place, without a
+//! thaw), `budget` (the janitor's [`StoreBudget`] and admission's `disk_full`), `doctor`
+//! (checks, repair, quarantine), `migrate` (schema migrations on open), `compact` (a prefix
+//! replaced by a summary), `export` and `import_openclaw`, `delete` (one session, on request).
 //!
 //! Surviving damage and a full disk: `generations` (the `db`, `db.<n>` directories and
 //! `CURRENT`, never deleted on doubt), `ledger` (how far the database was durable, to detect a
