@@ -446,7 +446,8 @@ impl StoreBudget {
         };
         self.store.set_janitor_trigger(trigger);
 
-        // 3. Sessions not updated for `prune_after_days`.
+        // 3. Sessions not updated for `prune_after_days`. The index is ordered by minute, so
+        // one that passed the cutoff within the cutoff's minute may wait for the next pass.
         if let Some(age) = self.prune_after_ms {
             let cutoff = now_ms().saturating_sub(age);
             self.evict_oldest(

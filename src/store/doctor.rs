@@ -364,8 +364,8 @@ impl Store {
             let k = k.map_err(StoreError::sled("scanning by_updated"))?;
             let stale = match by_updated::split(&k) {
                 None => true,
-                Some((updated, key)) => match self.session(key) {
-                    Ok(Some(r)) => r.updated_at_ms != updated,
+                Some((_, key)) => match self.session(key) {
+                    Ok(Some(r)) => by_updated::key(r.updated_at_ms, key) != k.as_ref(),
                     Ok(None) | Err(_) => true,
                 },
             };

@@ -59,7 +59,10 @@ impl Store {
         self.shared.meter.set_trigger(live_bytes);
     }
 
-    /// Up to `limit` sessions in `updated_at` order, starting after the index key `after`.
+    /// Up to `limit` sessions in `updated_at` order (by minute, then key), starting after the
+    /// index key `after`. Each candidate carries its record's exact `updated_at_ms`, which
+    /// the eviction checks against; an index entry without a record carries its minute (and
+    /// is then not evicted: there is nothing to evict).
     pub(super) fn oldest_sessions(
         &self,
         after: Option<&[u8]>,
@@ -75,10 +78,17 @@ impl Store {
         let mut out = Vec::new();
         for k in iter.keys().take(limit) {
             let k = k.map_err(StoreError::sled("reading by_updated"))?;
-            let Some((updated_at_ms, session_key)) = by_updated::split(&k) else {
+            let Some((minute, session_key)) = by_updated::split(&k) else {
                 // Not a key we write; the doctor reports it.
                 continue;
             };
+            let updated_at_ms = self
+                .inner()
+                .sessions
+                .get(session_key)
+                .map_err(StoreError::sled("reading a session"))?
+                .and_then(|v| decode::<SessionRecord>("sessions", &v).ok())
+                .map_or(minute, |r| r.updated_at_ms);
             out.push(Candidate {
                 session_key: session_key.to_string(),
                 updated_at_ms,

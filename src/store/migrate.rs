@@ -35,6 +35,7 @@ pub(super) fn run(db: &sled::Db) -> Result<Option<u8>, StoreError> {
     while version < SCHEMA_VERSION {
         match version {
             0 | 1 => build_by_updated(db)?,
+            2 => rebuild_by_updated(db)?,
             _ => {}
         }
         version += 1;
@@ -50,6 +51,16 @@ fn set_version(db: &sled::Db, meta: &sled::Tree, version: u8) -> Result<(), Stor
     db.flush()
         .map_err(StoreError::sled("flushing a migration"))?;
     Ok(())
+}
+
+/// v2 → v3: the `by_updated` index holds minutes instead of milliseconds; its entries are
+/// rebuilt from the session records.
+fn rebuild_by_updated(db: &sled::Db) -> Result<(), StoreError> {
+    db.open_tree(by_updated::TREE)
+        .map_err(StoreError::sled("opening by_updated"))?
+        .clear()
+        .map_err(StoreError::sled("clearing by_updated"))?;
+    build_by_updated(db)
 }
 
 /// v1 → v2: the `by_updated` eviction index, built from the session records. Undecodable

@@ -106,7 +106,7 @@ pub const OPEN_LOCK_RETRY_WAIT: Duration = Duration::from_millis(50);
 pub const DB_DIR: &str = "db";
 
 /// The schema version this build writes. Older stores are migrated on open (`migrate`).
-pub const SCHEMA_VERSION: u8 = 2;
+pub const SCHEMA_VERSION: u8 = 3;
 
 /// The sled database and its trees. Cheap to clone.
 ///

@@ -61,27 +61,120 @@ fn no_one_live() -> Liveness {
     Arc::new(|_: &str| false)
 }
 
+/// The raw index keys, as (minute, session key).
+fn index_keys(store: &Store) -> Vec<(u64, String)> {
+    store
+        .inner()
+        .by_updated
+        .iter()
+        .keys()
+        .map(|k| {
+            let k = k.unwrap();
+            let (minute, key) = by_updated::split(&k).unwrap();
+            (minute, key.to_string())
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn the_index_follows_commits_and_evictions() {
+    const M: u64 = by_updated::BUCKET_MS;
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&config(dir.path())).unwrap();
-    turn(&store, "a", 10, "x");
-    turn(&store, "b", 20, "x");
-    turn(&store, "a", 30, "x");
-    assert_eq!(index(&store), vec![(20, "b".into()), (30, "a".into())]);
+    turn(&store, "a", M + 10, "x");
+    turn(&store, "b", 2 * M + 20, "x");
+    turn(&store, "a", 3 * M + 30, "x");
+    assert_eq!(
+        index(&store),
+        vec![(2 * M + 20, "b".into()), (3 * M + 30, "a".into())]
+    );
     let live = store.live_bytes();
     let evicted = store.evict_session("b", Some(999)).unwrap();
     assert!(evicted.is_none(), "a changed session is kept");
-    let evicted = store.evict_session("b", Some(20)).unwrap().unwrap();
+    let evicted = store.evict_session("b", Some(2 * M + 20)).unwrap().unwrap();
     assert_eq!(evicted.entries_deleted, 2);
     assert_eq!(store.live_bytes(), live - evicted.bytes);
-    assert_eq!(index(&store), vec![(30, "a".into())]);
+    assert_eq!(index(&store), vec![(3 * M + 30, "a".into())]);
     assert!(store.session("b").unwrap().is_none());
     // The next turn of an evicted session starts a fresh one with a new id.
-    let again = turn(&store, "b", 40, "y");
+    let again = turn(&store, "b", 4 * M + 40, "y");
     assert_ne!(again.id, evicted.record.id);
     assert_eq!(again.entries, 2);
     assert!(store.doctor(Depth::Full, false).unwrap().is_clean());
+    store.close().await.unwrap();
+}
+
+/// Turns within one minute leave a session's index entry alone, yet the janitor sees (and
+/// checks its eviction against) the exact time of the last one.
+#[tokio::test]
+async fn turns_within_a_minute_leave_the_index_entry_in_place() {
+    const M: u64 = by_updated::BUCKET_MS;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    turn(&store, "b", 5 * M + 100, "x");
+    turn(&store, "a", 5 * M + 200, "x");
+    turn(&store, "b", 5 * M + 300, "x");
+    let entries = index_keys(&store);
+    assert_eq!(entries, vec![(5 * M, "a".into()), (5 * M, "b".into())]);
+    // Within the minute the key orders them; the times are the records'.
+    assert_eq!(
+        index(&store),
+        vec![(5 * M + 200, "a".into()), (5 * M + 300, "b".into())]
+    );
+    // b's first time (or its minute) no longer matches: the eviction is refused.
+    assert!(store
+        .evict_session("b", Some(5 * M + 100))
+        .unwrap()
+        .is_none());
+    assert!(store.evict_session("b", Some(5 * M)).unwrap().is_none());
+    assert!(store.session("b").unwrap().is_some());
+    // A turn in the next minute moves the entry (and leaves no stale one behind).
+    turn(&store, "a", 6 * M + 1, "x");
+    assert_eq!(
+        index_keys(&store),
+        vec![(5 * M, "b".into()), (6 * M, "a".into())]
+    );
+    assert!(store
+        .evict_session("b", Some(5 * M + 300))
+        .unwrap()
+        .is_some());
+    assert_eq!(index_keys(&store), vec![(6 * M, "a".into())]);
+    assert!(store.doctor(Depth::Full, false).unwrap().is_clean());
+    store.close().await.unwrap();
+}
+
+/// A v2 store's index held milliseconds; opening it rebuilds the index in minutes.
+#[tokio::test]
+async fn a_v2_index_is_rebuilt_in_minutes_on_open() {
+    const M: u64 = by_updated::BUCKET_MS;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(&config(dir.path())).unwrap();
+        turn(&store, "a", 7 * M + 10, "x");
+        turn(&store, "b", 7 * M + 20, "x");
+        let inner = store.inner();
+        inner.by_updated.clear().unwrap();
+        for (ms, key) in [(7 * M + 10, "a"), (7 * M + 20, "b")] {
+            let mut k = ms.to_be_bytes().to_vec();
+            k.extend_from_slice(key.as_bytes());
+            inner.by_updated.insert(k, &[]).unwrap();
+        }
+        inner
+            .db
+            .open_tree("meta")
+            .unwrap()
+            .insert(SCHEMA_KEY, &[2u8])
+            .unwrap();
+        store.close().await.unwrap();
+    }
+    let store = Store::open(&config(dir.path())).unwrap();
+    let report = store.open_report().unwrap();
+    assert_eq!(report.migrated_from, Some(2));
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(
+        index_keys(&store),
+        vec![(7 * M, "a".into()), (7 * M, "b".into())]
+    );
     store.close().await.unwrap();
 }
 

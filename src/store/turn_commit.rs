@@ -322,9 +322,14 @@ fn apply(
     for (k, v) in &p.channel_writes {
         channel_messages.insert_blind(k.as_slice(), v.as_slice());
     }
-    by_updated.remove_blind(by_updated::key(record.updated_at_ms, key));
+    // The index holds the minute (see `by_updated`): most turns leave the entry where it is.
+    if before.is_none() {
+        by_updated.insert_blind(by_updated::key(now_ms, key), &[]);
+    } else if by_updated::moves(record.updated_at_ms, now_ms) {
+        by_updated.remove_blind(by_updated::key(record.updated_at_ms, key));
+        by_updated.insert_blind(by_updated::key(now_ms, key), &[]);
+    }
     record.updated_at_ms = now_ms;
-    by_updated.insert_blind(by_updated::key(record.updated_at_ms, key), &[]);
     let bytes = encode(&record).map_err(ConflictableTransactionError::Abort)?;
     sessions.insert_blind(key.as_bytes(), bytes);
     Ok(Applied {
