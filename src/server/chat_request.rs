@@ -450,11 +450,14 @@ fn hex_digest(parts: &[&[u8]]) -> String {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part);
     }
-    hash.finalize()
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    // Every chat request takes a fingerprint: one string, no formatter per byte.
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(32);
+    for b in hash.finalize().iter().take(16) {
+        hex.push(char::from(DIGITS[usize::from(b >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    hex
 }
 
 /// The message id of a request with `Idempotency-Key: key` in `session`: derived, so a retry
@@ -488,24 +491,6 @@ pub(super) fn idempotency_key(value: &[u8]) -> Result<String, ApiError> {
         return Err(bad());
     }
     Ok(key.to_string())
-}
-
-/// The assistant message of an answer and its `finish_reason`: `tool_calls` when the turn
-/// stopped at calls of client tools.
-pub(super) fn answer_message(text: &str, tool_calls: &[ToolCall]) -> (Value, &'static str) {
-    if tool_calls.is_empty() {
-        return (json!({"role": "assistant", "content": text}), "stop");
-    }
-    let calls: Vec<Value> = tool_calls.iter().map(tool_call_json).collect();
-    let content = if text.is_empty() {
-        Value::Null
-    } else {
-        json!(text)
-    };
-    (
-        json!({"role": "assistant", "content": content, "tool_calls": calls}),
-        "tool_calls",
-    )
 }
 
 /// A tool call in OpenAI's shape.
@@ -638,6 +623,8 @@ mod tests {
     #[test]
     fn idempotent_ids_are_stable_and_distinct() {
         let a = idempotent_message_id("s", "k1");
+        // Stored in the inbox: a retry after an upgrade must derive the same id.
+        assert_eq!(a, "chatcmpl-idem-6c73c52f81b5324c08f8a3c59003f7fc");
         assert_eq!(a, idempotent_message_id("s", "k1"));
         assert_ne!(a, idempotent_message_id("s", "k2"));
         assert_ne!(a, idempotent_message_id("s2", "k1"));
@@ -652,23 +639,5 @@ mod tests {
             idempotency_key(b" stainless-retry-1 ").unwrap(),
             "stainless-retry-1"
         );
-    }
-
-    #[test]
-    fn answers_with_tool_calls_finish_with_tool_calls() {
-        let call = ToolCall {
-            id: "c1".into(),
-            name: "w".into(),
-            arguments: "{\"city\":\"Oslo\"}".into(),
-        };
-        let (m, finish) = answer_message("", std::slice::from_ref(&call));
-        assert_eq!(finish, "tool_calls");
-        assert_eq!(m["content"], Value::Null);
-        assert_eq!(
-            m["tool_calls"][0]["function"]["arguments"],
-            json!("{\"city\":\"Oslo\"}")
-        );
-        let (m, finish) = answer_message("hi", &[]);
-        assert_eq!((finish, m["content"].clone()), ("stop", json!("hi")));
     }
 }

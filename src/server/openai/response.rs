@@ -4,6 +4,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::replies::{Reply, ReplyErrorKind, ReplyUsage};
@@ -38,20 +39,73 @@ pub(super) fn finish_reason_of(reply: &Reply) -> &str {
     reply.finish_reason.as_deref().unwrap_or("stop")
 }
 
-/// A whole `chat.completion` body.
-pub(super) fn completion(id: &str, created: u64, reply: &Reply, fallback_model: &str) -> Value {
-    json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model_of(reply, fallback_model),
-        "choices": [{
-            "index": 0,
-            "message": chat_request::answer_message(&reply.text, &reply.tool_calls).0,
-            "finish_reason": finish_reason_of(reply),
+/// A whole `chat.completion` body, serialised straight from the reply (one answer per turn:
+/// building a `serde_json::Value` tree first cost a map allocation per field).
+#[derive(Serialize)]
+pub(super) struct Completion<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [Choice<'a>; 1],
+    usage: ReplyUsage,
+}
+
+#[derive(Serialize)]
+struct Choice<'a> {
+    index: u32,
+    message: AnswerMessage<'a>,
+    finish_reason: &'a str,
+}
+
+/// The assistant message of an answer: `content` is the text, or `null` when an answer of
+/// tool calls says nothing; `tool_calls` only when there are some.
+#[derive(Serialize)]
+struct AnswerMessage<'a> {
+    role: &'static str,
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<Value>>,
+}
+
+/// The `chat.completion` body answering with `reply`.
+pub(super) fn completion<'a>(
+    id: &'a str,
+    created: u64,
+    reply: &'a Reply,
+    fallback_model: &'a str,
+) -> Completion<'a> {
+    let message = if reply.tool_calls.is_empty() {
+        AnswerMessage {
+            role: "assistant",
+            content: Some(&reply.text),
+            tool_calls: None,
+        }
+    } else {
+        AnswerMessage {
+            role: "assistant",
+            content: Some(reply.text.as_str()).filter(|t| !t.is_empty()),
+            tool_calls: Some(
+                reply
+                    .tool_calls
+                    .iter()
+                    .map(chat_request::tool_call_json)
+                    .collect(),
+            ),
+        }
+    };
+    Completion {
+        id,
+        object: "chat.completion",
+        created,
+        model: model_of(reply, fallback_model),
+        choices: [Choice {
+            index: 0,
+            message,
+            finish_reason: finish_reason_of(reply),
         }],
-        "usage": usage_json(reply.usage),
-    })
+        usage: reply.usage.unwrap_or(ReplyUsage::new(0, 0)),
+    }
 }
 
 /// The status and error code a failed turn answers with: 502 when the model failed, 504 when
@@ -88,4 +142,82 @@ pub(crate) async fn models(State(state): State<AppState>) -> Json<Value> {
         .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": OWNED_BY}))
         .collect();
     Json(json!({"object": "list", "data": data}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ToolCall;
+
+    fn reply(text: &str, tool_calls: Vec<ToolCall>) -> Reply {
+        Reply {
+            session_key: "s".into(),
+            text: text.into(),
+            in_reply_to: vec!["m".into()],
+            seq: 1,
+            error: false,
+            route: None,
+            tool_calls,
+            usage: Some(ReplyUsage::new(7, 2)),
+            finish_reason: None,
+            model: None,
+            error_kind: None,
+        }
+    }
+
+    fn body(reply: &Reply) -> Value {
+        serde_json::to_value(completion("chatcmpl-1", 5, reply, "m1")).expect("serialises")
+    }
+
+    #[test]
+    fn a_text_answer_is_a_whole_completion() {
+        let v = body(&reply("hi", Vec::new()));
+        assert_eq!(
+            v,
+            json!({
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 5,
+                "model": "m1",
+                "choices": [{
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "hi"},
+                    "finish_reason": "stop",
+                }],
+                "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9},
+            })
+        );
+        let v = body(&reply("", Vec::new()));
+        assert_eq!(v["choices"][0]["message"]["content"], json!(""));
+    }
+
+    #[test]
+    fn answers_with_tool_calls_finish_with_tool_calls() {
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "w".into(),
+            arguments: "{\"city\":\"Oslo\"}".into(),
+        };
+        let v = body(&reply("", vec![call.clone()]));
+        let choice = &v["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls");
+        assert_eq!(choice["message"]["content"], Value::Null);
+        assert_eq!(
+            choice["message"]["tool_calls"][0],
+            json!({"id": "c1", "type": "function",
+                   "function": {"name": "w", "arguments": "{\"city\":\"Oslo\"}"}})
+        );
+        let v = body(&reply("calling", vec![call]));
+        assert_eq!(v["choices"][0]["message"]["content"], "calling");
+    }
+
+    #[test]
+    fn a_reply_without_usage_reports_zeros_and_names_its_model() {
+        let mut r = reply("hi", Vec::new());
+        r.usage = None;
+        r.model = Some("fallback-b".into());
+        let v = body(&r);
+        assert_eq!(v["usage"]["total_tokens"], 0);
+        assert_eq!(v["model"], "fallback-b");
+    }
 }
