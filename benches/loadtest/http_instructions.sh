@@ -50,15 +50,8 @@ echo "| build | instructions per turn (millions) |"
 echo "|---|---|"
 for bin in "$@"; do
     bin=$(realpath "$bin")
-    rm -rf "$work/data"
-    OPENAI_API_KEY=bench RUST_LOG=warn valgrind --tool=callgrind --instr-atstart=no \
-        --callgrind-out-file="$work/cg.%p" "$bin" serve --config "$work/turnstile.toml" \
-        --data-dir "$work/data" --listen "127.0.0.1:$port" >"$work/serve.log" 2>&1 &
-    server_pid=$!
-    for _ in $(seq 600); do
-        curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
-        sleep 0.2
-    done
+    launch_turnstile valgrind --tool=callgrind --instr-atstart=no \
+        --callgrind-out-file="$work/cg.%p" "$bin"
     send "$warmup" 0
     callgrind_control -i on "$server_pid" >/dev/null
     send "$requests" "$warmup"

@@ -64,17 +64,24 @@ drive_chat() {
     SESSIONS=${SESSIONS:-1000} wrk -t1 -c"$1" -d"$2" -s "$here/http/chat.lua" "http://127.0.0.1:$port"
 }
 
-# Starts binary $1 on a fresh data dir and warms it up with $2 connections for 3 s (every
-# session exists and the model connection pool is open); sets `server_pid`.
-start_turnstile() {
+# Starts `turnstile serve` on a fresh data dir, run as the command in "$@" (the binary, or a
+# wrapper such as valgrind followed by it), and waits up to 60 s until it is ready; sets
+# `server_pid`.
+launch_turnstile() {
     rm -rf "$work/data"
-    OPENAI_API_KEY=bench RUST_LOG=warn "$1" serve --config "$work/turnstile.toml" \
+    OPENAI_API_KEY=bench RUST_LOG=warn "$@" serve --config "$work/turnstile.toml" \
         --data-dir "$work/data" --listen "127.0.0.1:$port" >"$work/serve.log" 2>&1 &
     server_pid=$!
-    for _ in $(seq 100); do
+    for _ in $(seq 600); do
         curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
         sleep 0.1
     done
+}
+
+# Starts binary $1 on a fresh data dir and warms it up with $2 connections for 3 s (every
+# session exists and the model connection pool is open); sets `server_pid`.
+start_turnstile() {
+    launch_turnstile "$1"
     drive_chat "$2" 3s >/dev/null
 }
 

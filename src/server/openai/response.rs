@@ -75,24 +75,17 @@ pub(super) fn completion<'a>(
     reply: &'a Reply,
     fallback_model: &'a str,
 ) -> Completion<'a> {
-    let message = if reply.tool_calls.is_empty() {
-        AnswerMessage {
-            role: "assistant",
-            content: Some(&reply.text),
-            tool_calls: None,
-        }
-    } else {
-        AnswerMessage {
-            role: "assistant",
-            content: Some(reply.text.as_str()).filter(|t| !t.is_empty()),
-            tool_calls: Some(
-                reply
-                    .tool_calls
-                    .iter()
-                    .map(chat_request::tool_call_json)
-                    .collect(),
-            ),
-        }
+    let calls = !reply.tool_calls.is_empty();
+    let message = AnswerMessage {
+        role: "assistant",
+        content: Some(reply.text.as_str()).filter(|t| !calls || !t.is_empty()),
+        tool_calls: calls.then(|| {
+            reply
+                .tool_calls
+                .iter()
+                .map(chat_request::tool_call_json)
+                .collect()
+        }),
     };
     Completion {
         id,
