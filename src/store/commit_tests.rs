@@ -113,6 +113,27 @@ async fn the_committer_groups_concurrent_turns_and_isolates_a_failing_one() {
 }
 
 #[tokio::test]
+async fn a_strict_commit_is_answered_once_its_flush_has_settled() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    let committer = TurnCommitter::start();
+    for i in 0..20 {
+        let (item, _) = store.enqueue("s", record(&i.to_string())).unwrap();
+        let done = committer
+            .commit(&store, turn("s", "q", vec![item.seq]))
+            .await
+            .unwrap();
+        assert!(
+            store.commit().flushed_upto() >= done.ticket,
+            "turn {i}: answered before the flush covering ticket {}",
+            done.ticket
+        );
+    }
+    drop(committer);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn dedupe_marks_missing_from_queued_messages_are_restored() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&config(dir.path())).unwrap();

@@ -2,7 +2,8 @@
 //! transaction per turn is costly with sled 0.34). Turns that finish while a commit runs wait
 //! in a bounded queue and go into the next transaction together, and the committer yields a
 //! few times before each commit so that turns finishing on its worker join it
-//! ([`GATHER_YIELDS`]); under light load a turn is committed alone, at once.
+//! ([`GATHER_YIELDS`]); under light load a turn is committed alone, at once. In `strict` mode a
+//! turn hears of its commit once the flush covering it has settled.
 
 use std::panic::AssertUnwindSafe;
 
@@ -108,22 +109,38 @@ async fn run(mut rx: mpsc::Receiver<Job>) {
             // A short transaction: committing right here saves the hand-off to the blocking
             // pool, most of a lightly loaded turn's persist time. A panic must not end the
             // committer: its callers see their commit dropped and the lane retries the turn.
-            let committed = std::panic::catch_unwind(AssertUnwindSafe(|| commit_batch(batch)));
-            match committed {
-                Ok(Some((store, ticket))) => wait_flushed(&store, ticket).await,
-                Ok(None) => {}
+            match std::panic::catch_unwind(AssertUnwindSafe(|| commit_batch(batch))) {
+                Ok(settled) => settle(settled).await,
                 Err(_) => tracing::error!("a turn commit panicked"),
             }
             continue;
         }
         // A long one would stall this worker (and the tasks behind it) for its whole length.
-        let committed = tokio::task::spawn_blocking(move || commit_batch(batch)).await;
-        match committed {
-            Ok(Some((store, ticket))) => wait_flushed(&store, ticket).await,
-            Ok(None) => {}
+        match tokio::task::spawn_blocking(move || commit_batch(batch)).await {
+            Ok(settled) => settle(settled).await,
             // The jobs' senders were dropped with the task, so their callers see an error.
             Err(e) => tracing::error!(error = %e, "a turn commit panicked"),
         }
+    }
+}
+
+/// A committed batch: the answers for its turns and what to wait on before sending them.
+struct Settled {
+    /// The store and the group-commit ticket of the last transaction, if any committed.
+    flush: Option<(Store, u64)>,
+    answers: Vec<(oneshot::Sender<Result<Committed, StoreError>>, Committed)>,
+}
+
+/// Answers the batch's turns once its flush has settled. Every turn waits for that flush
+/// before it publishes anyway; answering after it wakes each turn once instead of twice (once
+/// for the commit, once for the flush). A turn still checks its own ticket, which is then
+/// settled, and so still gets a failed flush as its error.
+async fn settle(settled: Settled) {
+    if let Some((store, ticket)) = &settled.flush {
+        wait_flushed(store, *ticket).await;
+    }
+    for (waiter, committed) in settled.answers {
+        let _ = waiter.send(Ok(committed));
     }
 }
 
@@ -150,39 +167,46 @@ async fn wait_flushed(store: &Store, ticket: u64) {
 
 /// Commits `batch` in one transaction, into the store of its first job (a committer serves
 /// one runtime, hence one store). If that fails, each turn is committed alone into its own
-/// job's store, so one bad turn gets its own error and the others are stored.
-/// Returns the store and the group-commit ticket of the transaction, if it committed.
-fn commit_batch(batch: Vec<Job>) -> Option<(Store, u64)> {
-    let store = batch.first().map(|j| j.store.clone())?;
+/// job's store, so one bad turn gets its own error and the others are stored. A failed turn is
+/// answered at once; the committed ones wait in the returned [`Settled`] for the flush.
+fn commit_batch(batch: Vec<Job>) -> Settled {
+    let mut settled = Settled {
+        flush: None,
+        answers: Vec::with_capacity(batch.len()),
+    };
+    let Some(store) = batch.first().map(|j| j.store.clone()) else {
+        return settled;
+    };
     let (turns, waiters): (Vec<TurnCommit>, Vec<_>) = batch
         .into_iter()
         .map(|j| (j.turn, (j.store, j.done)))
         .unzip();
     match store.commit_turns(&turns) {
         Ok(done) => {
-            let ticket = done.first().map(|c| c.ticket);
+            settled.flush = done.first().map(|c| (store, c.ticket));
             for ((_, waiter), committed) in waiters.into_iter().zip(done) {
-                let _ = waiter.send(Ok(committed));
+                settled.answers.push((waiter, committed));
             }
-            ticket.map(|t| (store, t))
         }
         Err(e) if turns.len() == 1 => {
             if let Some((_, waiter)) = waiters.into_iter().next() {
                 let _ = waiter.send(Err(e));
             }
-            None
         }
         Err(e) => {
             tracing::warn!(error = %e, turns = turns.len(), "a grouped commit failed; committing its turns one by one");
-            let mut last = None;
             for (turn, (store, waiter)) in turns.into_iter().zip(waiters) {
-                let committed = store.commit_turn(turn);
-                if let Ok(c) = &committed {
-                    last = Some((store.clone(), c.ticket));
+                match store.commit_turn(turn) {
+                    Ok(committed) => {
+                        settled.flush = Some((store, committed.ticket));
+                        settled.answers.push((waiter, committed));
+                    }
+                    Err(e) => {
+                        let _ = waiter.send(Err(e));
+                    }
                 }
-                let _ = waiter.send(committed);
             }
-            last
         }
     }
+    settled
 }

@@ -14,10 +14,13 @@ mod queue;
 #[cfg(test)]
 mod queue_tests;
 
+use std::any::Any;
 use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, MessagingErr};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -255,28 +258,22 @@ impl<B: Backend> Lane<B> {
         let control = TurnControl::new(cancel_rx, steer_rx);
         let backend = Arc::clone(&self.backend);
         let key = key.clone();
-        // The end is stamped on the turn's own task, with no await between the turn's return
-        // (its reply is already published) and the stamp: an item the lane sees after that
-        // instant arrived after the turn, however late the end message reaches the lane.
-        let turn = tokio::spawn(async move {
-            let result = backend.run_turn(key, batch, control).await;
-            (result, Instant::now())
-        });
         let lane = myself.clone();
-        // A second task observes the first so a panic inside the turn becomes a message to the
-        // lane instead of killing the lane.
+        // One task runs the turn and reports its end. The end is stamped with no await between
+        // the turn's return (its reply is already published) and the stamp: an item the lane
+        // sees after that instant arrived after the turn, however late the end message reaches
+        // the lane. A panic inside the turn is caught here and becomes a message to the lane
+        // instead of killing the lane (a second, observing task per turn cost a spawn and a
+        // wake-up for every turn).
         tokio::spawn(async move {
-            let (outcome, ended_at) = match turn.await {
-                Ok((Ok(report), at)) => (TurnOutcome::Done(report), at),
-                Ok((Err(TurnError::Cancelled), at)) => (TurnOutcome::Cancelled, at),
-                Ok((Err(TurnError::Failed(e)), at)) => {
-                    (TurnOutcome::Failed(TurnFailure::Error(e)), at)
-                }
-                Err(join) => (
-                    TurnOutcome::Failed(TurnFailure::Panicked(panic_text(join))),
-                    Instant::now(),
-                ),
+            let turn = AssertUnwindSafe(backend.run_turn(key, batch, control)).catch_unwind();
+            let outcome = match turn.await {
+                Ok(Ok(report)) => TurnOutcome::Done(report),
+                Ok(Err(TurnError::Cancelled)) => TurnOutcome::Cancelled,
+                Ok(Err(TurnError::Failed(e))) => TurnOutcome::Failed(TurnFailure::Error(e)),
+                Err(payload) => TurnOutcome::Failed(TurnFailure::Panicked(panic_text(&*payload))),
             };
+            let ended_at = Instant::now();
             let _ = lane.send_message(LaneMsg::TurnEnded { outcome, ended_at });
         });
         TurnHandle {
@@ -286,16 +283,10 @@ impl<B: Backend> Lane<B> {
     }
 }
 
-fn panic_text(join: tokio::task::JoinError) -> String {
-    if join.is_cancelled() {
-        return "turn cancelled".into();
-    }
-    match join.try_into_panic() {
-        Ok(payload) => payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "non-string panic payload".into()),
-        Err(_) => "turn task failed".into(),
-    }
+fn panic_text(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
 }
