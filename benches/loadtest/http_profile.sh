@@ -18,10 +18,6 @@ need_wrk_and_nginx
 
 start_single_server_harness strict
 
-turns() {
-    curl -s "http://127.0.0.1:$port/metrics" | awk '/^turnstile_turns_total/ {s += $2} END {print s}'
-}
-
 start_turnstile "$bin" "$c"
 drive_chat "$c" 8s >"$work/wrk.out" &
 wrk_pid=$!
@@ -32,27 +28,8 @@ wait "$wrk_pid"
 grep '^JSON ' "$work/wrk.out" | sed 's/^JSON /wrk: /'
 stop_turnstile
 
-start_turnstile "$bin" "$c"
-drive_chat "$c" 7s >/dev/null &
-wrk_pid=$!
-sleep 1
-t0=$(turns)
-events=pwrite64,sync_file_range,futex,sched_yield,epoll_wait,writev,recvfrom
-perf stat -e "$(sed 's/\([a-z_0-9]*\)/syscalls:sys_enter_\1/g' <<<"$events"),context-switches" \
-    -p "$server_pid" -- sleep 4 2>"$work/stat.txt"
-t1=$(turns)
-wait "$wrk_pid"
-stop_turnstile
-python3 - "$t0" "$t1" "$work/stat.txt" <<'PY'
-import re, sys
-turns = float(sys.argv[2]) - float(sys.argv[1])
-print(f"per turn over {turns:.0f} turns:")
-for line in open(sys.argv[3]):
-    m = re.match(r"\s*([\d,]+)\s+(\S+)", line)
-    if m:
-        name = m.group(2).replace("syscalls:sys_enter_", "")
-        print(f"  {int(m.group(1).replace(',', '')) / turns:6.2f}  {name}")
-PY
+echo "per turn:"
+count_switches "$bin" "$c"
 perf script -i "$out/perf.data" -F comm,tid,ip,sym --no-inline 2>/dev/null >"$out/stacks.txt"
 python3 "$here/profile_stages.py" "$out/stacks.txt"
 echo "perf data: $out/perf.data"

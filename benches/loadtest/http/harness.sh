@@ -105,3 +105,41 @@ cpu_us = (int(sys.argv[2]) - int(sys.argv[3])) / os.sysconf("SC_CLK_TCK") / max(
 print("%.0f %.2f %.2f %.0f %d" % (ok / r["seconds"], r["p50_ms"], r["p99_ms"], cpu_us, r["non2xx"]))' \
         "$(grep '^JSON ' <<<"$out" | sed 's/^JSON //')" "$t1" "$t0")
 }
+
+# Syscalls and context switches per turn of binary $1 at $2 connections: a fresh server,
+# `perf stat` on it for 4 s of a 7 s run; prints one line ("BIN turns/s=N name=per_turn ...").
+count_switches() {
+    local t0 t1 wrk_pid
+    local events=futex,epoll_wait,writev,recvfrom,sched_yield,pwrite64,sync_file_range
+    start_turnstile "$1" "$2"
+    drive_chat "$2" 7s >/dev/null &
+    wrk_pid=$!
+    sleep 1
+    t0=$(turns_so_far)
+    perf stat -e "$(sed 's/\([a-z_0-9]*\)/syscalls:sys_enter_\1/g' <<<"$events"),context-switches,task-clock" \
+        -p "$server_pid" -- sleep 4 2>"$work/stat.txt"
+    t1=$(turns_so_far)
+    wait "$wrk_pid"
+    stop_turnstile
+    python3 - "$t0" "$t1" "$work/stat.txt" "$1" <<'PY'
+import re, sys
+turns = float(sys.argv[2]) - float(sys.argv[1])
+fields = []
+for line in open(sys.argv[3]):
+    m = re.match(r"\s*([\d,.]+)\s+(?:msec\s+)?(\S+)", line)
+    if not m or m.group(2) == "seconds":
+        continue
+    name = m.group(2).replace("syscalls:sys_enter_", "")
+    value = float(m.group(1).replace(",", ""))
+    if name == "task-clock":
+        fields.append(f"cpu_us={value * 1000 / turns:.0f}")
+    else:
+        fields.append(f"{name}={value / turns:.2f}")
+print(sys.argv[4], f"turns/s={turns / 4:.0f}", " ".join(fields))
+PY
+}
+
+# Turns the running server has finished so far (its /metrics).
+turns_so_far() {
+    curl -s "http://127.0.0.1:$port/metrics" | awk '/^turnstile_turns_total/ {s += $2} END {print s}'
+}
