@@ -196,6 +196,56 @@ fn spawn_new_thread(is_immortal: bool) -> Result<()> {
     Ok(())
 }
 
+/// Turnstile patch: file truncations run on one dedicated thread, not on the I/O pool.
+///
+/// `SegmentAccountant::bump_tip` waits for a pending truncation while it holds the
+/// segment accountant's lock, and every pool job that writes a log buffer ends by taking
+/// that lock (`sa_stabilize`). A truncation queued behind enough such jobs on the shared pool
+/// never ran: the pool's threads waited for the lock, its holder waited for the truncation.
+/// The truncation thread takes no lock, so that wait always ends. (Upstream fixed the same
+/// deadlock after 0.34.7 in the same way, spacejam/sled#1269.)
+static TRUNCATIONS: Lazy<
+    Option<Mutex<std::sync::mpsc::Sender<Work>>>,
+    fn() -> Option<Mutex<std::sync::mpsc::Sender<Work>>>,
+> = Lazy::new(init_truncation_thread);
+
+fn init_truncation_thread() -> Option<Mutex<std::sync::mpsc::Sender<Work>>> {
+    let (sender, receiver) = std::sync::mpsc::channel::<Work>();
+    let spawned = thread::Builder::new()
+        .name("sled-truncate".to_string())
+        .spawn(move || {
+            for work in receiver {
+                (work)();
+            }
+        });
+    match spawned {
+        Ok(_) => Some(Mutex::new(sender)),
+        Err(e) => {
+            log::error!("failed to start the truncation thread: {:?}", e);
+            None
+        }
+    }
+}
+
+/// Run a file truncation on the dedicated truncation thread.
+pub fn spawn_truncation<F, R>(work: F) -> Result<OneShot<R>>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static + Sized,
+{
+    let unavailable = || {
+        Error::ReportableBug("the truncation thread is not running".to_string())
+    };
+    let sender = TRUNCATIONS.as_ref().ok_or_else(unavailable)?;
+    let (promise_filler, promise) = OneShot::pair();
+    let task = move || {
+        let result = (work)();
+        promise_filler.fill(result);
+    };
+    sender.lock().send(Box::new(task)).map_err(|_| unavailable())?;
+    Ok(promise)
+}
+
 /// Spawn a function on the threadpool.
 pub fn spawn<F, R>(work: F) -> Result<OneShot<R>>
 where

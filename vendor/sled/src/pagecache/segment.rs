@@ -1095,7 +1095,7 @@ impl SegmentAccountant {
         let config = self.config.clone();
 
         io_fail!(&config, "file truncation");
-        threadpool::spawn(move || {
+        threadpool::spawn_truncation(move || {
             debug!("truncating file to length {}", at);
             let res = config
                 .file
