@@ -17,7 +17,7 @@
 //! The store is in memory (it re-learns after a restart in a few turns), bounded to
 //! [`MAX_CALIBRATED_MODELS`] models, and a cheap-clone handle.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::ModelError;
@@ -99,7 +99,7 @@ impl CalibrationStore {
     pub fn with_capacity(capacity: usize) -> Self {
         Self {
             inner: Arc::new(Mutex::new(Inner {
-                models: HashMap::new(),
+                models: HashMap::default(),
                 clock: 0,
                 capacity: capacity.max(1),
             })),

@@ -5,7 +5,7 @@
 //! run of same-class characters longer than [`MAX_RUN_BYTES`] before encoding; the count of a
 //! cut run differs from the exact one by at most a token per cut, which budgets absorb.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use tiktoken_rs::CoreBPE;
@@ -95,7 +95,7 @@ impl TokenCounter {
             Encoding::Cl100k => &CL100K,
             Encoding::O200k => &O200K,
         }
-        .get_or_init(|| Mutex::new(HashMap::new()));
+        .get_or_init(|| Mutex::new(HashMap::default()));
         // A poisoned memo only holds complete entries: keep using it.
         let lock = || memo.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(n) = lock().get(text) {

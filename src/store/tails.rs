@@ -15,7 +15,9 @@
 //! [`MAX_TAIL_ENTRIES`] per session. Entries are shared (`Arc`), so a replay copies pointers,
 //! not texts.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::{SessionRecord, TranscriptEntry};

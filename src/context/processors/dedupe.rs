@@ -2,8 +2,6 @@
 //! twice in one placement, or the same text twice in the system message. Conversation blocks
 //! without a message id are never compared by text: saying "ok" twice is not a duplicate.
 
-use std::collections::HashSet;
-
 use serde::Deserialize;
 
 use crate::context::{
@@ -38,9 +36,10 @@ impl ContextProcessor for Dedupe {
 
     fn process(&self, blocks: &mut Blocks, _session: &SessionView<'_>) -> Result<(), ContextError> {
         // Blocks are in precedence order, so the first of a kind is the one kept.
-        let mut first_of: std::collections::HashMap<Key<'_>, usize> =
-            std::collections::HashMap::with_capacity(blocks.blocks().len());
-        let mut duplicates: HashSet<usize> = HashSet::new();
+        // A per-assembly map: foldhash, not SipHash (it hashed every system block's text).
+        let mut first_of: foldhash::HashMap<Key<'_>, usize> =
+            foldhash::HashMapExt::with_capacity(blocks.blocks().len());
+        let mut duplicates: foldhash::HashSet<usize> = foldhash::HashSetExt::new();
         for (i, b) in blocks.blocks().iter().enumerate() {
             let placement = b.placement();
             let key = match (&b.metadata.message_id, placement) {

@@ -60,7 +60,7 @@ const MAX_MEMO_LINES: usize = 64;
 #[derive(Default)]
 struct Memo {
     minute: u64,
-    lines: std::collections::HashMap<(Option<String>, ChatKind), String>,
+    lines: foldhash::HashMap<(Option<String>, ChatKind), String>,
 }
 
 impl TimeAndPlaceSource {

@@ -14,11 +14,13 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper_util::client::proxy::matcher::Matcher;
+use reqwest::header::{HeaderValue, CONTENT_TYPE};
 
 use super::backoff::{self, RetryPolicy};
 use super::settings::OpenAiSettings;
 use super::sse::{SseDecoder, SseEvent};
+use super::transport::{Answer, Transport};
 use super::{errors, wire};
 use crate::config::ModelConfig;
 use crate::error::{ConfigError, ModelError};
@@ -36,7 +38,7 @@ pub const MAX_RESPONSE_BYTES: usize = wire::MAX_REPLY_BYTES + 64 * 1024;
 /// LM Studio…). Cheap to share behind an `Arc`; `Debug` never shows the API key.
 #[derive(Debug)]
 pub struct OpenAiModel {
-    client: reqwest::Client,
+    transport: Transport,
     endpoint: reqwest::Url,
     /// The `Authorization` header, built once (`Err` for a key that is not a valid header
     /// value: every call fails with it).
@@ -88,6 +90,14 @@ impl Forward<'_> {
 impl OpenAiModel {
     /// A client for `settings`. Fails on a base URL that is not http(s).
     pub fn new(settings: OpenAiSettings) -> Result<Self, ConfigError> {
+        Self::with_proxies(settings, &Matcher::from_env())
+    }
+
+    /// [`OpenAiModel::new`] given the proxies in force instead of the environment's.
+    pub(super) fn with_proxies(
+        settings: OpenAiSettings,
+        proxies: &Matcher,
+    ) -> Result<Self, ConfigError> {
         let endpoint = format!(
             "{}/chat/completions",
             settings.base_url.trim_end_matches('/')
@@ -99,12 +109,7 @@ impl OpenAiModel {
                 "model.base_url: must be an http:// or https:// URL".into(),
             ));
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(settings.connect_timeout)
-            .timeout(settings.timeout)
-            .user_agent(concat!("turnstile/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ConfigError::Invalid(format!("model: cannot build HTTP client: {e}")))?;
+        let transport = Transport::new(&endpoint, &settings, proxies)?;
         let retry = RetryPolicy {
             max_retries: settings.max_retries,
             base: settings.backoff_base,
@@ -127,7 +132,7 @@ impl OpenAiModel {
             Ok(value)
         });
         Ok(Self {
-            client,
+            transport,
             endpoint,
             authorization,
             settings,
@@ -157,6 +162,12 @@ impl OpenAiModel {
     /// The URL requests go to.
     pub fn endpoint(&self) -> &str {
         self.endpoint.as_str()
+    }
+
+    /// True when requests go over hyper directly (plain HTTP, no proxy), false when through
+    /// reqwest (TLS or a proxy from the environment).
+    pub fn is_direct(&self) -> bool {
+        self.transport.is_direct()
     }
 
     async fn run(
@@ -282,20 +293,17 @@ impl OpenAiModel {
         forward: &mut Forward<'_>,
     ) -> Result<ModelReply, Failure> {
         let streaming = forward.sink.is_some();
-        let mut builder = self
-            .client
-            .post(self.endpoint.clone())
-            .json(&wire::request_body(model, request, streaming));
-        if let Some(value) = &self.authorization {
-            let value = value
-                .clone()
-                .map_err(|_| ModelError::Protocol("the API key is not a valid header".into()))?;
-            builder = builder.header(AUTHORIZATION, value);
-        }
-        let mut response = builder.send().await.map_err(transport)?;
-        let status = response.status();
+        let body = serde_json::to_vec(&wire::request_body(model, request, streaming))
+            .map_err(|e| ModelError::Protocol(format!("cannot encode the request: {e}")))?;
+        let authorization = self
+            .authorization
+            .clone()
+            .transpose()
+            .map_err(|_| ModelError::Protocol("the API key is not a valid header".into()))?;
+        let mut response = self.transport.post(body, authorization).await?;
+        let status = response.status;
         if !status.is_success() {
-            let retry_after = backoff::retry_after(response.headers());
+            let retry_after = backoff::retry_after(&response.headers);
             // An unreadable error body still leaves the status to classify by.
             let (body, _) = read_capped(&mut response, MAX_ERROR_BODY_BYTES)
                 .await
@@ -306,16 +314,14 @@ impl OpenAiModel {
             });
         }
         let is_event_stream = response
-            .headers()
+            .headers
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
         if streaming && is_event_stream {
             return read_stream(response, forward).await.map_err(Failure::from);
         }
-        let (body, truncated) = read_capped(&mut response, MAX_RESPONSE_BYTES)
-            .await
-            .map_err(transport)?;
+        let (body, truncated) = read_capped(&mut response, MAX_RESPONSE_BYTES).await?;
         if truncated {
             return Err(ModelError::Protocol(format!(
                 "answer larger than {MAX_RESPONSE_BYTES} bytes"
@@ -341,23 +347,8 @@ impl OpenAiModel {
     }
 }
 
-fn transport(e: reqwest::Error) -> ModelError {
-    let what = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection failed"
-    } else {
-        "request failed"
-    };
-    // Without the URL: the text reaches transcripts and clients, the endpoint is internal.
-    ModelError::Transport(format!("{what}: {}", e.without_url()))
-}
-
 /// Reads at most `cap` bytes of the body; the flag says whether more was left unread.
-async fn read_capped(
-    response: &mut reqwest::Response,
-    cap: usize,
-) -> Result<(Vec<u8>, bool), reqwest::Error> {
+async fn read_capped(response: &mut Answer, cap: usize) -> Result<(Vec<u8>, bool), ModelError> {
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await? {
         let room = cap.saturating_sub(body.len());
@@ -372,14 +363,14 @@ async fn read_capped(
 
 /// Reads a streamed answer, sending text deltas on as they arrive.
 async fn read_stream(
-    mut response: reqwest::Response,
+    mut response: Answer,
     forward: &mut Forward<'_>,
 ) -> Result<ModelReply, ModelError> {
     let mut decoder = SseDecoder::default();
     let mut state = wire::StreamState::default();
     let mut events = Vec::new();
     loop {
-        let chunk = response.chunk().await.map_err(transport)?;
+        let chunk = response.chunk().await?;
         match &chunk {
             Some(bytes) => decoder.push(bytes, &mut events)?,
             None => decoder.finish(&mut events),

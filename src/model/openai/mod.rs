@@ -5,6 +5,8 @@
 //! # Layout
 //! - `settings`: [`OpenAiSettings`] from `[model]`, and the redacting [`ApiKey`].
 //! - `client`: [`OpenAiModel`], the retry loop and the fallback chain.
+//! - `transport`: one request's trip: hyper directly for plain HTTP, reqwest for TLS and
+//!   proxies.
 //! - `wire`: the request body, complete answers, and assembling streamed chunks.
 //! - `sse`: splitting a Server-Sent Events stream into payloads.
 //! - `errors`: what an error answer means, and the limits it states.
@@ -15,6 +17,7 @@ mod client;
 mod errors;
 mod settings;
 mod sse;
+mod transport;
 mod wire;
 
 #[cfg(test)]
@@ -23,4 +26,5 @@ mod tests;
 pub use client::{OpenAiModel, MAX_ERROR_BODY_BYTES, MAX_RESPONSE_BYTES};
 pub use settings::{ApiKey, OpenAiSettings};
 pub use sse::MAX_SSE_LINE_BYTES;
+pub use transport::MAX_IDLE_MODEL_CONNECTIONS;
 pub use wire::{MAX_REPLY_BYTES, MAX_TOOL_CALLS};

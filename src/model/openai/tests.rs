@@ -14,6 +14,8 @@ use axum::routing::post;
 use axum::Router;
 use serde_json::{json, Value};
 
+use hyper_util::client::proxy::matcher::Matcher;
+
 use super::*;
 use crate::error::ModelError;
 use crate::model::{CalibrationStore, ChatMessage, Model, ModelRequest, Role, ToolSpec, Usage};
@@ -623,8 +625,72 @@ async fn timeouts_and_refused_connections_are_transport_errors() {
         .complete(&request())
         .await
         .unwrap_err();
-    assert!(matches!(err, ModelError::Transport(_)), "{err:?}");
+    assert!(
+        matches!(&err, ModelError::Transport(m) if m.starts_with("connection failed")),
+        "{err:?}"
+    );
     assert!(err.is_retryable());
+}
+
+/// A proxy matcher that sends every plain-HTTP request to a proxy (as `HTTP_PROXY` would).
+fn proxied() -> Matcher {
+    Matcher::builder().http("http://127.0.0.1:9").build()
+}
+
+#[tokio::test]
+async fn plain_http_goes_direct_and_tls_or_a_proxy_through_reqwest() {
+    let fake = FakeOpenAi::start().await;
+    let none = Matcher::builder().build();
+    assert!(OpenAiModel::with_proxies(fake.settings("m"), &none)
+        .unwrap()
+        .is_direct());
+    let tls = OpenAiSettings::new("https://api.example.test/v1", "m");
+    assert!(!OpenAiModel::with_proxies(tls, &none).unwrap().is_direct());
+    assert!(!OpenAiModel::with_proxies(fake.settings("m"), &proxied())
+        .unwrap()
+        .is_direct());
+    // NO_PROXY naming the host keeps it direct.
+    let exempt = Matcher::builder()
+        .http("http://127.0.0.1:9")
+        .no("127.0.0.1")
+        .build();
+    assert!(OpenAiModel::with_proxies(fake.settings("m"), &exempt)
+        .unwrap()
+        .is_direct());
+}
+
+#[tokio::test]
+async fn the_reqwest_path_answers_and_streams_like_the_direct_one() {
+    // Our matcher says "proxied", so the model takes reqwest; reqwest reads the (proxy-free)
+    // environment itself and reaches the fake server directly.
+    let fake = FakeOpenAi::start().await;
+    fake.script("m", vec![ok("hi there")]);
+    let mut settings = fake.settings("m");
+    settings.api_key = Some(ApiKey::new("sk-test-key"));
+    let model = OpenAiModel::with_proxies(settings, &proxied()).unwrap();
+    assert!(!model.is_direct());
+    let reply = model.complete(&request()).await.unwrap();
+    assert_eq!(reply.text, "hi there");
+    let (body, auth) = fake.last_request();
+    assert_eq!(auth.as_deref(), Some("Bearer sk-test-key"));
+    assert_eq!(body["messages"][1]["content"], "hello");
+
+    fake.script(
+        "m",
+        vec![Canned::Sse(vec![
+            chunk(json!({"content": "Hel"})),
+            chunk(json!({"content": "lo"})),
+            "data: [DONE]\n\n".into(),
+        ])],
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let reply = model.complete_streaming(&request(), tx).await.unwrap();
+    assert_eq!(reply.text, "Hello");
+    let mut deltas = Vec::new();
+    while let Some(d) = rx.recv().await {
+        deltas.push(d);
+    }
+    assert_eq!(deltas, vec!["Hel", "lo"]);
 }
 
 #[test]
