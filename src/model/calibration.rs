@@ -17,8 +17,9 @@
 //! The store is in memory (it re-learns after a restart in a few turns), bounded to
 //! [`MAX_CALIBRATED_MODELS`] models, and a cheap-clone handle.
 
-use foldhash::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+
+use foldhash::HashMap;
 
 use crate::error::ModelError;
 

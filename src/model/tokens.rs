@@ -5,9 +5,9 @@
 //! run of same-class characters longer than [`MAX_RUN_BYTES`] before encoding; the count of a
 //! cut run differs from the exact one by at most a token per cut, which budgets absorb.
 
-use foldhash::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 
+use foldhash::HashMap;
 use tiktoken_rs::CoreBPE;
 
 /// Longest run of whitespace or of non-whitespace encoded as one piece.

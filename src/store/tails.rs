@@ -16,9 +16,9 @@
 //! not texts.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
 use foldhash::HashMap;
-use std::sync::{Arc, Mutex};
 
 use super::{SessionRecord, TranscriptEntry};
 

@@ -90,6 +90,13 @@ impl FakeOpenAi {
         s
     }
 
+    /// [`FakeOpenAi::settings`] with the API key `sk-test-key`.
+    fn keyed_settings(&self, model: &str) -> OpenAiSettings {
+        let mut s = self.settings(model);
+        s.api_key = Some(ApiKey::new("sk-test-key"));
+        s
+    }
+
     fn model(&self, model: &str) -> OpenAiModel {
         OpenAiModel::new(self.settings(model)).unwrap()
     }
@@ -183,10 +190,8 @@ fn chunk(delta: Value) -> String {
 async fn non_streaming_reply_sends_common_fields_key_and_calibrates() {
     let fake = FakeOpenAi::start().await;
     fake.script("m", vec![ok("hi there")]);
-    let mut settings = fake.settings("m");
-    settings.api_key = Some(ApiKey::new("sk-test-key"));
     let calibration = CalibrationStore::new();
-    let model = OpenAiModel::new(settings)
+    let model = OpenAiModel::new(fake.keyed_settings("m"))
         .unwrap()
         .with_calibration(calibration.clone());
     assert!(!format!("{model:?}").contains("sk-test-key"));
@@ -665,9 +670,7 @@ async fn the_reqwest_path_answers_and_streams_like_the_direct_one() {
     // environment itself and reaches the fake server directly.
     let fake = FakeOpenAi::start().await;
     fake.script("m", vec![ok("hi there")]);
-    let mut settings = fake.settings("m");
-    settings.api_key = Some(ApiKey::new("sk-test-key"));
-    let model = OpenAiModel::with_proxies(settings, &proxied()).unwrap();
+    let model = OpenAiModel::with_proxies(fake.keyed_settings("m"), &proxied()).unwrap();
     assert!(!model.is_direct());
     let reply = model.complete(&request()).await.unwrap();
     assert_eq!(reply.text, "hi there");

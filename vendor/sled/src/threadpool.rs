@@ -227,7 +227,22 @@ fn init_truncation_thread() -> Option<Mutex<std::sync::mpsc::Sender<Work>>> {
     }
 }
 
-/// Run a file truncation on the dedicated truncation thread.
+/// `work` as a job that fills the returned promise with its result.
+fn promised<F, R>(work: F) -> (Work, OneShot<R>)
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static + Sized,
+{
+    let (promise_filler, promise) = OneShot::pair();
+    let task = move || {
+        let result = (work)();
+        promise_filler.fill(result);
+    };
+    (Box::new(task), promise)
+}
+
+/// Run a file truncation on the dedicated truncation thread. Its channel holds at most one
+/// pending truncation per segment (`SegmentAccountant::truncate` refuses a second).
 pub fn spawn_truncation<F, R>(work: F) -> Result<OneShot<R>>
 where
     F: FnOnce() -> R + Send + 'static,
@@ -237,12 +252,8 @@ where
         Error::ReportableBug("the truncation thread is not running".to_string())
     };
     let sender = TRUNCATIONS.as_ref().ok_or_else(unavailable)?;
-    let (promise_filler, promise) = OneShot::pair();
-    let task = move || {
-        let result = (work)();
-        promise_filler.fill(result);
-    };
-    sender.lock().send(Box::new(task)).map_err(|_| unavailable())?;
+    let (task, promise) = promised(work);
+    sender.lock().send(task).map_err(|_| unavailable())?;
     Ok(promise)
 }
 
@@ -252,13 +263,9 @@ where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static + Sized,
 {
-    let (promise_filler, promise) = OneShot::pair();
-    let task = move || {
-        let result = (work)();
-        promise_filler.fill(result);
-    };
+    let (task, promise) = promised(work);
 
-    let depth = QUEUE.send(Box::new(task));
+    let depth = QUEUE.send(task);
 
     if depth > DESIRED_WAITING_THREADS {
         maybe_spawn_new_thread()?;
