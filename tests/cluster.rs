@@ -29,8 +29,10 @@ async fn jetstream_kv_gives_create_cas_and_expiry_on_three_replicas() {
     let cluster = NatsCluster::start().await;
     let client = async_nats::connect(cluster.urls()).await.unwrap();
     let js = async_nats::jetstream::new(client);
-    let kv = js
-        .create_key_value(KvConfig {
+    // Creating a bucket with the same config again is a no-op: a create whose answer timed out
+    // on a loaded machine is retried.
+    let kv = eventually(PATIENCE, "the 3-replica bucket to be created", || async {
+        js.create_key_value(KvConfig {
             bucket: "raw".into(),
             num_replicas: nats::SERVERS,
             history: 1,
@@ -38,7 +40,9 @@ async fn jetstream_kv_gives_create_cas_and_expiry_on_three_replicas() {
             ..Default::default()
         })
         .await
-        .unwrap();
+        .map_err(|e| e.to_string())
+    })
+    .await;
     // A new replicated stream elects its leader first; until then a write finds no responder.
     let first = eventually(PATIENCE, "the new bucket to accept a write", || async {
         kv.create("p.0", "a".into())
@@ -371,14 +375,20 @@ async fn an_append_against_a_stale_subject_sequence_is_refused() {
     let cluster = NatsCluster::start().await;
     let client = async_nats::connect(cluster.urls()).await.unwrap();
     let js = async_nats::jetstream::new(client);
-    js.create_stream(async_nats::jetstream::stream::Config {
-        name: "fence".into(),
-        subjects: vec!["fence.>".into()],
-        num_replicas: nats::SERVERS,
-        ..Default::default()
+    // Creating a stream with the same config again is a no-op, so a create whose answer timed
+    // out on a loaded machine (the meta leader still placing the replicas) is simply retried.
+    eventually(PATIENCE, "the 3-replica stream to be created", || async {
+        js.create_stream(async_nats::jetstream::stream::Config {
+            name: "fence".into(),
+            subjects: vec!["fence.>".into()],
+            num_replicas: nats::SERVERS,
+            ..Default::default()
+        })
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     })
-    .await
-    .unwrap();
+    .await;
     let append = |subject: &'static str, expected: u64| {
         let js = js.clone();
         async move {
