@@ -14,7 +14,7 @@ static GLOBAL: allocator::Mimalloc = allocator::Mimalloc;
 ///
 /// The `mimalloc` crate's allocator passes every request to `mi_malloc_aligned`, whose fast
 /// path covers only blocks up to 1 KiB that happen to sit aligned; larger ones take its
-/// generic aligned path (about 2% of an HTTP turn's instructions, BENCHMARKS.md).
+/// generic aligned path (plain calls: 0.971x the instructions of an HTTP turn, BENCHMARKS.md).
 /// `mi_malloc` already returns blocks aligned to 16 bytes (and to their size below that), so
 /// a layout asking no more than that needs no aligned call: the rule Rust's own `System`
 /// allocator applies to `malloc`. The only unsafe code of the binary; the library forbids it.
@@ -88,7 +88,7 @@ mod allocator {
         use super::*;
 
         /// Every size and alignment a Rust program asks for comes back aligned, zeroed when
-        /// asked, and keeps its bytes across a resize that moves it.
+        /// asked, and keeps its bytes across a resize.
         #[test]
         fn blocks_are_aligned_zeroed_and_resized() {
             let a = Mimalloc;
