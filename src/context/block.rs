@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::BlockText;
+use super::{BlockText, MessageId};
 use crate::model::Role;
 use crate::store::{EntryKind, ToolInfo};
 
@@ -131,7 +131,7 @@ pub struct BlockMeta {
     pub seq: Option<u64>,
     /// The platform message id it came from.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub message_id: Option<String>,
+    pub message_id: Option<MessageId>,
     /// When the underlying message was written, ms since the epoch (TTL decay uses it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timestamp_ms: Option<u64>,

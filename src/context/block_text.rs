@@ -1,7 +1,7 @@
-//! [`BlockText`]: a block's text, either its own or a stored transcript entry's, shared with
-//! the store's transcript tail cache. History blocks are most of a context and are rebuilt for
-//! every turn; copying each entry's text into its block was a measurable share of a turn's
-//! CPU over HTTP, and grew with the history.
+//! [`BlockText`] and [`MessageId`]: a block's text and platform message id, either its own or
+//! a stored transcript entry's, shared with the store's transcript tail cache. History blocks
+//! are most of a context and are rebuilt for every turn; copying each entry's text and id into
+//! its block was a measurable share of a turn's CPU over HTTP, and grew with the history.
 
 use std::fmt;
 use std::ops::Deref;
@@ -133,6 +133,92 @@ impl Serialize for BlockText {
     }
 }
 
+/// A block's platform message id: its own, or its stored entry's, not copied (see the module
+/// doc). Reads, compares, prints and serialises as a `str`.
+#[derive(Clone)]
+pub enum MessageId {
+    /// An id the block owns.
+    Owned(String),
+    /// The id of a stored entry that has one ([`MessageId::of_entry`]).
+    Entry(Arc<TranscriptEntry>),
+}
+
+impl MessageId {
+    /// The id of `entry`, shared with it; `None` when it has none.
+    pub fn of_entry(entry: &Arc<TranscriptEntry>) -> Option<Self> {
+        entry
+            .message_id
+            .as_ref()
+            .map(|_| Self::Entry(Arc::clone(entry)))
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Owned(s) => s,
+            Self::Entry(e) => e.message_id.as_deref().unwrap_or_default(),
+        }
+    }
+}
+
+impl Deref for MessageId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl From<String> for MessageId {
+    fn from(s: String) -> Self {
+        Self::Owned(s)
+    }
+}
+
+impl From<&str> for MessageId {
+    fn from(s: &str) -> Self {
+        Self::Owned(s.to_string())
+    }
+}
+
+impl PartialEq for MessageId {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for MessageId {}
+
+impl PartialEq<str> for MessageId {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for MessageId {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl fmt::Debug for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for MessageId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +245,30 @@ mod tests {
         let copy = shared.clone();
         assert_eq!(Arc::strong_count(&entry), 3, "shared, not copied");
         assert_eq!(copy.into_string(), "hello");
+    }
+
+    #[test]
+    fn an_entry_id_is_shared_and_reads_like_an_owned_one() {
+        let entry = Arc::new(TranscriptEntry {
+            kind: EntryKind::User,
+            text: "hello".into(),
+            message_id: Some("m-1".into()),
+            sender: None,
+            timestamp_ms: 0,
+            tokens: 1,
+            tool: None,
+        });
+        let shared = MessageId::of_entry(&entry).expect("the entry has an id");
+        assert_eq!(Arc::strong_count(&entry), 2, "shared, not copied");
+        assert_eq!(shared, MessageId::from("m-1"));
+        assert_eq!(shared, "m-1");
+        assert_eq!(shared.as_str(), "m-1");
+        assert_eq!(serde_json::to_string(&shared).unwrap(), "\"m-1\"");
+        assert_eq!(format!("{shared:?} {shared}"), "\"m-1\" m-1");
+        let anonymous = Arc::new(TranscriptEntry {
+            message_id: None,
+            ..(*entry).clone()
+        });
+        assert!(MessageId::of_entry(&anonymous).is_none());
     }
 }

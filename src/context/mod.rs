@@ -57,7 +57,7 @@ pub use block::{
     BlockKind, BlockMeta, ContextBlock, DroppedBlock, Placement, CUT_TO_FIT_MARKER,
     DROPPED_PREVIEW_CHARS,
 };
-pub use block_text::BlockText;
+pub use block_text::{BlockText, MessageId};
 pub use budget::{TokenBudget, MIN_CONTEXT_BUDGET_TOKENS, OUTPUT_RESERVE_WINDOW_DIVISOR};
 pub use cache::{AssemblyCache, CacheKey, CacheStats};
 pub use config::{default_processors, default_sources, parse_params, StageSpec};

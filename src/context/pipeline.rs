@@ -19,6 +19,12 @@ use super::source::ContextSource;
 use crate::config::Config;
 use crate::error::ConfigError;
 
+/// Room left in the kept blocks past each source's output, for the few blocks the sources
+/// after it add. Context blocks are large and the history is most of them: the list grows once
+/// past the history (while it holds only the blocks before it) instead of being copied whole
+/// again for the current message.
+const KEPT_HEADROOM: usize = 16;
+
 struct SourceStage {
     name: Cow<'static, str>,
     priority: u8,
@@ -114,7 +120,7 @@ impl Pipeline {
         budget: TokenBudget,
     ) -> Result<Assembly, ContextError> {
         let mut used = 0u32;
-        let mut kept: Vec<ContextBlock> = Vec::with_capacity(64);
+        let mut kept: Vec<ContextBlock> = Vec::new();
         let mut dropped: Vec<DroppedBlock> = Vec::new();
         let mut index = 0u32;
         for stage in &self.sources {
@@ -127,7 +133,7 @@ impl Pipeline {
                     message: other.to_string(),
                 },
             })?;
-            kept.reserve(produced.len());
+            kept.reserve(produced.len() + KEPT_HEADROOM);
             for mut block in produced {
                 block.source = stage.name.clone();
                 block.priority = stage.priority;

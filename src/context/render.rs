@@ -54,15 +54,17 @@ pub(crate) fn layout(mut blocks: Vec<ContextBlock>) -> Layout {
 
 /// Renders laid-out `blocks` as chat messages.
 pub(crate) fn messages(blocks: &[ContextBlock]) -> Vec<ChatMessage> {
-    let (system, rest): (Vec<&ContextBlock>, Vec<&ContextBlock>) = blocks.iter().partition(|b| {
-        matches!(
-            b.placement(),
-            Placement::Prefix | Placement::System | Placement::SystemEnd
-        )
-    });
-    let (conversation, current): (Vec<&ContextBlock>, Vec<&ContextBlock>) = rest
-        .into_iter()
-        .partition(|b| b.placement() == Placement::Conversation);
+    // Sized once: one pass over the blocks instead of vectors grown push by push.
+    let mut system = Vec::with_capacity(blocks.len());
+    let mut conversation = Vec::with_capacity(blocks.len());
+    let mut current = Vec::new();
+    for b in blocks {
+        match b.placement() {
+            Placement::Prefix | Placement::System | Placement::SystemEnd => system.push(b),
+            Placement::Conversation => conversation.push(b),
+            Placement::Current => current.push(b),
+        }
+    }
     let mut messages = Vec::with_capacity(conversation.len() + 2);
     let joined = |bs: &[&ContextBlock]| {
         bs.iter()

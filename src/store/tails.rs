@@ -131,7 +131,9 @@ impl TailCache {
         if tail.stamp != stamp {
             return Replay::Miss;
         }
-        let mut out = Vec::new();
+        // Sized once while the cache's lock is held: the window is most often the whole tail
+        // (at most `MAX_TAIL_ENTRIES`).
+        let mut out = Vec::with_capacity(tail.entries.len());
         let mut stopped = false;
         for (seq, e) in tail.entries.iter().rev() {
             if !keep(e) {

@@ -27,14 +27,13 @@ impl Sanitize {
 }
 
 /// False when `sanitize_text` cannot change `text`: it only acts on `\r`, `[…]` tags and
-/// `system:` at a line start.
+/// `system:` at a line start. It runs on every history block of every turn, so it finds those
+/// bytes with `memchr` rather than looking at each byte.
 fn may_change(text: &str) -> bool {
     let b = text.as_bytes();
-    b.contains(&b'\r')
-        || b.contains(&b'[')
-        || b.iter()
-            .enumerate()
-            .any(|(i, c)| *c == b':' && i >= 6 && b[i - 6..i].eq_ignore_ascii_case(b"system"))
+    memchr::memchr2(b'\r', b'[', b).is_some()
+        || memchr::memchr_iter(b':', b)
+            .any(|i| i >= 6 && b[i - 6..i].eq_ignore_ascii_case(b"system"))
 }
 
 impl ContextProcessor for Sanitize {
@@ -75,5 +74,37 @@ mod tests {
             assert!(sanitize_text(text) != text || text.contains('\r'));
         }
         assert!(!may_change("plain words, nothing to do"));
+    }
+
+    #[test]
+    fn finds_what_a_scan_of_every_byte_finds() {
+        let every_byte = |text: &str| {
+            let b = text.as_bytes();
+            b.contains(&b'\r')
+                || b.contains(&b'[')
+                || b.iter().enumerate().any(|(i, c)| {
+                    *c == b':' && i >= 6 && b[i - 6..i].eq_ignore_ascii_case(b"system")
+                })
+        };
+        for text in [
+            "",
+            ":",
+            "system",
+            "system:",
+            "SyStEm:",
+            "xsystem:x",
+            "sys:tem:",
+            "a:b:c",
+            ":system",
+            "ok, noted.",
+            "msg 12",
+            "é system: ü",
+            "[",
+            "\r",
+            "systém:",
+            "::::::::",
+        ] {
+            assert_eq!(may_change(text), every_byte(text), "{text:?}");
+        }
     }
 }

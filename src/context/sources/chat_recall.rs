@@ -180,7 +180,7 @@ impl ContextSource for ChatRecallSource {
             }
             room -= tokens;
             let mut meta = BlockMeta {
-                message_id: Some(m.message_id.clone()),
+                message_id: Some(m.message_id.clone().into()),
                 timestamp_ms: Some(m.timestamp_ms),
                 ..BlockMeta::default()
             };

@@ -99,7 +99,7 @@ impl ContextSource for CurrentSource {
             };
             let attached = Attached::of(&m.attachments, &m.text, self.vision, &session.tokens);
             let meta = BlockMeta {
-                message_id: Some(m.message_id.clone()),
+                message_id: Some(m.message_id.clone().into()),
                 timestamp_ms: Some(m.timestamp_ms),
                 user_text: true,
                 image_urls: attached.image_urls,

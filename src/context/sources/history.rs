@@ -18,8 +18,8 @@ use crate::context::processors::{
 };
 use crate::context::text::truncate_middle;
 use crate::context::{
-    BlockKind, BlockMeta, BlockText, ContextBlock, ContextError, ContextSource, SessionView,
-    StageContext, StageError, TokenBudget,
+    BlockKind, BlockMeta, BlockText, ContextBlock, ContextError, ContextSource, MessageId,
+    SessionView, StageContext, StageError, TokenBudget,
 };
 use crate::inbound::{sanitize_text, untrusted, untrusted_block, ChatKind};
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
@@ -45,7 +45,7 @@ impl HistorySource {
 pub(crate) fn entry_block(seq: u64, e: &Arc<TranscriptEntry>) -> ContextBlock {
     let meta = BlockMeta {
         seq: Some(seq),
-        message_id: e.message_id.clone(),
+        message_id: MessageId::of_entry(e),
         timestamp_ms: Some(e.timestamp_ms),
         tool: e.tool.clone().map(Box::new),
         user_text: matches!(

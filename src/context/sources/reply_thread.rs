@@ -175,7 +175,7 @@ impl ContextSource for ReplyThreadSource {
                     session.claim(&t.message_id);
                 }
                 let meta = BlockMeta {
-                    message_id: Some(target_msg_id),
+                    message_id: Some(target_msg_id.into()),
                     timestamp_ms: Some(target_ts),
                     ..BlockMeta::default()
                 };
