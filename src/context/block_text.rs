@@ -45,32 +45,6 @@ impl Default for BlockText {
     }
 }
 
-impl Deref for BlockText {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl AsRef<str> for BlockText {
-    fn as_ref(&self) -> &str {
-        self.as_str()
-    }
-}
-
-impl From<String> for BlockText {
-    fn from(s: String) -> Self {
-        Self::Owned(s)
-    }
-}
-
-impl From<&str> for BlockText {
-    fn from(s: &str) -> Self {
-        Self::Owned(s.to_string())
-    }
-}
-
 impl From<&String> for BlockText {
     fn from(s: &String) -> Self {
         Self::Owned(s.clone())
@@ -86,50 +60,6 @@ impl From<std::borrow::Cow<'_, str>> for BlockText {
 impl From<BlockText> for String {
     fn from(t: BlockText) -> Self {
         t.into_string()
-    }
-}
-
-impl PartialEq for BlockText {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for BlockText {}
-
-impl PartialEq<str> for BlockText {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for BlockText {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl PartialEq<String> for BlockText {
-    fn eq(&self, other: &String) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl fmt::Debug for BlockText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl fmt::Display for BlockText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for BlockText {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -161,63 +91,84 @@ impl MessageId {
     }
 }
 
-impl Deref for MessageId {
-    type Target = str;
+/// Makes a type with an `as_str` and an `Owned(String)` variant read, compare, print and
+/// serialise as that `str`, and be made from an owned or borrowed `str`.
+macro_rules! str_like {
+    ($t:ty) => {
+        impl From<String> for $t {
+            fn from(s: String) -> Self {
+                Self::Owned(s)
+            }
+        }
 
-    fn deref(&self) -> &str {
-        self.as_str()
-    }
+        impl From<&str> for $t {
+            fn from(s: &str) -> Self {
+                Self::Owned(s.to_string())
+            }
+        }
+
+        impl Deref for $t {
+            type Target = str;
+
+            fn deref(&self) -> &str {
+                self.as_str()
+            }
+        }
+
+        impl AsRef<str> for $t {
+            fn as_ref(&self) -> &str {
+                self.as_str()
+            }
+        }
+
+        impl PartialEq for $t {
+            fn eq(&self, other: &Self) -> bool {
+                self.as_str() == other.as_str()
+            }
+        }
+
+        impl Eq for $t {}
+
+        impl PartialEq<str> for $t {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $t {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl PartialEq<String> for $t {
+            fn eq(&self, other: &String) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(self.as_str(), f)
+            }
+        }
+
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+    };
 }
 
-impl From<String> for MessageId {
-    fn from(s: String) -> Self {
-        Self::Owned(s)
-    }
-}
-
-impl From<&str> for MessageId {
-    fn from(s: &str) -> Self {
-        Self::Owned(s.to_string())
-    }
-}
-
-impl PartialEq for MessageId {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl Eq for MessageId {}
-
-impl PartialEq<str> for MessageId {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
-impl PartialEq<&str> for MessageId {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-impl fmt::Debug for MessageId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_str(), f)
-    }
-}
-
-impl fmt::Display for MessageId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Serialize for MessageId {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.as_str())
-    }
-}
+str_like!(BlockText);
+str_like!(MessageId);
 
 #[cfg(test)]
 mod tests {
