@@ -29,6 +29,7 @@
 //! - `pipeline.rs`, `render.rs`, `dump.rs`: running the stages, messages, the report.
 //! - `cache.rs`, `engine.rs`: the assembly cache and the engine the turn uses.
 //! - `memory_store.rs`, `text.rs`, `error.rs`: an in-memory store, text helpers, errors.
+//! - `order.rs`: sorting blocks by a key computed once, moving only those out of place.
 
 mod block;
 mod block_text;
@@ -39,6 +40,7 @@ mod dump;
 mod engine;
 mod error;
 mod memory_store;
+mod order;
 mod pipeline;
 mod presets;
 mod processor;

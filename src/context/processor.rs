@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::block::{ContextBlock, DroppedBlock};
 use super::error::ContextError;
+use super::order::sort_by_computed_key;
 use super::session::SessionView;
 
 /// A step over the collected blocks. Processors run in the configured order; each must be
@@ -49,8 +50,8 @@ pub struct Blocks {
 impl Blocks {
     /// A working set over `items` for a budget of `total` tokens.
     pub fn new(mut items: Vec<ContextBlock>, dropped: Vec<DroppedBlock>, total: u32) -> Self {
-        // Precedence keys are unique (the collection index is), so an unstable sort is exact.
-        items.sort_unstable_by_key(ContextBlock::precedence);
+        // Precedence keys are unique (the collection index is).
+        sort_by_computed_key(&mut items, ContextBlock::precedence);
         Self {
             items,
             dropped,
@@ -106,7 +107,7 @@ impl Blocks {
         for b in self.items.iter_mut().filter(|b| !b.immutable) {
             edit(b);
         }
-        self.items.sort_unstable_by_key(ContextBlock::precedence);
+        sort_by_computed_key(&mut self.items, ContextBlock::precedence);
     }
 
     /// Adds a block (e.g. a synthetic tool result) in its precedence position.

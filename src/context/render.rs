@@ -8,6 +8,7 @@
 //! message, in that order.
 
 use super::block::{BlockKind, ContextBlock, Placement};
+use super::order::sort_by_computed_key;
 use crate::model::{ChatMessage, Role, ToolCall};
 
 /// Separates blocks merged into one message.
@@ -25,8 +26,8 @@ pub(crate) struct Layout {
 pub(crate) fn layout(mut blocks: Vec<ContextBlock>) -> Layout {
     // One in-place sort: by placement, then precedence (system message), transcript order
     // (conversation) or kind (final user message). Every key ends in the unique collection
-    // index, so an unstable sort is exact.
-    blocks.sort_unstable_by_key(|b| {
+    // index.
+    sort_by_computed_key(&mut blocks, |b| {
         let p = b.placement();
         match p {
             Placement::Prefix | Placement::System | Placement::SystemEnd => (

@@ -23,12 +23,6 @@ impl Dedupe {
     }
 }
 
-#[derive(Hash, PartialEq, Eq)]
-enum Key<'a> {
-    Message(Placement, &'a str),
-    Text(Placement, &'a str),
-}
-
 impl ContextProcessor for Dedupe {
     fn name(&self) -> &str {
         "dedupe"
@@ -36,21 +30,29 @@ impl ContextProcessor for Dedupe {
 
     fn process(&self, blocks: &mut Blocks, _session: &SessionView<'_>) -> Result<(), ContextError> {
         // Blocks are in precedence order, so the first of a kind is the one kept.
-        // A per-assembly map: foldhash, not SipHash (it hashed every system block's text).
-        let mut first_of: foldhash::HashMap<Key<'_>, usize> =
-            foldhash::HashMapExt::with_capacity(blocks.blocks().len());
-        let mut duplicates: foldhash::HashSet<usize> = foldhash::HashSetExt::new();
+        // Message ids go in a per-assembly map (foldhash, not SipHash). System texts, a few
+        // per assembly but kilobytes each (the system prompt), are compared with the earlier
+        // ones instead of hashed: texts of different lengths differ at the first comparison.
+        let mut first_message: foldhash::HashSet<(Placement, &str)> =
+            foldhash::HashSetExt::with_capacity(blocks.blocks().len());
+        let mut system_texts: Vec<(Placement, &str)> = Vec::new();
+        let mut duplicates: Vec<usize> = Vec::new();
         for (i, b) in blocks.blocks().iter().enumerate() {
             let placement = b.placement();
-            let key = match (&b.metadata.message_id, placement) {
-                (Some(id), _) => Key::Message(placement, id.as_str()),
+            let repeated = match (&b.metadata.message_id, placement) {
+                (Some(id), _) => !first_message.insert((placement, id.as_str())),
                 (None, Placement::Prefix | Placement::System | Placement::SystemEnd) => {
-                    Key::Text(placement, &b.content)
+                    let key = (placement, b.content.as_str());
+                    let seen = system_texts.contains(&key);
+                    if !seen {
+                        system_texts.push(key);
+                    }
+                    seen
                 }
                 (None, _) => continue,
             };
-            if first_of.insert(key, i).is_some() && !b.immutable {
-                duplicates.insert(i);
+            if repeated && !b.immutable {
+                duplicates.push(i);
             }
         }
         if duplicates.is_empty() {
@@ -58,7 +60,7 @@ impl ContextProcessor for Dedupe {
         }
         let mut i = 0usize;
         blocks.drop_where(|_| {
-            let dup = duplicates.contains(&i);
+            let dup = duplicates.binary_search(&i).is_ok();
             i += 1;
             dup.then(|| "repeats a block of higher precedence".to_string())
         });

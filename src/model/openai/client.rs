@@ -21,7 +21,7 @@ use super::backoff::{self, RetryPolicy};
 use super::settings::OpenAiSettings;
 use super::sse::{SseDecoder, SseEvent};
 use super::transport::{Answer, Transport};
-use super::{errors, wire};
+use super::{errors, request_json, wire};
 use crate::config::ModelConfig;
 use crate::error::{ConfigError, ModelError};
 use crate::model::{
@@ -293,9 +293,7 @@ impl OpenAiModel {
         forward: &mut Forward<'_>,
     ) -> Result<ModelReply, Failure> {
         let streaming = forward.sink.is_some();
-        let mut body = Vec::with_capacity(encoded_size_hint(request));
-        serde_json::to_writer(&mut body, &wire::request_body(model, request, streaming))
-            .map_err(|e| ModelError::Protocol(format!("cannot encode the request: {e}")))?;
+        let body = request_json::request_body(model, request, streaming)?;
         let authorization = self
             .authorization
             .clone()
@@ -411,18 +409,4 @@ impl Model for OpenAiModel {
     ) -> BoxFuture<'a, Result<ModelReply, ModelError>> {
         Box::pin(async move { self.run(request, Some(&sink)).await })
     }
-}
-
-/// About the size of `request` as JSON: its texts plus a little per message and for the rest.
-/// The body is written into one buffer of this size instead of one grown by doubling, which
-/// copied it over again each time (the history makes it kilobytes).
-fn encoded_size_hint(request: &ModelRequest) -> usize {
-    const PER_MESSAGE: usize = 48;
-    const REST: usize = 512;
-    request
-        .messages
-        .iter()
-        .map(|m| m.content.len() + PER_MESSAGE)
-        .sum::<usize>()
-        .saturating_add(REST)
 }

@@ -7,7 +7,8 @@
 //! - `client`: [`OpenAiModel`], the retry loop and the fallback chain.
 //! - `transport`: one request's trip: hyper directly for plain HTTP, reqwest for TLS and
 //!   proxies.
-//! - `wire`: the request body, complete answers, and assembling streamed chunks.
+//! - `request_json`: the request body, written straight into its bytes.
+//! - `wire`: complete answers, and assembling streamed chunks.
 //! - `sse`: splitting a Server-Sent Events stream into payloads.
 //! - `errors`: what an error answer means, and the limits it states.
 //! - `backoff`: retry delays and `Retry-After`.
@@ -15,6 +16,7 @@
 mod backoff;
 mod client;
 mod errors;
+mod request_json;
 mod settings;
 mod sse;
 mod transport;
