@@ -1,11 +1,13 @@
 //! Models: the request/response shapes a turn uses, the built-in `echo` model, the
 //! OpenAI-compatible client, per-model token calibration, the per-model request limiter
-//! (`limiter.rs`: AIMD on 429, requests and tokens per minute), and token counting.
+//! (`limiter.rs`: AIMD on 429, requests and tokens per minute), and token counting
+//! (`tokens.rs`; `pretokenize.rs`: cl100k's split of ASCII text without its regex).
 
 mod calibration;
 mod echo;
 mod limiter;
 pub mod openai;
+mod pretokenize;
 mod tokens;
 
 use futures_util::future::BoxFuture;
@@ -21,6 +23,7 @@ pub use limiter::{
     MIN_ADAPTIVE_CONCURRENCY, RATE_BURST_SECONDS,
 };
 pub use openai::{ApiKey, OpenAiModel, OpenAiSettings};
+pub use pretokenize::{PIECE_MEMO_ENTRIES, PIECE_MEMO_MAX_BYTES};
 pub use tokens::{
     Encoding, TokenCounter, MAX_RUN_BYTES, MEMO_ENTRIES, MEMO_MAX_TEXT_BYTES,
     MESSAGE_OVERHEAD_TOKENS,

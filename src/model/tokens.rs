@@ -10,6 +10,8 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use foldhash::HashMap;
 use tiktoken_rs::CoreBPE;
 
+use super::pretokenize::cl100k_ascii_count;
+
 /// Longest run of whitespace or of non-whitespace encoded as one piece.
 pub const MAX_RUN_BYTES: usize = 256;
 
@@ -75,11 +77,21 @@ impl TokenCounter {
     /// Tokens in `text`.
     pub fn count(&self, text: &str) -> u32 {
         let bpe = self.bpe();
-        let mut total = 0usize;
+        let encode =
+            |piece: &str| u32::try_from(bpe.encode_ordinary(piece).len()).unwrap_or(u32::MAX);
+        let mut total = 0u32;
         for segment in segments(text) {
-            total += bpe.encode_ordinary(segment).len();
+            let n = if self.encoding == Encoding::Cl100k && segment.is_ascii() {
+                // ASCII pieces are valid UTF-8 on their own.
+                cl100k_ascii_count(segment.as_bytes(), |piece| {
+                    std::str::from_utf8(piece).map_or(0, encode)
+                })
+            } else {
+                encode(segment)
+            };
+            total = total.saturating_add(n);
         }
-        u32::try_from(total).unwrap_or(u32::MAX)
+        total
     }
 
     /// Like [`TokenCounter::count`], remembering the counts of short texts that recur turn
