@@ -58,7 +58,12 @@ pub struct StorageConfig {
     pub cache_capacity_bytes: u64,
     /// Memory for the newest transcript entries of recently active sessions, in bytes, so a
     /// turn's context is assembled without reading its history back from sled; least recently
-    /// used sessions go first. 0 turns it off. Default 16 MiB.
+    /// used sessions go first. 0 turns it off. Default 64 MiB: about 190,000 short turns (a
+    /// user message and an answer of a few words cost about 340 bytes), e.g. 2,000 sessions
+    /// of 100 messages. A cache smaller than the sessions in use thrashes: taken in turn, each
+    /// session's tail was evicted just before it was needed, and every turn read its history
+    /// back from sled (over HTTP with 1,000 sessions of up to about 130 messages, 64 MiB
+    /// instead of 16 took 0.89x the CPU per turn: BENCHMARKS.md, fifteenth session).
     pub transcript_cache_bytes: u64,
     /// `strict` (default) or `batched`.
     pub durability: Durability,
@@ -113,7 +118,7 @@ impl Default for StorageConfig {
         Self {
             data_dir: PathBuf::from("./turnstile-data"),
             cache_capacity_bytes: 64 * 1024 * 1024,
-            transcript_cache_bytes: 16 * 1024 * 1024,
+            transcript_cache_bytes: 64 * 1024 * 1024,
             durability: Durability::Strict,
             flush_every_ms: 100,
             max_queued_messages: 100_000,
