@@ -1,7 +1,7 @@
 //! Sorting context blocks by a key computed once per block.
 //!
-//! Blocks are large (a couple of hundred bytes) and a turn's blocks arrive nearly in order (the
-//! history is collected in transcript order). A comparison sort recomputes keys at every
+//! Blocks are large (a couple of hundred bytes) and a turn's blocks arrive in a few runs, each
+//! in order or reversed (the history is collected newest first). A comparison sort recomputes keys at every
 //! comparison and moves each block about log₂ n times; here each key is computed once, the
 //! small (key, position) pairs are sorted, and only the blocks out of place move, each once
 //! along its cycle of the permutation. Input already in order, or in a few runs each in order

@@ -25,7 +25,7 @@ pub const PIECE_MEMO_ENTRIES: usize = 4_096;
 pub const PIECE_MEMO_MAX_BYTES: usize = 24;
 
 thread_local! {
-    static PIECES: RefCell<HashMap<Box<[u8]>, u32>> = RefCell::new(HashMap::default());
+    static PIECES: RefCell<HashMap<Box<str>, u32>> = RefCell::new(HashMap::default());
 }
 
 /// `\s` on ASCII.
@@ -111,19 +111,27 @@ fn piece_len(t: &[u8], i: usize) -> usize {
     1
 }
 
-/// Calls `piece` with each piece of ASCII `text`, in order, as `cl100k_base` splits it.
-pub(crate) fn cl100k_ascii_pieces(text: &[u8], mut piece: impl FnMut(&[u8])) {
+/// Calls `piece` with each piece of `text` (ASCII), in order, as `cl100k_base` splits it.
+fn cl100k_ascii_pieces(text: &str, mut piece: impl FnMut(&str)) {
+    let bytes = text.as_bytes();
     let mut i = 0;
-    while i < text.len() {
-        let len = piece_len(text, i).max(1);
-        piece(&text[i..i + len]);
+    while i < bytes.len() {
+        let len = piece_len(bytes, i).max(1);
+        // Every byte of ASCII text is a character boundary.
+        let Some(p) = text.get(i..i + len) else {
+            return;
+        };
+        piece(p);
         i += len;
     }
 }
 
-/// Tokens of ASCII `text` under `cl100k_base`: the pieces' counts, remembered per thread, with
-/// `count_piece` counting a piece not remembered.
-pub(crate) fn cl100k_ascii_count(text: &[u8], count_piece: impl Fn(&[u8]) -> u32) -> u32 {
+/// Tokens of `text` under `cl100k_base`: the pieces' counts, remembered per thread, with
+/// `count_piece` counting a piece not remembered. `None` when `text` is not ASCII.
+pub(crate) fn cl100k_ascii_count(text: &str, count_piece: impl Fn(&str) -> u32) -> Option<u32> {
+    if !text.is_ascii() {
+        return None;
+    }
     PIECES.with(|memo| {
         let mut memo = memo.borrow_mut();
         let mut total = 0u32;
@@ -143,7 +151,7 @@ pub(crate) fn cl100k_ascii_count(text: &[u8], count_piece: impl Fn(&[u8]) -> u32
             };
             total = total.saturating_add(n);
         });
-        total
+        Some(total)
     })
 }
 
@@ -154,9 +162,7 @@ mod tests {
 
     fn pieces(text: &str) -> Vec<String> {
         let mut out = Vec::new();
-        cl100k_ascii_pieces(text.as_bytes(), |p| {
-            out.push(String::from_utf8_lossy(p).into_owned())
-        });
+        cl100k_ascii_pieces(text, |p| out.push(p.to_string()));
         out
     }
 
@@ -167,9 +173,7 @@ mod tests {
     }
 
     fn ours(text: &str) -> u32 {
-        cl100k_ascii_count(text.as_bytes(), |p| {
-            tiktoken(std::str::from_utf8(p).expect("ASCII"))
-        })
+        cl100k_ascii_count(text, tiktoken).expect("ASCII")
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! tiktoken's byte-pair merge is quadratic in the length of one pre-tokenised piece, and a long
 //! run without whitespace is one piece (about 0.4 s for 50 KB). The counter therefore cuts any
 //! run of same-class characters longer than [`MAX_RUN_BYTES`] before encoding; the count of a
-//! cut run differs from the exact one by at most a token per cut, which budgets absorb.
+//! cut run differs from the exact one by at most a token per cut, which budgets absorb. ASCII
+//! text under cl100k is split without tiktoken's regex (`pretokenize.rs`), to the same count.
 
 use std::sync::{Mutex, OnceLock, PoisonError};
 
@@ -81,14 +82,11 @@ impl TokenCounter {
             |piece: &str| u32::try_from(bpe.encode_ordinary(piece).len()).unwrap_or(u32::MAX);
         let mut total = 0u32;
         for segment in segments(text) {
-            let n = if self.encoding == Encoding::Cl100k && segment.is_ascii() {
-                // ASCII pieces are valid UTF-8 on their own.
-                cl100k_ascii_count(segment.as_bytes(), |piece| {
-                    std::str::from_utf8(piece).map_or(0, encode)
-                })
-            } else {
-                encode(segment)
+            let fast = match self.encoding {
+                Encoding::Cl100k => cl100k_ascii_count(segment, encode),
+                Encoding::O200k => None,
             };
+            let n = fast.unwrap_or_else(|| encode(segment));
             total = total.saturating_add(n);
         }
         total
