@@ -31,11 +31,11 @@ fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
 
 fn tool(kind: EntryKind, id: &str) -> TranscriptEntry {
     let mut e = entry(kind, "tool text");
-    e.tool = Some(ToolInfo {
+    e.tool = Some(Box::new(ToolInfo {
         call_id: id.into(),
         name: "lookup".into(),
         arguments: "{}".into(),
-    });
+    }));
     e
 }
 

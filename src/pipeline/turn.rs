@@ -233,10 +233,10 @@ impl TurnEngine {
                     kind: EntryKind::User,
                     text: m.text.clone(),
                     message_id: Some(m.message_id.clone()),
-                    sender: Some(EntrySender {
+                    sender: Some(Box::new(EntrySender {
                         id: m.sender.id.clone(),
                         name: m.sender.name.clone(),
-                    }),
+                    })),
                     timestamp_ms: m.timestamp_ms,
                     tokens: self.tokens.count(&m.text),
                     tool: None,
@@ -566,11 +566,11 @@ impl TurnEngine {
                     sender: None,
                     timestamp_ms: now,
                     tokens,
-                    tool: Some(ToolInfo {
+                    tool: Some(Box::new(ToolInfo {
                         call_id: call.id.clone(),
                         name: call.name.clone(),
                         arguments: call.arguments.clone(),
-                    }),
+                    })),
                 });
             }
             request.messages.push(call_message(&reply.text, &calls));
@@ -591,11 +591,11 @@ impl TurnEngine {
                     sender: None,
                     timestamp_ms: now,
                     tokens,
-                    tool: Some(ToolInfo {
+                    tool: Some(Box::new(ToolInfo {
                         call_id: call.id.clone(),
                         name: call.name.clone(),
                         arguments: String::new(),
-                    }),
+                    })),
                 });
             }
             if !client_calls.is_empty() {
@@ -667,11 +667,11 @@ impl TurnEngine {
                 message_id: Some(message_id.clone()),
                 sender: None,
                 timestamp_ms: now,
-                tool: Some(ToolInfo {
+                tool: Some(Box::new(ToolInfo {
                     call_id: r.call_id.clone(),
                     name: String::new(),
                     arguments: String::new(),
-                }),
+                })),
             })
             .collect()
     }

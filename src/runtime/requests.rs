@@ -129,11 +129,11 @@ mod tests {
     #[test]
     fn the_answer_is_the_reply_after_the_message_or_its_open_calls() {
         let mut call = entry(EntryKind::ToolCall, "checking", None);
-        call.tool = Some(ToolInfo {
+        call.tool = Some(Box::new(ToolInfo {
             call_id: "c1".into(),
             name: "weather".into(),
             arguments: "{}".into(),
-        });
+        }));
         let entries: Vec<(u64, TranscriptEntry)> = [
             entry(EntryKind::User, "hi", Some("m1")),
             entry(EntryKind::Assistant, "hello", None),

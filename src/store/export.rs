@@ -81,10 +81,10 @@ impl ExportEntry {
             kind: e.kind,
             text: e.text,
             message_id: e.message_id,
-            sender: e.sender,
+            sender: e.sender.map(|s| *s),
             timestamp_ms: e.timestamp_ms,
             tokens: e.tokens,
-            tool: e.tool,
+            tool: e.tool.map(|t| *t),
         }
     }
 }

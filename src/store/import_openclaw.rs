@@ -351,7 +351,7 @@ fn parse_entry(v: &Value, count_tokens: &dyn Fn(&str) -> u32) -> Result<Parsed, 
             message_id: None,
             sender: None,
             timestamp_ms: ts.or(entry_ts).unwrap_or(0),
-            tool,
+            tool: tool.map(Box::new),
         };
     let body = match kind {
         "message" => {

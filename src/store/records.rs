@@ -66,6 +66,11 @@ pub struct ToolInfo {
 }
 
 /// One transcript entry. Its token count is computed once, when it is written.
+///
+/// The sender and the tool side are boxed: every turn reads each history entry of its session
+/// (kind, tokens, time, text, id) out of the transcript tail cache, and inline they made an
+/// entry span four cache lines where two hold what a turn reads. Boxing does not change the
+/// stored bytes (serde sees through a `Box`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TranscriptEntry {
     /// What kind of entry.
@@ -75,13 +80,13 @@ pub struct TranscriptEntry {
     /// The platform message id, for entries that came from one.
     pub message_id: Option<String>,
     /// The sender, for user entries.
-    pub sender: Option<EntrySender>,
+    pub sender: Option<Box<EntrySender>>,
     /// When it was written (or sent, for user entries), ms since the epoch.
     pub timestamp_ms: u64,
     /// Tokens of `text` as counted when the entry was written.
     pub tokens: u32,
     /// Tool call or result details, for those kinds.
-    pub tool: Option<ToolInfo>,
+    pub tool: Option<Box<ToolInfo>>,
 }
 
 /// A platform event (join, rename, pin…) queued for the next turn of its session.
@@ -244,5 +249,64 @@ impl From<ChannelMessageV2> for ChannelMessage {
             seq: 0,
             addressed: true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_and_its_arc_counts_fit_two_cache_lines() {
+        // Turns read every history entry of their session; see `TranscriptEntry`.
+        assert!(2 * std::mem::size_of::<usize>() + std::mem::size_of::<TranscriptEntry>() <= 128);
+    }
+
+    #[test]
+    fn boxed_parts_are_stored_as_before() {
+        #[derive(Serialize)]
+        struct Inline {
+            kind: EntryKind,
+            text: String,
+            message_id: Option<String>,
+            sender: Option<EntrySender>,
+            timestamp_ms: u64,
+            tokens: u32,
+            tool: Option<ToolInfo>,
+        }
+        let sender = EntrySender {
+            id: "u1".into(),
+            name: "Ann".into(),
+        };
+        let tool = ToolInfo {
+            call_id: "c1".into(),
+            name: "weather".into(),
+            arguments: "{}".into(),
+        };
+        let boxed = TranscriptEntry {
+            kind: EntryKind::ToolCall,
+            text: "t".into(),
+            message_id: Some("m1".into()),
+            sender: Some(Box::new(sender.clone())),
+            timestamp_ms: 7,
+            tokens: 3,
+            tool: Some(Box::new(tool.clone())),
+        };
+        let inline = Inline {
+            kind: EntryKind::ToolCall,
+            text: "t".into(),
+            message_id: Some("m1".into()),
+            sender: Some(sender),
+            timestamp_ms: 7,
+            tokens: 3,
+            tool: Some(tool),
+        };
+        let config = bincode::config::standard();
+        let a = bincode::serde::encode_to_vec(&boxed, config).expect("encodes");
+        let b = bincode::serde::encode_to_vec(&inline, config).expect("encodes");
+        assert_eq!(a, b);
+        let (back, _): (TranscriptEntry, usize) =
+            bincode::serde::decode_from_slice(&b, config).expect("decodes");
+        assert_eq!(back, boxed);
     }
 }

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use foldhash::HashMap;
 
-use super::{SessionRecord, TranscriptEntry};
+use super::{EntrySender, SessionRecord, ToolInfo, TranscriptEntry};
 
 /// Most entries kept per session: more than any assembly window of the default policies reads.
 pub const MAX_TAIL_ENTRIES: usize = 512;
@@ -87,15 +87,23 @@ pub(super) struct TailCache {
     tails: Mutex<Tails>,
 }
 
-/// What a tail holds of an entry, roughly: its strings and a fixed overhead.
+/// What a tail holds of an entry, roughly: its strings, the entry behind its `Arc` and the
+/// boxed parts it has.
 fn entry_bytes(e: &TranscriptEntry) -> u64 {
+    use std::mem::size_of;
     let strings = e.text.len()
         + e.message_id.as_ref().map_or(0, String::len)
-        + e.sender.as_ref().map_or(0, |s| s.id.len() + s.name.len())
-        + e.tool
+        + e.sender
             .as_ref()
-            .map_or(0, |t| t.call_id.len() + t.name.len() + t.arguments.len());
-    strings as u64 + 128
+            .map_or(0, |s| size_of::<EntrySender>() + s.id.len() + s.name.len())
+        + e.tool.as_ref().map_or(0, |t| {
+            size_of::<ToolInfo>() + t.call_id.len() + t.name.len() + t.arguments.len()
+        });
+    // The `Arc`'s two counts, the entry, and the slot in the tail's list.
+    let fixed = 2 * size_of::<usize>()
+        + size_of::<TranscriptEntry>()
+        + size_of::<(u64, Arc<TranscriptEntry>)>();
+    (strings + fixed) as u64
 }
 
 impl TailCache {

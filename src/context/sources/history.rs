@@ -47,7 +47,7 @@ pub(crate) fn entry_block(seq: u64, e: &Arc<TranscriptEntry>) -> ContextBlock {
         seq: Some(seq),
         message_id: MessageId::of_entry(e),
         timestamp_ms: Some(e.timestamp_ms),
-        tool: e.tool.clone().map(Box::new),
+        tool: e.tool.clone(),
         user_text: matches!(
             e.kind,
             EntryKind::User | EntryKind::Custom | EntryKind::SystemEvent

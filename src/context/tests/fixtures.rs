@@ -48,22 +48,22 @@ pub(super) fn user(text: &str, id: &str, ago: u64) -> TranscriptEntry {
 pub(super) fn tool_call(call_id: &str, name: &str, args: &str, ago: u64) -> TranscriptEntry {
     TranscriptEntry {
         tokens: tokens().count(name) + tokens().count(args),
-        tool: Some(ToolInfo {
+        tool: Some(Box::new(ToolInfo {
             call_id: call_id.into(),
             name: name.into(),
             arguments: args.into(),
-        }),
+        })),
         ..entry(EntryKind::ToolCall, "", ago)
     }
 }
 
 pub(super) fn tool_result(call_id: &str, name: &str, text: &str, ago: u64) -> TranscriptEntry {
     TranscriptEntry {
-        tool: Some(ToolInfo {
+        tool: Some(Box::new(ToolInfo {
             call_id: call_id.into(),
             name: name.into(),
             arguments: String::new(),
-        }),
+        })),
         ..entry(EntryKind::ToolResult, text, ago)
     }
 }
