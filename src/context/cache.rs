@@ -1,8 +1,9 @@
 //! The assembly cache: per session, the last assembly and what it was made from. A new
 //! message (the transcript's next sequence or the turn's inbox items change), a changed
 //! workspace file (a source's fingerprint) or age past `context.cache_max_age_ms` (TTL decay
-//! moves with the clock) makes it stale. Serves context dumps and retried turns; the engine
-//! drops a session's entry when its turn commits.
+//! moves with the clock) makes it stale. Serves context dumps (and a turn that follows a dump
+//! unchanged); a turn's own assembly is not cached (`ContextEngine::assemble_for_turn`), and
+//! the engine drops a session's entry when its turn commits.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -124,11 +124,31 @@ impl ContextEngine {
         )
     }
 
-    /// Assembles (or takes from the cache) the context for `request`.
+    /// Assembles (or takes from the cache) the context for `request`, and caches it.
     pub fn assemble(
         &self,
         store: &dyn ContextStore,
         request: AssemblyRequest<'_>,
+    ) -> Result<Arc<Assembly>, ContextError> {
+        self.assemble_caching(store, request, true)
+    }
+
+    /// Assembles (or takes from the cache) the context of a turn, without caching it: the
+    /// turn's commit changes the transcript and so makes it stale. Cached, it lived until the
+    /// commit dropped it, by when its blocks had gone cold; the turn drops it as it answers.
+    pub fn assemble_for_turn(
+        &self,
+        store: &dyn ContextStore,
+        request: AssemblyRequest<'_>,
+    ) -> Result<Arc<Assembly>, ContextError> {
+        self.assemble_caching(store, request, false)
+    }
+
+    fn assemble_caching(
+        &self,
+        store: &dyn ContextStore,
+        request: AssemblyRequest<'_>,
+        cache: bool,
     ) -> Result<Arc<Assembly>, ContextError> {
         let chat_kind = request
             .current
@@ -160,8 +180,10 @@ impl ContextEngine {
             return Ok(hit);
         }
         let assembly = Arc::new(self.pipeline.assemble(&view, budget)?);
-        self.cache
-            .insert(request.session_key, key, Arc::clone(&assembly));
+        if cache {
+            self.cache
+                .insert(request.session_key, key, Arc::clone(&assembly));
+        }
         Ok(assembly)
     }
 

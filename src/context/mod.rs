@@ -78,4 +78,4 @@ pub use session::{
     chat_kind_of_key, chatter_before, chatter_of, ChatRef, ChatWindow, ContextStore,
     CurrentMessage, QueueInfo, SessionView, StoredSession, TranscriptWindow, MAX_CHATTER_LINES,
 };
-pub use source::ContextSource;
+pub use source::{ContextSource, ROOM_AFTER_SOURCE};

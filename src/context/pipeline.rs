@@ -19,12 +19,6 @@ use super::source::ContextSource;
 use crate::config::Config;
 use crate::error::ConfigError;
 
-/// Room left in the kept blocks past each source's output, for the few blocks the sources
-/// after it add. Context blocks are large and the history is most of them: the list grows once
-/// past the history (while it holds only the blocks before it) instead of being copied whole
-/// again for the current message.
-const KEPT_HEADROOM: usize = 16;
-
 struct SourceStage {
     name: Cow<'static, str>,
     priority: u8,
@@ -126,15 +120,22 @@ impl Pipeline {
         for stage in &self.sources {
             let weight = stage.weight.unwrap_or_else(|| stage.source.weight(session));
             let view = TokenBudget { used, ..budget };
-            let produced = stage.source.collect(session, &view).map_err(|e| match e {
-                ContextError::Store(s) => ContextError::Store(s),
-                other => ContextError::Source {
-                    stage: stage.name.to_string(),
-                    message: other.to_string(),
-                },
-            })?;
-            kept.reserve(produced.len() + KEPT_HEADROOM);
-            for mut block in produced {
+            let start = kept.len();
+            stage
+                .source
+                .collect_into(session, &view, &mut kept)
+                .map_err(|e| match e {
+                    ContextError::Store(s) => ContextError::Store(s),
+                    other => ContextError::Source {
+                        stage: stage.name.to_string(),
+                        message: other.to_string(),
+                    },
+                })?;
+            // Stamped and admitted where they were written: the blocks that fit stay in
+            // order, the rest are recorded as dropped and cut off the end.
+            let mut end = start;
+            for i in start..kept.len() {
+                let block = &mut kept[i];
                 block.source = stage.name.clone();
                 block.priority = stage.priority;
                 block.weight = weight;
@@ -146,15 +147,17 @@ impl Pipeline {
                 }
                 if block.immutable || block.must_keep() || block.token_count <= left {
                     used = used.saturating_add(block.token_count);
-                    kept.push(block);
+                    kept.swap(end, i);
+                    end += 1;
                 } else {
                     let reason = format!(
                         "{} tokens do not fit the {left} left when it was collected",
                         block.token_count
                     );
-                    dropped.push(DroppedBlock::new(&block, stage.name.clone(), reason));
+                    dropped.push(DroppedBlock::new(block, stage.name.clone(), reason));
                 }
             }
+            kept.truncate(end);
         }
 
         let mut blocks = Blocks::new(kept, dropped, budget.total);

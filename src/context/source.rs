@@ -38,4 +38,25 @@ pub trait ContextSource: Send + Sync {
         session: &SessionView<'_>,
         budget: &TokenBudget,
     ) -> Result<Vec<ContextBlock>, ContextError>;
+
+    /// Appends what [`ContextSource::collect`] returns to `out`, the blocks collected so far;
+    /// what the pipeline calls. A source of many blocks (the history) writes them straight
+    /// into `out`, reserving [`ROOM_AFTER_SOURCE`] more, so that they are not moved again.
+    fn collect_into(
+        &self,
+        session: &SessionView<'_>,
+        budget: &TokenBudget,
+        out: &mut Vec<ContextBlock>,
+    ) -> Result<(), ContextError> {
+        let produced = self.collect(session, budget)?;
+        out.reserve(produced.len() + ROOM_AFTER_SOURCE);
+        out.extend(produced);
+        Ok(())
+    }
 }
+
+/// Room left in the collected blocks past each source's output, for the few blocks the
+/// sources after it add. Context blocks are large and the history is most of them: the list
+/// grows once past the history (while it holds only the blocks before it) instead of being
+/// copied whole again for the current message.
+pub const ROOM_AFTER_SOURCE: usize = 16;

@@ -198,12 +198,22 @@ impl TurnEngine {
 
     /// Assembles the context for `session_key` around `current` (empty: what the next turn
     /// would see without a new message), reading only as much history as the policy and the
-    /// budget can use.
+    /// budget can use; cached for the next ask.
     pub fn assemble(
         &self,
         session_key: &str,
         current: &[CurrentMessage],
         queue: QueueInfo,
+    ) -> Result<Arc<Assembly>, Error> {
+        self.assemble_caching(session_key, current, queue, true)
+    }
+
+    fn assemble_caching(
+        &self,
+        session_key: &str,
+        current: &[CurrentMessage],
+        queue: QueueInfo,
+        cache: bool,
     ) -> Result<Arc<Assembly>, Error> {
         let stored = self.store.session(session_key)?.map(|r| StoredSession {
             id: r.id,
@@ -211,16 +221,18 @@ impl TurnEngine {
             next_seq: r.next_seq,
             compaction_count: r.compaction_count,
         });
-        Ok(self.context.assemble(
-            &self.store,
-            AssemblyRequest {
-                session_key,
-                stored,
-                current,
-                queue,
-                now_ms: now_ms(),
-            },
-        )?)
+        let request = AssemblyRequest {
+            session_key,
+            stored,
+            current,
+            queue,
+            now_ms: now_ms(),
+        };
+        Ok(if cache {
+            self.context.assemble(&self.store, request)?
+        } else {
+            self.context.assemble_for_turn(&self.store, request)?
+        })
     }
 
     /// One user entry per message (answered, dropped by the queue cap, or steered in), in
@@ -279,7 +291,7 @@ impl TurnEngine {
         let mut fanout = self.replies.delta_fanout(session_key, &all);
         let answer = loop {
             let assembly = self
-                .assemble(session_key, &current, queue_info(batch))
+                .assemble_caching(session_key, &current, queue_info(batch), false)
                 .map_err(failed)?;
             window_full = assembly.history_left_out();
             timer.assembled(session_key, assembly.budget.used, assembly.budget.total);

@@ -19,7 +19,7 @@ use crate::context::processors::{
 use crate::context::text::truncate_middle;
 use crate::context::{
     BlockKind, BlockMeta, BlockText, ContextBlock, ContextError, ContextSource, MessageId,
-    SessionView, StageContext, StageError, TokenBudget,
+    SessionView, StageContext, StageError, TokenBudget, ROOM_AFTER_SOURCE,
 };
 use crate::inbound::{sanitize_text, untrusted, untrusted_block, ChatKind};
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
@@ -41,25 +41,27 @@ impl HistorySource {
     }
 }
 
-/// The block of one transcript entry.
+/// The block of one transcript entry, written as one value (not a block and then its
+/// metadata): a turn makes one per history entry.
 pub(crate) fn entry_block(seq: u64, e: &Arc<TranscriptEntry>) -> ContextBlock {
-    let meta = BlockMeta {
-        seq: Some(seq),
-        message_id: MessageId::of_entry(e),
-        timestamp_ms: Some(e.timestamp_ms),
-        tool: e.tool.clone(),
-        user_text: matches!(
-            e.kind,
-            EntryKind::User | EntryKind::Custom | EntryKind::SystemEvent
-        ),
-        ..BlockMeta::default()
-    };
-    ContextBlock::new(
-        BlockKind::of_entry(e.kind),
-        BlockText::Entry(Arc::clone(e)),
-        e.tokens + MESSAGE_OVERHEAD_TOKENS,
-    )
-    .with_meta(meta)
+    ContextBlock {
+        metadata: BlockMeta {
+            seq: Some(seq),
+            message_id: MessageId::of_entry(e),
+            timestamp_ms: Some(e.timestamp_ms),
+            tool: e.tool.clone(),
+            user_text: matches!(
+                e.kind,
+                EntryKind::User | EntryKind::Custom | EntryKind::SystemEvent
+            ),
+            ..BlockMeta::default()
+        },
+        ..ContextBlock::new(
+            BlockKind::of_entry(e.kind),
+            BlockText::Entry(Arc::clone(e)),
+            e.tokens + MESSAGE_OVERHEAD_TOKENS,
+        )
+    }
 }
 
 impl ContextSource for HistorySource {
@@ -76,9 +78,20 @@ impl ContextSource for HistorySource {
         session: &SessionView<'_>,
         budget: &TokenBudget,
     ) -> Result<Vec<ContextBlock>, ContextError> {
+        let mut out = Vec::new();
+        self.collect_into(session, budget, &mut out)?;
+        Ok(out)
+    }
+
+    fn collect_into(
+        &self,
+        session: &SessionView<'_>,
+        budget: &TokenBudget,
+        out: &mut Vec<ContextBlock>,
+    ) -> Result<(), ContextError> {
         let window = session.transcript()?;
         let mut room = budget.remaining();
-        let mut out = Vec::with_capacity(window.entries.len());
+        out.reserve(window.entries.len() + ROOM_AFTER_SOURCE);
         // Newest first: collection order is precedence among equal priorities, so the newest
         // entries are admitted (and kept when trimming) first.
         let chat = if session.chat_kind == ChatKind::Direct {
@@ -87,16 +100,18 @@ impl ContextSource for HistorySource {
             Some(session.chat()?)
         };
         for (seq, entry) in &window.entries {
-            let mut block = entry_block(*seq, entry);
+            out.push(entry_block(*seq, entry));
+            let Some(block) = out.last_mut() else {
+                break;
+            };
             if let (Some(chat), EntryKind::User) = (&chat, entry.kind) {
                 let chatter = chat.chatter.get(seq).map(Vec::as_slice).unwrap_or(&[]);
-                with_speakers(&mut block, entry, chatter, session);
+                with_speakers(block, entry, chatter, session);
             }
             if block.token_count > room && entry.kind == EntryKind::ToolResult {
-                shrink_result(&mut block, room, session);
+                shrink_result(block, room, session);
             }
             let cost = block.token_count;
-            out.push(block);
             if cost > room {
                 // The first that does not fit is returned so the dump can say why history
                 // ends here; the pipeline drops it.
@@ -104,7 +119,7 @@ impl ContextSource for HistorySource {
             }
             room -= cost;
         }
-        Ok(out)
+        Ok(())
     }
 }
 
