@@ -300,7 +300,7 @@ impl TurnEngine {
             }
             match self
                 .answer(
-                    &assembly,
+                    assembly,
                     &mut control,
                     turn_extras.as_deref(),
                     &results,
@@ -462,7 +462,7 @@ impl TurnEngine {
     /// running the tools it asks for in between.
     async fn answer(
         &self,
-        assembly: &Assembly,
+        assembly: Arc<Assembly>,
         control: &mut TurnControl<InboxItem>,
         extras: Option<&RequestExtras>,
         results: &[ClientToolResult],
@@ -471,18 +471,22 @@ impl TurnEngine {
         let limits = &self.config.tools;
         let timeout = Duration::from_millis(limits.timeout_ms);
         let mut messages = assembly.messages();
+        let budget = assembly.budget;
+        // Dropped before the model call, while its blocks are still in the CPU's caches: a
+        // block per history entry, each releasing its entry.
+        drop(assembly);
         place_tool_results(&mut messages, results);
         let mut tools = self.tools.specs();
         let client_tools = self.client_tools(extras);
         tools.extend(client_tools.iter().cloned());
         let mut request = ModelRequest {
-            prompt_tokens: assembly.budget.used,
+            prompt_tokens: budget.used,
             messages,
             tools,
-            max_output_tokens: assembly.budget.reserved,
+            max_output_tokens: budget.reserved,
             params: extras.map(|e| e.params.clone()).unwrap_or_default(),
         };
-        let mut prompt_tokens = assembly.budget.used.saturating_add(
+        let mut prompt_tokens = budget.used.saturating_add(
             results
                 .iter()
                 .map(|r| self.tokens.count(&r.content) + MESSAGE_OVERHEAD_TOKENS)
@@ -631,7 +635,7 @@ impl TurnEngine {
             // results stay, the model has not seen them yet).
             let cleared = self.tokens.count_recurring(CLEARED_TOOL_RESULT);
             for (id, tokens, r) in results.iter_mut() {
-                if prompt_tokens <= assembly.budget.total {
+                if prompt_tokens <= budget.total {
                     break;
                 }
                 if *r == round || *tokens <= cleared {
