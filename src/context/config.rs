@@ -45,40 +45,43 @@ impl StageSpec {
 /// its share of the budget first: the system prompt and the current message before anything
 /// else, then the stable prefix (bootstrap, skills) and the clock line, history last.
 pub fn default_sources() -> Vec<StageSpec> {
-    [
-        "system_prompt",
-        "current_message",
-        "bootstrap",
-        "skills",
-        "time_and_place",
-        "system_events",
-        "reply_thread",
-        "group_history",
-        "compaction_summary",
-        "memory_recall",
-        "chat_recall",
-        "history",
-    ]
-    .into_iter()
-    .map(StageSpec::named)
-    .collect()
+    BUILTIN_SOURCES.into_iter().map(StageSpec::named).collect()
 }
+
+/// The built-in sources, in their default order.
+pub const BUILTIN_SOURCES: [&str; 12] = [
+    "system_prompt",
+    "current_message",
+    "bootstrap",
+    "skills",
+    "time_and_place",
+    "system_events",
+    "reply_thread",
+    "group_history",
+    "compaction_summary",
+    "memory_recall",
+    "chat_recall",
+    "history",
+];
 
 /// The built-in processors in their default order. `trim_to_budget` comes last; the pipeline
 /// always repairs tool pairing and enforces the budget after the configured processors.
 pub fn default_processors() -> Vec<StageSpec> {
-    [
-        "dedupe",
-        "sanitize",
-        "message_count",
-        "ttl_decay",
-        "tool_result_guard",
-        "trim_to_budget",
-    ]
-    .into_iter()
-    .map(StageSpec::named)
-    .collect()
+    BUILTIN_PROCESSORS
+        .into_iter()
+        .map(StageSpec::named)
+        .collect()
 }
+
+/// The built-in processors, in their default order.
+pub const BUILTIN_PROCESSORS: [&str; 6] = [
+    "dedupe",
+    "sanitize",
+    "message_count",
+    "ttl_decay",
+    "tool_result_guard",
+    "trim_to_budget",
+];
 
 /// Parses a stage's parameters into `T` (whose unknown keys are an error).
 pub fn parse_params<T: serde::de::DeserializeOwned>(

@@ -62,7 +62,10 @@ pub use block::{
 pub use block_text::{BlockText, MessageId};
 pub use budget::{TokenBudget, MIN_CONTEXT_BUDGET_TOKENS, OUTPUT_RESERVE_WINDOW_DIVISOR};
 pub use cache::{AssemblyCache, CacheKey, CacheStats};
-pub use config::{default_processors, default_sources, parse_params, StageSpec};
+pub use config::{
+    default_processors, default_sources, parse_params, StageSpec, BUILTIN_PROCESSORS,
+    BUILTIN_SOURCES,
+};
 pub use dump::{Assembly, StageNames};
 pub use engine::{AssemblyRequest, ContextEngine};
 pub use error::{ContextError, StageError};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::block::{ContextBlock, DroppedBlock};
 use super::budget::TokenBudget;
+use super::config::{BUILTIN_PROCESSORS, BUILTIN_SOURCES};
 use super::dump::{Assembly, StageNames};
 use super::error::ContextError;
 use super::processor::{Blocks, ContextProcessor};
@@ -38,6 +39,16 @@ pub struct Pipeline {
     names: Arc<StageNames>,
 }
 
+/// A stage's name as its blocks carry it: a built-in stage's is static, so that stamping it on
+/// each of a turn's blocks copies no string.
+fn stage_name(name: &str) -> Cow<'static, str> {
+    BUILTIN_SOURCES
+        .iter()
+        .chain(BUILTIN_PROCESSORS.iter())
+        .find(|b| **b == name)
+        .map_or_else(|| Cow::Owned(name.to_string()), |b| Cow::Borrowed(*b))
+}
+
 /// The pipeline's own tail, run after the configured processors on every assembly.
 const TAIL: [&str; 2] = ["tool_pairing", "trim_to_budget"];
 
@@ -61,7 +72,7 @@ impl Pipeline {
                 )));
             }
             sources.push(SourceStage {
-                name: Cow::Owned(spec.name.clone()),
+                name: stage_name(&spec.name),
                 priority: spec
                     .priority
                     .unwrap_or_else(|| source.default_priority())
@@ -80,7 +91,7 @@ impl Pipeline {
                 )));
             }
             processors.push(ProcessorStage {
-                name: Cow::Owned(spec.name.clone()),
+                name: stage_name(&spec.name),
                 processor: registry.build_processor(spec, config)?,
             });
         }

@@ -96,18 +96,18 @@ pub(crate) fn messages(blocks: &[ContextBlock]) -> Vec<ChatMessage> {
                         m.tool_calls.push(call);
                     }
                     _ => {
-                        let mut m = ChatMessage::text(Role::Assistant, b.content.clone());
+                        let mut m = ChatMessage::text(Role::Assistant, b.content.as_str());
                         m.tool_calls.push(call);
                         messages.push(m);
                     }
                 }
             }
             (BlockKind::ToolResult, Some(tool)) => {
-                let mut m = ChatMessage::text(Role::Tool, b.content.clone());
+                let mut m = ChatMessage::text(Role::Tool, b.content.as_str());
                 m.tool_call_id = Some(tool.call_id.clone());
                 messages.push(m);
             }
-            (kind, _) => messages.push(ChatMessage::text(kind.role(), b.content.clone())),
+            (kind, _) => messages.push(ChatMessage::text(kind.role(), b.content.as_str())),
         }
         previous = Some(b.kind);
     }

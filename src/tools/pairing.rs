@@ -11,6 +11,9 @@ use super::result_message;
 /// Drops orphan `tool` messages and adds a synthetic error result for every unanswered call.
 /// Returns how many messages were dropped or added.
 pub fn repair_tool_messages(messages: &mut Vec<ChatMessage>) -> usize {
+    if is_paired(messages) {
+        return 0;
+    }
     let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len());
     let mut open: Vec<String> = Vec::new();
     let mut changes = 0usize;
@@ -44,6 +47,35 @@ pub fn repair_tool_messages(messages: &mut Vec<ChatMessage>) -> usize {
     close(&mut open, &mut out, &mut changes);
     *messages = out;
     changes
+}
+
+/// True when [`repair_tool_messages`] would change nothing. The context pipeline repairs
+/// pairing already, so this is the usual case: a read-only pass finds it without moving every
+/// message of the request into a new list.
+fn is_paired(messages: &[ChatMessage]) -> bool {
+    let mut open: Vec<&str> = Vec::new();
+    for m in messages {
+        if m.role == Role::Tool {
+            let pending = m
+                .tool_call_id
+                .as_deref()
+                .and_then(|id| open.iter().position(|o| *o == id));
+            match pending {
+                Some(i) => {
+                    open.remove(i);
+                }
+                None => return false,
+            }
+            continue;
+        }
+        if !open.is_empty() {
+            return false;
+        }
+        if m.role == Role::Assistant {
+            open.extend(m.tool_calls.iter().map(|c| c.id.as_str()));
+        }
+    }
+    open.is_empty()
 }
 
 #[cfg(test)]
@@ -91,5 +123,42 @@ mod tests {
         assert_eq!(m[3].content, MISSING_RESULT_TEXT);
         // Idempotent.
         assert_eq!(repair_tool_messages(&mut m), 0);
+    }
+
+    #[test]
+    fn the_read_only_check_agrees_with_the_repair() {
+        let u = || ChatMessage::text(Role::User, "u");
+        let cases = vec![
+            vec![],
+            vec![u()],
+            vec![
+                u(),
+                call_message("", &[call("a")]),
+                result_message("a", "r"),
+                u(),
+            ],
+            vec![
+                call_message("", &[call("a"), call("b")]),
+                result_message("b", "r"),
+            ],
+            vec![call_message("", &[call("a")]), u()],
+            vec![result_message("a", "orphan"), u()],
+            vec![
+                call_message("", &[call("a"), call("b")]),
+                result_message("b", "rb"),
+                result_message("a", "ra"),
+            ],
+            vec![
+                call_message("", &[call("a")]),
+                result_message("a", "r"),
+                result_message("a", "again"),
+            ],
+            vec![call_message("x", &[])],
+        ];
+        for case in cases {
+            let mut repaired = case.clone();
+            let changes = repair_tool_messages(&mut repaired);
+            assert_eq!(is_paired(&case), changes == 0, "{case:?}");
+        }
     }
 }
