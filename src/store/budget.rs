@@ -694,6 +694,16 @@ impl StoreBudget {
     fn measure(&self) -> Result<u64, StoreError> {
         let dir = self.store.data_dir();
         let counted = self.store.shared.meter.measure_begins();
+        // sled writes its buffers in the background and lags by megabytes under load: what
+        // was counted above must be on disk before the walk, or the estimate runs under.
+        // Skipped while the store cannot write (sled would fail or hang), when nothing new is
+        // written anyway; a failed flush leaves the measurement low rather than stopping the
+        // pass that may free space.
+        if self.store.check_writable().is_ok() {
+            if let Err(error) = self.store.inner().db.flush() {
+                tracing::warn!(%error, "flush before measuring the data dir failed");
+            }
+        }
         let disk_bytes = disk::dir_disk_bytes(dir).map_err(StoreError::file("measure", dir))?;
         if self.enforcing {
             self.store.shared.meter.set_measured(disk_bytes, counted);
