@@ -703,6 +703,34 @@ async fn import_refuses_keys_the_api_refuses() {
     assert_eq!(keys, ["agent:main:fine"]);
 }
 
+/// The janitor's measurement covers every write counted before it, including what sled still
+/// buffers in memory: otherwise admission's estimate runs under the data dir by that much (by
+/// megabytes when sled's writer lags under load).
+#[tokio::test]
+async fn a_measurement_covers_what_sled_still_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.max_disk_bytes = 64 << 20;
+    // sled's own periodic flush stays out of the way: only the measurement can write.
+    cfg.flush_every_ms = 600_000;
+    let store = Store::open(&cfg).unwrap();
+    let budget = StoreBudget::new(store.clone(), &cfg, no_one_live());
+    usage(&budget);
+    let text = "b".repeat(1_000);
+    for i in 0..100u64 {
+        turn(&store, &format!("s{i}"), 1_000 + i, &text);
+    }
+    usage(&budget);
+    let estimate = store.shared.meter.disk_estimate();
+    store.inner().db.flush().unwrap();
+    let disk = dir_disk_bytes(dir.path()).unwrap();
+    assert!(
+        disk <= estimate,
+        "the data dir holds {disk} bytes once flushed, the estimate says {estimate}"
+    );
+    store.close().await.unwrap();
+}
+
 /// When nothing can be evicted (every session busy), admission refuses before the data dir
 /// passes the budget, and accepts again once a pass has freed space.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
