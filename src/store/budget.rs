@@ -32,13 +32,14 @@
 //! harder — live bytes in proportion to the overshoot — and rewrites again if the copy fits.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use turnstile_actors::{DiskBudget, DiskUsage, ReclaimReport};
 
 use super::evict::{Candidate, TRANSCRIPT_KEY_BYTES};
+use super::health::FLUSH_TIMEOUT;
 use super::{archive, cold, decode, disk, SessionRecord, Store};
 use crate::config::{JanitorMode, StorageConfig};
 use crate::error::StoreError;
@@ -121,6 +122,9 @@ pub struct StoreBudget {
     /// rewrite's copy needs.
     segments_written: AtomicU64,
     measured: Mutex<Measured>,
+    /// Set while a flush before a measurement runs on its own thread: one that outlived its
+    /// wait (sled can hang on a failing disk) is not joined by another.
+    flush_in_flight: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Default)]
@@ -175,6 +179,7 @@ impl StoreBudget {
                 as u64,
             segments_written: AtomicU64::new(0),
             measured: Mutex::new(Measured::default()),
+            flush_in_flight: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -690,20 +695,48 @@ impl StoreBudget {
         disk::dir_disk_bytes(&db_dir).map_err(StoreError::file("measure", &db_dir))
     }
 
+    /// Flushes sled so that every write counted before a measurement is on disk when the
+    /// data dir is walked: sled writes its buffers in the background and lags by megabytes
+    /// under load, and the estimate would run under by that much. Skipped while the store
+    /// cannot write (nothing new is written then). Bounded: the flush runs on a thread of its
+    /// own and is waited for at most [`FLUSH_TIMEOUT`]; a failed or hung flush leaves the
+    /// measurement low rather than stopping the pass that may free space.
+    fn flush_before_measuring(&self) {
+        if self.store.check_writable().is_err() || self.flush_in_flight.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let db = self.store.inner().db.clone();
+        let in_flight = Arc::clone(&self.flush_in_flight);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let spawned = std::thread::Builder::new()
+            .name("janitor flush".into())
+            .spawn(move || {
+                let result = db.flush().map(|_| ());
+                drop(db);
+                in_flight.store(false, Ordering::Release);
+                let _ = tx.send(result);
+            });
+        if let Err(error) = spawned {
+            self.flush_in_flight.store(false, Ordering::Release);
+            tracing::warn!(%error, "cannot start the flush before measuring the data dir");
+            return;
+        }
+        match rx.recv_timeout(FLUSH_TIMEOUT) {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "flush before measuring the data dir failed"),
+            Err(_) => tracing::warn!(
+                timeout_s = FLUSH_TIMEOUT.as_secs(),
+                "flush before measuring the data dir did not finish in time; measuring without it"
+            ),
+        }
+    }
+
     /// Measures the data dir and hands the measurement to admission's estimate.
     fn measure(&self) -> Result<u64, StoreError> {
         let dir = self.store.data_dir();
         let counted = self.store.shared.meter.measure_begins();
-        // sled writes its buffers in the background and lags by megabytes under load: what
-        // was counted above must be on disk before the walk, or the estimate runs under.
-        // Skipped while the store cannot write (sled would fail or hang), when nothing new is
-        // written anyway; a failed flush leaves the measurement low rather than stopping the
-        // pass that may free space.
-        if self.store.check_writable().is_ok() {
-            if let Err(error) = self.store.inner().db.flush() {
-                tracing::warn!(%error, "flush before measuring the data dir failed");
-            }
-        }
+        self.flush_before_measuring();
         let disk_bytes = disk::dir_disk_bytes(dir).map_err(StoreError::file("measure", dir))?;
         if self.enforcing {
             self.store.shared.meter.set_measured(disk_bytes, counted);

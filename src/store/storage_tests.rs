@@ -716,9 +716,11 @@ async fn a_measurement_covers_what_sled_still_buffers() {
     let store = Store::open(&cfg).unwrap();
     let budget = StoreBudget::new(store.clone(), &cfg, no_one_live());
     usage(&budget);
+    // Plain writes (a transaction would seal sled's buffer and have it written at once).
     let text = "b".repeat(1_000);
     for i in 0..100u64 {
-        turn(&store, &format!("s{i}"), 1_000 + i, &text);
+        let record = InboxRecord::direct_for_test(&format!("m{i}"), &text);
+        store.enqueue(&format!("s{i}"), record).unwrap();
     }
     usage(&budget);
     let estimate = store.shared.meter.disk_estimate();
