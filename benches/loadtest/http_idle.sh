@@ -43,11 +43,5 @@ print("%.0f %.2f %.0f %.0f" % (ok / r["seconds"], r["p50_ms"], st.median(col("id
         echo "c=$c run $run: turns/s p50_ms idle_% iowait_% = $row"
         rows+=("$row")
     done
-    printf '%s\n' "${rows[@]}" | python3 -c '
-import sys, statistics as st
-rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
-def m(i, fmt):
-    v = [r[i] for r in rows]
-    return "%s (%s–%s)" % (fmt % st.median(v), fmt % min(v), fmt % max(v))
-print("| %s | %s | %s | %s ms | %s%% | %s%% |" % (sys.argv[1], sys.argv[2], m(0, "%.0f"), m(1, "%.2f"), m(2, "%.0f"), m(3, "%.0f")))' "$c" "$durability"
+    printf '%s\n' "${rows[@]}" | median_row "$c" "$durability" -- %.0f %.2f:ms %.0f:% %.0f:%
 done

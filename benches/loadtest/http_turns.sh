@@ -28,11 +28,5 @@ for c in "${conns[@]}"; do
         echo "c=$c run $run: turns/s p50_ms p99_ms cpu_us_per_turn non2xx = $row"
         rows+=("$row")
     done
-    printf '%s\n' "${rows[@]}" | python3 -c '
-import sys, statistics as st
-rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
-def m(i, fmt):
-    v = [r[i] for r in rows]
-    return "%s (%s–%s)" % (fmt % st.median(v), fmt % min(v), fmt % max(v))
-print("| %s | %s | %s ms | %s ms | %s µs |" % (sys.argv[1], m(0, "%.0f"), m(1, "%.2f"), m(2, "%.2f"), m(3, "%.0f")))' "$c"
+    printf '%s\n' "${rows[@]}" | median_row "$c" -- %.0f %.2f:ms %.2f:ms %.0f:µs
 done

@@ -139,6 +139,25 @@ print(sys.argv[4], f"turns/s={turns / 4:.0f}", " ".join(fields))
 PY
 }
 
+# Reads runs as lines of numbers on stdin and prints one markdown table row: the cells given
+# before `--` as they are, then for each column spec `FORMAT[:UNIT]` after it the column's
+# median and (min–max) in that printf format, followed by UNIT.
+# Example: `median_row 16 -- %.0f %.2f:ms` prints `| 16 | 7127 (7024–7191) | 2.09 (2.08–2.13) ms |`.
+median_row() {
+    python3 -c '
+import sys, statistics as st
+args = sys.argv[1:]
+cut = args.index("--")
+cells, specs = args[:cut], args[cut + 1:]
+rows = [list(map(float, l.split())) for l in sys.stdin if l.strip()]
+for i, spec in enumerate(specs):
+    fmt, _, unit = spec.partition(":")
+    v = [r[i] for r in rows]
+    cell = "%s (%s–%s)" % (fmt % st.median(v), fmt % min(v), fmt % max(v))
+    cells.append(cell + (" " + unit if unit else ""))
+print("| " + " | ".join(cells) + " |")' "$@"
+}
+
 # Turns the running server has finished so far (its /metrics).
 turns_so_far() {
     curl -s "http://127.0.0.1:$port/metrics" | awk '/^turnstile_turns_total/ {s += $2} END {print s}'
