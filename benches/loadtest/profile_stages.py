@@ -3,7 +3,9 @@
 
 A sample belongs to the innermost stage whose marker appears on its stack (admission inside
 the HTTP handler counts as admission); "sled" is the share of the stage's samples with sled
-frames. Used by `http_profile.sh`.
+frames. Used by `http_profile.sh`. With `--within STAGE`, also the symbols that stage's samples
+were in (the leaf frame) and the innermost Turnstile frame above them, each as a share of
+the stage: `profile_stages.py OUT_DIR/stacks.txt --within "turn: assembly"`.
 """
 import collections
 import sys
@@ -36,8 +38,9 @@ def stage_of(frames):
     return found
 
 
-def main(path):
+def main(path, within=None):
     counts, sled, total = collections.Counter(), collections.Counter(), 0
+    leaves, ours = collections.Counter(), collections.Counter()
     frames = []
 
     def flush():
@@ -48,6 +51,9 @@ def main(path):
             total += 1
             if any("sled::" in f for f in frames):
                 sled[stage] += 1
+            if stage == within:
+                leaves[frames[0]] += 1
+                ours[next((f for f in frames if "turnstile" in f), "?")] += 1
         frames = []
 
     for line in open(path, errors="replace"):
@@ -60,7 +66,19 @@ def main(path):
     print(f"{'stage':38s} {'samples':>8s} {'in sled':>8s}")
     for stage, n in counts.most_common():
         print(f"{stage:38s} {100 * n / total:7.1f}% {100 * sled[stage] / total:7.1f}%")
+    if within:
+        n = max(counts[within], 1)
+        for title, counter in (("leaf symbol", leaves), ("innermost Turnstile frame", ours)):
+            print(f"\n{within}: {title} (share of the stage)")
+            for frame, k in counter.most_common(15):
+                print(f"{100 * k / n:6.1f}%  {frame[:110]}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    stage = None
+    if "--within" in args:
+        i = args.index("--within")
+        stage = args[i + 1]
+        del args[i : i + 2]
+    main(args[0], stage)

@@ -13,7 +13,7 @@ function request()
   return wrk.format("POST", "/v1/chat/completions", {["Content-Type"] = "application/json"}, body)
 end
 function done(summary, latency, requests)
-  io.write(string.format('JSON {"requests":%d,"non2xx":%d,"timeouts":%d,"seconds":%.3f,"p50_ms":%.3f,"p99_ms":%.3f}\n',
+  io.write(string.format('JSON {"requests":%d,"non2xx":%d,"timeouts":%d,"seconds":%.3f,"p50_ms":%.3f,"p99_ms":%.3f,"mean_ms":%.3f}\n',
     summary.requests, summary.errors.status, summary.errors.timeout, summary.duration / 1e6,
-    latency:percentile(50) / 1000, latency:percentile(99) / 1000))
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000, latency.mean / 1000))
 end

@@ -1,5 +1,4 @@
-# Shared by the HTTP load scripts (`http_turns.sh`, `http_ab.sh`, `http_profile.sh`,
-# `cluster.sh`); source it.
+# Shared by the HTTP load scripts (`http_*.sh`, `cluster.sh`); source it.
 
 # Installs wrk and nginx-light with apt-get when missing; sets `nginx_bin`.
 need_wrk_and_nginx() {
