@@ -34,6 +34,7 @@ fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
         timestamp_ms: 1,
         tokens: 12,
         tool: None,
+        memo: Default::default(),
     }
 }
 

@@ -60,6 +60,7 @@ fn session(entries: u64) -> MemoryStore {
                 timestamp_ms: NOW - (entries - i) * 1_000,
                 tokens: 40,
                 tool: None,
+                memo: Default::default(),
             },
         );
     }

@@ -706,6 +706,7 @@ async fn measure_open_with_100k_sessions() {
             timestamp_ms: 1,
             tokens: 3,
             tool: None,
+            memo: Default::default(),
         };
         let start = Instant::now();
         for i in 0..100_000u64 {

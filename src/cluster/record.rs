@@ -99,6 +99,7 @@ mod tests {
                     timestamp_ms: 1,
                     tokens: 3,
                     tool: None,
+                    memo: Default::default(),
                 }],
                 reply: Reply {
                     session_key: "agent:main:x".into(),

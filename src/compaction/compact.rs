@@ -166,6 +166,7 @@ impl SessionCompactor {
                 timestamp_ms: plan.span.last().map_or(0, |(_, e)| e.timestamp_ms),
                 tokens,
                 tool: None,
+                memo: Default::default(),
             };
             let remove: Vec<u64> = plan
                 .previous

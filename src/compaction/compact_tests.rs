@@ -26,6 +26,7 @@ fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
         timestamp_ms: 1,
         tokens: counter().count(text),
         tool: None,
+        memo: Default::default(),
     }
 }
 

@@ -185,6 +185,7 @@ mod tests {
             timestamp_ms: 0,
             tokens: 1,
             tool: None,
+            memo: Default::default(),
         });
         let shared = BlockText::Entry(Arc::clone(&entry));
         let owned = BlockText::from("hello");
@@ -208,6 +209,7 @@ mod tests {
             timestamp_ms: 0,
             tokens: 1,
             tool: None,
+            memo: Default::default(),
         });
         let shared = MessageId::of_entry(&entry).expect("the entry has an id");
         assert_eq!(Arc::strong_count(&entry), 2, "shared, not copied");

@@ -2,6 +2,7 @@
 //! history elsewhere.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use super::session::{ContextStore, StoredSession};
 use crate::error::StoreError;
@@ -127,12 +128,15 @@ impl ContextStore for MemoryStore {
         Ok(Self::sorted(v, limit))
     }
 
-    fn oldest_entry(&self, session_id: u64) -> Result<Option<(u64, TranscriptEntry)>, StoreError> {
+    fn oldest_entry(
+        &self,
+        stored: &StoredSession,
+    ) -> Result<Option<(u64, Arc<TranscriptEntry>)>, StoreError> {
         Ok(self
             .transcripts
-            .get(&session_id)
+            .get(&stored.id)
             .and_then(|t| t.first())
-            .cloned())
+            .map(|(seq, e)| (*seq, Arc::new(e.clone()))))
     }
 
     fn chat_back(

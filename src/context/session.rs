@@ -70,8 +70,11 @@ pub trait ContextStore: Send + Sync {
             .collect())
     }
 
-    /// The oldest entry of session `session_id`: where a compaction summary sits.
-    fn oldest_entry(&self, session_id: u64) -> Result<Option<(u64, TranscriptEntry)>, StoreError>;
+    /// The oldest entry of the session: where a compaction summary sits.
+    fn oldest_entry(
+        &self,
+        stored: &StoredSession,
+    ) -> Result<Option<(u64, Arc<TranscriptEntry>)>, StoreError>;
 
     /// A chat's messages newest first from just before chat seq `before` (`None`: the newest),
     /// as `step` says (see [`Store::scan_chat_back`]); the kept ones oldest first.
@@ -167,13 +170,7 @@ impl ContextStore for Store {
         stored: &StoredSession,
         keep: &mut dyn FnMut(&TranscriptEntry) -> bool,
     ) -> Result<Vec<(u64, Arc<TranscriptEntry>)>, StoreError> {
-        let stamp = crate::store::TailStamp {
-            id: stored.id,
-            next_seq: stored.next_seq,
-            entries: stored.entries,
-            compaction_count: stored.compaction_count,
-        };
-        Store::window_entries(self, session_key, stamp, keep)
+        Store::window_entries(self, session_key, stored.stamp(), keep)
     }
 
     fn channel_message(
@@ -206,8 +203,11 @@ impl ContextStore for Store {
         Store::channel_messages_between(self, channel, chat_id, from_ms, to_ms, limit)
     }
 
-    fn oldest_entry(&self, session_id: u64) -> Result<Option<(u64, TranscriptEntry)>, StoreError> {
-        Store::oldest_entry(self, session_id)
+    fn oldest_entry(
+        &self,
+        stored: &StoredSession,
+    ) -> Result<Option<(u64, Arc<TranscriptEntry>)>, StoreError> {
+        Store::oldest_entry_at(self, stored.stamp())
     }
 
     fn chat_back(
@@ -262,6 +262,18 @@ pub struct StoredSession {
     pub next_seq: u64,
     /// Compactions so far; changes whenever a compaction rewrites the transcript.
     pub compaction_count: u32,
+}
+
+impl StoredSession {
+    /// The store's tail-cache stamp of this state of the session.
+    fn stamp(&self) -> crate::store::TailStamp {
+        crate::store::TailStamp {
+            id: self.id,
+            next_seq: self.next_seq,
+            entries: self.entries,
+            compaction_count: self.compaction_count,
+        }
+    }
 }
 
 /// The newest part of the transcript, read once per assembly and only as far as the policy
@@ -440,9 +452,8 @@ impl<'a> SessionView<'a> {
             let oldest_read = read.last().map_or(u64::MAX, |(seq, _)| *seq);
             summary = self
                 .store
-                .oldest_entry(stored.id)?
-                .filter(|(seq, e)| e.kind == EntryKind::Summary && *seq < oldest_read)
-                .map(|(seq, e)| (seq, Arc::new(e)));
+                .oldest_entry(&stored)?
+                .filter(|(seq, e)| e.kind == EntryKind::Summary && *seq < oldest_read);
         }
         Ok(TranscriptWindow {
             entries: read,

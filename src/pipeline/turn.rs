@@ -252,6 +252,7 @@ impl TurnEngine {
                     timestamp_ms: m.timestamp_ms,
                     tokens: self.tokens.count(&m.text),
                     tool: None,
+                    memo: Default::default(),
                 }
             })
             .collect()
@@ -390,6 +391,7 @@ impl TurnEngine {
             sender: None,
             timestamp_ms: now_ms(),
             tool: None,
+            memo: Default::default(),
         };
         let report = TurnReport {
             steered: answer.steered.iter().map(|i| i.seq).collect(),
@@ -587,6 +589,7 @@ impl TurnEngine {
                         name: call.name.clone(),
                         arguments: call.arguments.clone(),
                     })),
+                    memo: Default::default(),
                 });
             }
             request.messages.push(call_message(&reply.text, &calls));
@@ -612,6 +615,7 @@ impl TurnEngine {
                         name: call.name.clone(),
                         arguments: String::new(),
                     })),
+                    memo: Default::default(),
                 });
             }
             if !client_calls.is_empty() {
@@ -688,6 +692,7 @@ impl TurnEngine {
                     name: String::new(),
                     arguments: String::new(),
                 })),
+                memo: Default::default(),
             })
             .collect()
     }
@@ -738,6 +743,7 @@ impl TurnEngine {
             sender: None,
             timestamp_ms: now_ms(),
             tool: None,
+            memo: Default::default(),
         };
         self.delivery
             .deliver(

@@ -123,6 +123,7 @@ mod tests {
             timestamp_ms: 0,
             tokens: 1,
             tool: None,
+            memo: Default::default(),
         }
     }
 

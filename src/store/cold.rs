@@ -523,6 +523,7 @@ mod tests {
             timestamp_ms: now_ms,
             tokens: 2,
             tool: None,
+            memo: Default::default(),
         };
         store
             .commit_turn(TurnCommit {

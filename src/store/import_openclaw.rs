@@ -352,6 +352,7 @@ fn parse_entry(v: &Value, count_tokens: &dyn Fn(&str) -> u32) -> Result<Parsed, 
             sender: None,
             timestamp_ms: ts.or(entry_ts).unwrap_or(0),
             tool: tool.map(Box::new),
+            memo: Default::default(),
         };
     let body = match kind {
         "message" => {
@@ -584,6 +585,7 @@ fn resolve(
                 timestamp_ms: ts,
                 tokens: count_tokens(summary),
                 tool: None,
+                memo: Default::default(),
             });
             kept_at
         }

@@ -48,6 +48,7 @@ mod import_openclaw;
 mod instructions;
 mod keys;
 mod ledger;
+mod memo;
 mod migrate;
 mod queued_events;
 mod records;
@@ -82,6 +83,7 @@ pub use generations::GenerationRepair;
 pub use health::{FLUSH_TIMEOUT, PROBE_BYTES, PROBE_INTERVAL, RECOVERY_WAIT};
 pub use import_openclaw::{import_openclaw, ImportReport, MAX_LINE_BYTES};
 pub use ledger::{Loss, Mark, LEDGER_FILE, LEDGER_INTERVAL};
+pub use memo::EntryMemo;
 pub use queued_events::QueuedEvents;
 pub use records::{
     ChannelMessage, EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent,
@@ -716,6 +718,20 @@ impl Store {
             }
             Ok(true)
         })
+    }
+
+    /// The oldest entry of the session of `stamp`: from its tail in the cache when that holds
+    /// the whole transcript (one read of sled per assembly less), else from sled.
+    pub fn oldest_entry_at(
+        &self,
+        stamp: TailStamp,
+    ) -> Result<Option<(u64, Arc<TranscriptEntry>)>, StoreError> {
+        if let Some(oldest) = self.inner().tails.oldest(stamp) {
+            return Ok(oldest);
+        }
+        Ok(self
+            .oldest_entry(stamp.id)?
+            .map(|(seq, e)| (seq, Arc::new(e))))
     }
 
     /// The oldest entry of session `session_id` (a compaction summary sits there).

@@ -80,6 +80,7 @@ fn entry(kind: EntryKind, text: String) -> TranscriptEntry {
         sender: None,
         timestamp_ms: 1,
         tool: None,
+        memo: Default::default(),
     }
 }
 

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::memo::EntryMemo;
 use crate::inbound::InboundMessage;
 
 /// One session (a conversation), keyed by its session key in the `sessions` tree.
@@ -87,6 +88,9 @@ pub struct TranscriptEntry {
     pub tokens: u32,
     /// Tool call or result details, for those kinds.
     pub tool: Option<Box<ToolInfo>>,
+    /// What turns work out from the fields above, kept with them (not stored).
+    #[serde(skip)]
+    pub memo: EntryMemo,
 }
 
 /// A platform event (join, rename, pin…) queued for the next turn of its session.
@@ -291,6 +295,7 @@ mod tests {
             timestamp_ms: 7,
             tokens: 3,
             tool: Some(Box::new(tool.clone())),
+            memo: Default::default(),
         };
         let inline = Inline {
             kind: EntryKind::ToolCall,

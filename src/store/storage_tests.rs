@@ -28,6 +28,7 @@ fn entry(kind: EntryKind, text: &str, ts: u64) -> TranscriptEntry {
         timestamp_ms: ts,
         tokens: 2,
         tool: None,
+        memo: Default::default(),
     }
 }
 

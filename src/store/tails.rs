@@ -163,6 +163,17 @@ impl TailCache {
         }
     }
 
+    /// The oldest entry of the session of `stamp` when its tail matches and holds the whole
+    /// transcript (`Some(None)`: it is empty); `None` when only sled can say.
+    pub(super) fn oldest(&self, stamp: TailStamp) -> Option<Option<(u64, Arc<TranscriptEntry>)>> {
+        if self.max_bytes == 0 {
+            return None;
+        }
+        let tails = self.lock();
+        let tail = tails.by_id.get(&stamp.id)?;
+        (tail.stamp == stamp && tail.complete).then(|| tail.entries.front().cloned())
+    }
+
     /// Remembers `newest_first`, the newest entries of the session of `stamp` as read from
     /// sled (`complete`: all of them).
     pub(super) fn fill(
@@ -308,6 +319,7 @@ mod tests {
             timestamp_ms: 1,
             tokens: 1,
             tool: None,
+            memo: Default::default(),
         })
     }
 

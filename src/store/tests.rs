@@ -25,6 +25,7 @@ pub(super) fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
         timestamp_ms: 1,
         tokens: 3,
         tool: None,
+        memo: Default::default(),
     }
 }
 
@@ -537,6 +538,53 @@ async fn the_cached_window_follows_commits_and_compactions() {
         .unwrap();
     assert_eq!(first.len(), 1);
     assert_eq!(window_texts(&store, "k"), ["d", "c", "sum"]);
+    store.close().await.unwrap();
+}
+
+/// A sequence and a text.
+type SeqText = Option<(u64, String)>;
+
+/// The oldest entry as `oldest_entry_at` gives it, and as sled holds it.
+fn oldest_both_ways(store: &Store, key: &str) -> (SeqText, SeqText) {
+    let record = store.session(key).unwrap().unwrap();
+    let cached = store
+        .oldest_entry_at(TailStamp::of(&record))
+        .unwrap()
+        .map(|(seq, e)| (seq, e.text.clone()));
+    let stored = store
+        .oldest_entry(record.id)
+        .unwrap()
+        .map(|(seq, e)| (seq, e.text));
+    (cached, stored)
+}
+
+#[tokio::test]
+async fn the_oldest_entry_comes_from_a_whole_tail_or_from_sled() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&config(dir.path())).unwrap();
+    store.commit_turn(turn("k", &["a", "b"])).unwrap();
+    let (cached, stored) = oldest_both_ways(&store, "k");
+    assert_eq!(
+        cached,
+        Some((1, "a".to_string())),
+        "from the new session's tail"
+    );
+    assert_eq!(cached, stored);
+    let record = store.session("k").unwrap().unwrap();
+    let summary = entry(EntryKind::Summary, "sum");
+    store
+        .compact_prefix("k", record.next_seq, 2, &summary)
+        .unwrap()
+        .unwrap();
+    // The compaction left the tail stale: sled answers, then the read tail does.
+    let (cached, stored) = oldest_both_ways(&store, "k");
+    assert_eq!(cached.as_ref().map(|(_, t)| t.as_str()), Some("sum"));
+    assert_eq!(cached, stored);
+    window_texts(&store, "k");
+    store.commit_turn(turn("k", &["c"])).unwrap();
+    let (cached, stored) = oldest_both_ways(&store, "k");
+    assert_eq!(cached.as_ref().map(|(_, t)| t.as_str()), Some("sum"));
+    assert_eq!(cached, stored);
     store.close().await.unwrap();
 }
 

@@ -2,15 +2,32 @@
 //! twice in one placement, or the same text twice in the system message. Conversation blocks
 //! without a message id are never compared by text: saying "ok" twice is not a duplicate.
 
+use std::collections::hash_map::Entry;
+use std::hash::BuildHasher;
+
 use serde::Deserialize;
 
 use crate::context::{
-    Blocks, ContextError, ContextProcessor, Placement, SessionView, StageContext, StageError,
+    Blocks, ContextError, ContextProcessor, MessageId, Placement, SessionView, StageContext,
+    StageError,
 };
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct Params {}
+
+/// The seed of message-id hashes: fixed, as a hash kept in an entry's memo must match one
+/// computed later in the process.
+const ID_HASH_SEED: u64 = 0x05ee_d1d5;
+
+/// The hash of a message id; a history entry's is worked out once and kept in its memo.
+fn id_hash(id: &MessageId) -> u64 {
+    let hash = |s: &str| foldhash::fast::FixedState::with_seed(ID_HASH_SEED).hash_one(s);
+    match id {
+        MessageId::Entry(e) => e.memo.id_hash(|| hash(id.as_str())),
+        MessageId::Owned(s) => hash(s),
+    }
+}
 
 /// The `dedupe` processor.
 #[derive(Debug, Default)]
@@ -30,17 +47,40 @@ impl ContextProcessor for Dedupe {
 
     fn process(&self, blocks: &mut Blocks, _session: &SessionView<'_>) -> Result<(), ContextError> {
         // Blocks are in precedence order, so the first of a kind is the one kept.
-        // Message ids go in a per-assembly map (foldhash, not SipHash). System texts, a few
-        // per assembly but kilobytes each (the system prompt), are compared with the earlier
-        // ones instead of hashed: texts of different lengths differ at the first comparison.
-        let mut first_message: foldhash::HashSet<(Placement, &str)> =
-            foldhash::HashSetExt::with_capacity(blocks.blocks().len());
+        // Message ids are found by their hash, which a history entry keeps in its memo: most
+        // blocks are history entries, and hashing each id every turn cost a cache miss on the
+        // id's bytes per entry. Equal hashes are confirmed on the text. System texts, a few per
+        // assembly but kilobytes each (the system prompt), are compared with the earlier ones
+        // instead of hashed: texts of different lengths differ at the first comparison.
+        let mut first_message: foldhash::HashMap<(Placement, u64), usize> =
+            foldhash::HashMapExt::with_capacity(blocks.blocks().len());
+        // Distinct ids whose hashes met an earlier one's (in practice never).
+        let mut collided: Vec<(Placement, &str)> = Vec::new();
         let mut system_texts: Vec<(Placement, &str)> = Vec::new();
         let mut duplicates: Vec<usize> = Vec::new();
-        for (i, b) in blocks.blocks().iter().enumerate() {
+        let all = blocks.blocks();
+        for (i, b) in all.iter().enumerate() {
             let placement = b.placement();
             let repeated = match (&b.metadata.message_id, placement) {
-                (Some(id), _) => !first_message.insert((placement, id.as_str())),
+                (Some(id), _) => match first_message.entry((placement, id_hash(id))) {
+                    Entry::Vacant(v) => {
+                        v.insert(i);
+                        false
+                    }
+                    Entry::Occupied(o) => {
+                        let first = all[*o.get()].metadata.message_id.as_ref();
+                        if first.is_some_and(|f| f.as_str() == id.as_str()) {
+                            true
+                        } else {
+                            let key = (placement, id.as_str());
+                            let seen = collided.contains(&key);
+                            if !seen {
+                                collided.push(key);
+                            }
+                            seen
+                        }
+                    }
+                },
                 (None, Placement::Prefix | Placement::System | Placement::SystemEnd) => {
                     let key = (placement, b.content.as_str());
                     let seen = system_texts.contains(&key);

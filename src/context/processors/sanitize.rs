@@ -1,12 +1,13 @@
 //! `sanitize`: prompt-injection hygiene on user-controlled blocks (`metadata.user_text`):
 //! role tags like `[System]` become `(System)`, lines starting `System:` become
 //! `System (untrusted):`, CRLF is normalised (`crate::inbound::sanitize_text`). A changed
-//! block is re-counted; an unchanged one costs a byte scan.
+//! block is re-counted; an unchanged one costs a byte scan, once per history entry (its memo
+//! keeps the answer for the next turns).
 
 use serde::Deserialize;
 
 use crate::context::{
-    Blocks, ContextError, ContextProcessor, SessionView, StageContext, StageError,
+    BlockText, Blocks, ContextError, ContextProcessor, SessionView, StageContext, StageError,
 };
 use crate::inbound::sanitize_text;
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
@@ -36,6 +37,15 @@ fn may_change(text: &str) -> bool {
             .any(|i| i >= 6 && b[i - 6..i].eq_ignore_ascii_case(b"system"))
 }
 
+/// [`may_change`] of a block's text; for a history entry's own text, worked out once per
+/// entry and kept in its memo (the next turns show the same entry).
+fn block_may_change(text: &BlockText) -> bool {
+    match text {
+        BlockText::Entry(e) => e.memo.text_flag(|| may_change(&e.text)),
+        BlockText::Owned(s) => may_change(s),
+    }
+}
+
 impl ContextProcessor for Sanitize {
     fn name(&self) -> &str {
         "sanitize"
@@ -45,12 +55,12 @@ impl ContextProcessor for Sanitize {
         let needs = blocks
             .blocks()
             .iter()
-            .any(|b| b.metadata.user_text && may_change(&b.content));
+            .any(|b| b.metadata.user_text && block_may_change(&b.content));
         if !needs {
             return Ok(());
         }
         blocks.edit(|b| {
-            if !b.metadata.user_text || !may_change(&b.content) {
+            if !b.metadata.user_text || !block_may_change(&b.content) {
                 return;
             }
             let clean = sanitize_text(&b.content);

@@ -18,6 +18,8 @@ mod workspace;
 pub use bootstrap::BOOTSTRAP_FILES;
 pub use chat_recall::RECALL_LABEL;
 pub use current::QUEUED_HEADER;
+#[cfg(test)]
+pub(crate) use history::entry_block;
 pub use memory_recall::WordTokenizer;
 pub use reply_thread::THREAD_LABEL;
 pub use skills::SKILLS_HEADER;

@@ -35,6 +35,7 @@ pub(super) fn entry(kind: EntryKind, text: &str, ago: u64) -> TranscriptEntry {
         timestamp_ms: NOW - ago,
         tokens: tokens().count(text),
         tool: None,
+        memo: Default::default(),
     }
 }
 

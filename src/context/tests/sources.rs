@@ -243,8 +243,11 @@ impl ContextStore for Counting {
     ) -> Result<Vec<ChannelMessage>, StoreError> {
         self.inner.channel_messages_between(a, b, f, t, n)
     }
-    fn oldest_entry(&self, id: u64) -> Result<Option<(u64, TranscriptEntry)>, StoreError> {
-        self.inner.oldest_entry(id)
+    fn oldest_entry(
+        &self,
+        stored: &crate::context::StoredSession,
+    ) -> Result<Option<(u64, std::sync::Arc<TranscriptEntry>)>, StoreError> {
+        self.inner.oldest_entry(stored)
     }
     fn chat_back(
         &self,
