@@ -510,6 +510,16 @@ fn turn(key: &str, texts: &[&str]) -> TurnCommit {
     }
 }
 
+/// Compacts every entry of session `key` so far into one summary entry, "sum".
+fn compact_into_summary(store: &Store, key: &str) {
+    let record = store.session(key).unwrap().unwrap();
+    let summary = entry(EntryKind::Summary, "sum");
+    store
+        .compact_prefix(key, record.next_seq, 2, &summary)
+        .unwrap()
+        .unwrap();
+}
+
 #[tokio::test]
 async fn the_cached_window_follows_commits_and_compactions() {
     let dir = tempfile::tempdir().unwrap();
@@ -518,12 +528,7 @@ async fn the_cached_window_follows_commits_and_compactions() {
     assert_eq!(window_texts(&store, "k"), ["b", "a"], "from the new tail");
     store.commit_turn(turn("k", &["c"])).unwrap();
     assert_eq!(window_texts(&store, "k"), ["c", "b", "a"], "extended");
-    let record = store.session("k").unwrap().unwrap();
-    let summary = entry(EntryKind::Summary, "sum");
-    store
-        .compact_prefix("k", record.next_seq, 2, &summary)
-        .unwrap()
-        .unwrap();
+    compact_into_summary(&store, "k");
     assert_eq!(window_texts(&store, "k"), ["c", "sum"], "a compaction");
     store.commit_turn(turn("k", &["d"])).unwrap();
     assert_eq!(window_texts(&store, "k"), ["d", "c", "sum"]);
@@ -570,12 +575,7 @@ async fn the_oldest_entry_comes_from_a_whole_tail_or_from_sled() {
         "from the new session's tail"
     );
     assert_eq!(cached, stored);
-    let record = store.session("k").unwrap().unwrap();
-    let summary = entry(EntryKind::Summary, "sum");
-    store
-        .compact_prefix("k", record.next_seq, 2, &summary)
-        .unwrap()
-        .unwrap();
+    compact_into_summary(&store, "k");
     // The compaction left the tail stale: sled answers, then the read tail does.
     let (cached, stored) = oldest_both_ways(&store, "k");
     assert_eq!(cached.as_ref().map(|(_, t)| t.as_str()), Some("sum"));

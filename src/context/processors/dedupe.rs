@@ -2,8 +2,7 @@
 //! twice in one placement, or the same text twice in the system message. Conversation blocks
 //! without a message id are never compared by text: saying "ok" twice is not a duplicate.
 
-use std::collections::hash_map::Entry;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash, Hasher};
 
 use serde::Deserialize;
 
@@ -29,6 +28,29 @@ fn id_hash(id: &MessageId) -> u64 {
     }
 }
 
+/// A message id in a placement, hashed by its kept hash: the set reads the id's bytes only to
+/// confirm a match.
+struct IdKey<'a> {
+    placement: Placement,
+    hash: u64,
+    id: &'a str,
+}
+
+impl Hash for IdKey<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.placement.hash(state);
+        state.write_u64(self.hash);
+    }
+}
+
+impl PartialEq for IdKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.placement == other.placement && self.hash == other.hash && self.id == other.id
+    }
+}
+
+impl Eq for IdKey<'_> {}
+
 /// The `dedupe` processor.
 #[derive(Debug, Default)]
 pub struct Dedupe;
@@ -49,38 +71,21 @@ impl ContextProcessor for Dedupe {
         // Blocks are in precedence order, so the first of a kind is the one kept.
         // Message ids are found by their hash, which a history entry keeps in its memo: most
         // blocks are history entries, and hashing each id every turn cost a cache miss on the
-        // id's bytes per entry. Equal hashes are confirmed on the text. System texts, a few per
+        // id's bytes per entry. A match is confirmed on the text. System texts, a few per
         // assembly but kilobytes each (the system prompt), are compared with the earlier ones
         // instead of hashed: texts of different lengths differ at the first comparison.
-        let mut first_message: foldhash::HashMap<(Placement, u64), usize> =
-            foldhash::HashMapExt::with_capacity(blocks.blocks().len());
-        // Distinct ids whose hashes met an earlier one's (in practice never).
-        let mut collided: Vec<(Placement, &str)> = Vec::new();
+        let mut first_message: foldhash::HashSet<IdKey<'_>> =
+            foldhash::HashSetExt::with_capacity(blocks.blocks().len());
         let mut system_texts: Vec<(Placement, &str)> = Vec::new();
         let mut duplicates: Vec<usize> = Vec::new();
-        let all = blocks.blocks();
-        for (i, b) in all.iter().enumerate() {
+        for (i, b) in blocks.blocks().iter().enumerate() {
             let placement = b.placement();
             let repeated = match (&b.metadata.message_id, placement) {
-                (Some(id), _) => match first_message.entry((placement, id_hash(id))) {
-                    Entry::Vacant(v) => {
-                        v.insert(i);
-                        false
-                    }
-                    Entry::Occupied(o) => {
-                        let first = all[*o.get()].metadata.message_id.as_ref();
-                        if first.is_some_and(|f| f.as_str() == id.as_str()) {
-                            true
-                        } else {
-                            let key = (placement, id.as_str());
-                            let seen = collided.contains(&key);
-                            if !seen {
-                                collided.push(key);
-                            }
-                            seen
-                        }
-                    }
-                },
+                (Some(id), _) => !first_message.insert(IdKey {
+                    placement,
+                    hash: id_hash(id),
+                    id: id.as_str(),
+                }),
                 (None, Placement::Prefix | Placement::System | Placement::SystemEnd) => {
                     let key = (placement, b.content.as_str());
                     let seen = system_texts.contains(&key);
