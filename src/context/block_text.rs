@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 
+use crate::model::{MessageText, SharedText};
 use crate::store::TranscriptEntry;
 
 /// The text of a context block. Reads as a `str`; a processor that rewrites it assigns an
@@ -36,6 +37,20 @@ impl BlockText {
             Self::Owned(s) => s,
             Self::Entry(e) => e.text.clone(),
         }
+    }
+
+    /// The text for a chat message: a stored entry's shared with it, not copied.
+    pub fn to_message_text(&self) -> MessageText {
+        match self {
+            Self::Owned(s) => s.as_str().into(),
+            Self::Entry(e) => MessageText::shared(Arc::clone(e) as Arc<dyn SharedText>),
+        }
+    }
+}
+
+impl SharedText for TranscriptEntry {
+    fn shared_text(&self) -> &str {
+        &self.text
     }
 }
 
@@ -223,5 +238,29 @@ mod tests {
             ..(*entry).clone()
         });
         assert!(MessageId::of_entry(&anonymous).is_none());
+    }
+
+    #[test]
+    fn a_history_message_sends_its_entrys_text_without_copying_it() {
+        let entry = Arc::new(TranscriptEntry {
+            kind: EntryKind::Assistant,
+            text: "an earlier answer".into(),
+            message_id: None,
+            sender: None,
+            timestamp_ms: 0,
+            tokens: 3,
+            tool: None,
+            memo: Default::default(),
+        });
+        let block = crate::context::sources::entry_block(7, &entry);
+        let messages = crate::context::render::messages(std::slice::from_ref(&block));
+        assert_eq!(messages.len(), 1);
+        assert_eq!(messages[0].content, "an earlier answer");
+        assert!(
+            std::ptr::eq(messages[0].content.as_str(), entry.text.as_str()),
+            "the message reads the entry's own text"
+        );
+        let owned = BlockText::from("mine").to_message_text();
+        assert_eq!(owned, "mine");
     }
 }

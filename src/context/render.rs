@@ -96,18 +96,18 @@ pub(crate) fn messages(blocks: &[ContextBlock]) -> Vec<ChatMessage> {
                         m.tool_calls.push(call);
                     }
                     _ => {
-                        let mut m = ChatMessage::text(Role::Assistant, b.content.as_str());
+                        let mut m = ChatMessage::text(Role::Assistant, b.content.to_message_text());
                         m.tool_calls.push(call);
                         messages.push(m);
                     }
                 }
             }
             (BlockKind::ToolResult, Some(tool)) => {
-                let mut m = ChatMessage::text(Role::Tool, b.content.as_str());
+                let mut m = ChatMessage::text(Role::Tool, b.content.to_message_text());
                 m.tool_call_id = Some(tool.call_id.clone());
                 messages.push(m);
             }
-            (kind, _) => messages.push(ChatMessage::text(kind.role(), b.content.as_str())),
+            (kind, _) => messages.push(ChatMessage::text(kind.role(), b.content.to_message_text())),
         }
         previous = Some(b.kind);
     }

@@ -8,6 +8,7 @@ mod echo;
 mod limiter;
 pub mod openai;
 mod pretokenize;
+mod text;
 mod tokens;
 
 use futures_util::future::BoxFuture;
@@ -24,6 +25,7 @@ pub use limiter::{
 };
 pub use openai::{ApiKey, OpenAiModel, OpenAiSettings};
 pub use pretokenize::{PIECE_MEMO_ENTRIES, PIECE_MEMO_MAX_BYTES};
+pub use text::{MessageText, SharedText};
 pub use tokens::{
     Encoding, TokenCounter, MAX_RUN_BYTES, MEMO_ENTRIES, MEMO_MAX_TEXT_BYTES,
     MESSAGE_OVERHEAD_TOKENS,
@@ -72,8 +74,8 @@ pub struct ToolSpec {
 pub struct ChatMessage {
     /// Who speaks.
     pub role: Role,
-    /// What is said.
-    pub content: String,
+    /// What is said (shared with the transcript entry it came from, when it did).
+    pub content: MessageText,
     /// Tool calls made by an assistant message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCall>,
@@ -88,7 +90,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     /// A plain text message.
-    pub fn text(role: Role, content: impl Into<String>) -> Self {
+    pub fn text(role: Role, content: impl Into<MessageText>) -> Self {
         Self {
             role,
             content: content.into(),

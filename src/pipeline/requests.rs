@@ -181,7 +181,7 @@ pub fn place_tool_results(messages: &mut Vec<ChatMessage>, results: &[ClientTool
             .rev()
             .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == id)
         {
-            m.content.clone_from(&result.content);
+            m.content = result.content.as_str().into();
             placed += 1;
             continue;
         }

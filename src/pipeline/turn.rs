@@ -651,7 +651,7 @@ impl TurnEngine {
                     .rev()
                     .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(id));
                 if let Some(m) = found {
-                    m.content = CLEARED_TOOL_RESULT.to_string();
+                    m.content = CLEARED_TOOL_RESULT.into();
                     prompt_tokens -= *tokens - cleared;
                     *tokens = cleared;
                 }

@@ -174,7 +174,7 @@ async fn manual_compaction_keeps_identifiers_the_summariser_dropped() {
     }
     // The next turn sees the summary as its compaction summary.
     let dump = rt.context_dump(&key).unwrap().unwrap();
-    let sent: String = dump.messages().iter().map(|m| m.content.clone()).collect();
+    let sent: String = dump.messages().iter().map(|m| m.content.as_str()).collect();
     assert!(sent.contains("several orders"), "{sent}");
     assert!(rt.compact("agent:main:nope").await.unwrap().is_none());
     rt.shutdown().await.unwrap();

@@ -20,7 +20,7 @@ const GROUP_KEY: &str = "agent:main:telegram:group:-100123";
 fn system_text(a: &crate::context::Assembly) -> String {
     let m = a.messages().remove(0);
     assert_eq!(m.role, Role::System);
-    m.content
+    m.content.into_string()
 }
 
 #[test]

@@ -39,7 +39,7 @@ fn assemble_at(
 fn system_text(a: &Assembly) -> String {
     let m = a.messages().remove(0);
     assert_eq!(m.role, Role::System);
-    m.content
+    m.content.into_string()
 }
 
 fn workspace_config() -> Config {

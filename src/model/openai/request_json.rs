@@ -221,7 +221,7 @@ impl Serialize for WireTool<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{RequestParams, ToolCall, ToolSpec};
+    use crate::model::{MessageText, RequestParams, ToolCall, ToolSpec};
     use proptest::prelude::*;
 
     fn text(role: Role, content: &str) -> ChatMessage {
@@ -286,7 +286,7 @@ mod tests {
                 ChatMessage::text(Role::System, "sys"),
                 ChatMessage {
                     role: Role::Assistant,
-                    content: String::new(),
+                    content: MessageText::default(),
                     tool_calls: vec![ToolCall {
                         id: "c1".into(),
                         name: "lookup".into(),
