@@ -4,7 +4,7 @@ use super::tests::{entry, record};
 use super::*;
 use crate::config::{Durability, StorageConfig};
 
-fn config(dir: &std::path::Path) -> StorageConfig {
+pub(super) fn config(dir: &std::path::Path) -> StorageConfig {
     StorageConfig {
         data_dir: dir.to_path_buf(),
         cache_capacity_bytes: 1 << 20,
@@ -13,7 +13,7 @@ fn config(dir: &std::path::Path) -> StorageConfig {
     }
 }
 
-fn turn(key: &str, text: &str, consumed: Vec<u64>) -> TurnCommit {
+pub(super) fn turn(key: &str, text: &str, consumed: Vec<u64>) -> TurnCommit {
     TurnCommit {
         session_key: key.to_string(),
         entries: vec![

@@ -40,7 +40,7 @@ pub struct TurnCommitter {
 struct Job {
     store: Store,
     turn: TurnCommit,
-    done: oneshot::Sender<Result<Committed, StoreError>>,
+    done: oneshot::Sender<Result<Committed, Failed>>,
 }
 
 impl TurnCommitter {
@@ -59,34 +59,44 @@ impl TurnCommitter {
         if store.check_writable().is_err() {
             store.shared.health.wait_writable(RECOVERY_WAIT).await;
         }
-        let retry = turn.clone();
         match self.commit_once(store, turn).await {
-            Err(e) if e.is_cannot_write() => {
+            Err(Failed {
+                error,
+                turn: Some(turn),
+            }) if error.is_cannot_write() => {
                 if store.shared.health.wait_writable(RECOVERY_WAIT).await {
-                    self.commit_once(store, retry).await
+                    self.commit_once(store, turn).await.map_err(|f| f.error)
                 } else {
-                    Err(e)
+                    Err(error)
                 }
             }
-            other => other,
+            other => other.map_err(|f| f.error),
         }
     }
 
-    async fn commit_once(&self, store: &Store, turn: TurnCommit) -> Result<Committed, StoreError> {
+    async fn commit_once(&self, store: &Store, turn: TurnCommit) -> Result<Committed, Failed> {
         let (done, result) = oneshot::channel();
         let job = Job {
             store: store.clone(),
             turn,
             done,
         };
-        self.tx
-            .send(job)
-            .await
-            .map_err(|_| StoreError::Invariant("the turn committer has stopped"))?;
-        result
-            .await
-            .map_err(|_| StoreError::Invariant("the turn committer dropped a commit"))?
+        self.tx.send(job).await.map_err(|_| Failed {
+            error: StoreError::Invariant("the turn committer has stopped"),
+            turn: None,
+        })?;
+        result.await.map_err(|_| Failed {
+            error: StoreError::Invariant("the turn committer dropped a commit"),
+            turn: None,
+        })?
     }
+}
+
+/// A commit that failed, with its turn handed back for a retry (none when the committer lost
+/// it). Handing it back spares every turn a copy made in case its commit fails.
+struct Failed {
+    error: StoreError,
+    turn: Option<TurnCommit>,
 }
 
 async fn run(mut rx: mpsc::Receiver<Job>) {
@@ -128,7 +138,7 @@ async fn run(mut rx: mpsc::Receiver<Job>) {
 struct Settled {
     /// The store and the group-commit ticket of the last transaction, if any committed.
     flush: Option<(Store, u64)>,
-    answers: Vec<(oneshot::Sender<Result<Committed, StoreError>>, Committed)>,
+    answers: Vec<(oneshot::Sender<Result<Committed, Failed>>, Committed)>,
 }
 
 /// Answers the batch's turns once its flush has settled. Every turn waits for that flush
@@ -189,24 +199,73 @@ fn commit_batch(batch: Vec<Job>) -> Settled {
             }
         }
         Err(e) if turns.len() == 1 => {
-            if let Some((_, waiter)) = waiters.into_iter().next() {
-                let _ = waiter.send(Err(e));
+            if let Some((turn, (_, waiter))) = turns.into_iter().zip(waiters).next() {
+                let _ = waiter.send(Err(Failed {
+                    error: e,
+                    turn: Some(turn),
+                }));
             }
         }
         Err(e) => {
             tracing::warn!(error = %e, turns = turns.len(), "a grouped commit failed; committing its turns one by one");
             for (turn, (store, waiter)) in turns.into_iter().zip(waiters) {
-                match store.commit_turn(turn) {
-                    Ok(committed) => {
-                        settled.flush = Some((store, committed.ticket));
-                        settled.answers.push((waiter, committed));
-                    }
-                    Err(e) => {
-                        let _ = waiter.send(Err(e));
+                match store.commit_turns(std::slice::from_ref(&turn)) {
+                    Ok(mut done) => match done.pop() {
+                        Some(committed) => {
+                            settled.flush = Some((store, committed.ticket));
+                            settled.answers.push((waiter, committed));
+                        }
+                        None => {
+                            let _ = waiter.send(Err(Failed {
+                                error: StoreError::Invariant(
+                                    "a one-turn commit returned no result",
+                                ),
+                                turn: Some(turn),
+                            }));
+                        }
+                    },
+                    Err(error) => {
+                        let _ = waiter.send(Err(Failed {
+                            error,
+                            turn: Some(turn),
+                        }));
                     }
                 }
             }
         }
     }
     settled
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::commit_tests::{config, turn};
+
+    /// Real time: the store's recovery probe runs on it (tokio's `test-util` is not enabled
+    /// in this crate); the committer's wait for it is bounded by [`RECOVERY_WAIT`].
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_the_store_cannot_write_gets_its_turn_back_and_is_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&config(dir.path())).unwrap();
+        // As a full disk does: a write fails with an I/O error.
+        let failed = store.write_failed(StoreError::Flush("No space left on device".into()));
+        assert!(failed.is_cannot_write(), "{failed}");
+        let (done, answer) = oneshot::channel();
+        let settled = commit_batch(vec![Job {
+            store: store.clone(),
+            turn: turn("s", "kept", vec![]),
+            done,
+        }]);
+        assert!(settled.answers.is_empty() && settled.flush.is_none());
+        let Err(failed) = answer.await.unwrap() else {
+            panic!("a store that cannot write committed a turn");
+        };
+        assert!(failed.error.is_cannot_write(), "{}", failed.error);
+        let back = failed.turn.expect("the failed turn is handed back");
+        assert_eq!(back.entries[0].text, "kept");
+        let committed = TurnCommitter::start().commit(&store, back).await.unwrap();
+        assert_eq!(committed.seqs, [1, 2]);
+        store.close().await.unwrap();
+    }
 }
