@@ -196,7 +196,13 @@ fn admit_once(
     msg: &InboundMessage,
 ) -> bool {
     let _key = std::hint::black_box(keys.key(msg));
-    match preflight.decide(msg, false, 1_764_470_000_000, durable, true) {
+    match preflight.decide(
+        msg,
+        false,
+        1_764_470_000_000,
+        durable,
+        turnstile::inbound::IdOrigin::Given,
+    ) {
         Ok(Verdict::Accept(a)) => {
             preflight.confirm(&a, 1_764_470_000_000);
             true

@@ -30,7 +30,7 @@ impl InboxEnvelope {
         InboundEvent {
             message: self.message,
             session_key: self.session_key,
-            minted_id: false,
+            id_origin: crate::inbound::IdOrigin::Given,
         }
     }
 }

@@ -27,9 +27,24 @@ pub struct InboundEvent {
     pub message: InboundMessage,
     /// An explicit session key; `None` derives it from the message.
     pub session_key: Option<String>,
-    /// The message id was minted by this server for this one request (an OpenAI-compatible
-    /// request without an idempotency key, on its first attempt), so it cannot arrive again
-    /// after a restart: admission checks it against the in-memory dedupe only and writes no
-    /// durable dedupe mark (two sled writes and a lookup per turn saved).
-    pub minted_id: bool,
+    /// Where the message id came from: how admission checks it for a duplicate.
+    pub id_origin: IdOrigin,
+}
+
+/// Where a message id came from, which says where a duplicate of it could come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdOrigin {
+    /// From the platform, or derived from a client's idempotency key: it may arrive again at
+    /// any time, across restarts too. Checked in memory and durably; remembered in both.
+    #[default]
+    Given,
+    /// Minted by this server for one OpenAI-compatible request whose retries this process can
+    /// recognise (an official client's, marked `x-stainless-retry-count`): a retry brings it
+    /// again, never after a restart. Checked and remembered in memory only (no durable mark:
+    /// two sled writes and a lookup per turn saved).
+    Minted,
+    /// Minted for one request nobody can present again (a client that does not mark its
+    /// retries gets a new id for each): neither checked nor remembered, so it takes no room
+    /// from the ids that can come back.
+    Unique,
 }

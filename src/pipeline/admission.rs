@@ -12,7 +12,7 @@ use crate::context::chatter_before;
 use crate::error::StoreError;
 use crate::inbound::preflight::{event_of, history_line, Verdict};
 use crate::inbound::{
-    normalize_session_key, DropReason, InboundEvent, InboundMessage, Preflight, Refusal,
+    normalize_session_key, DropReason, IdOrigin, InboundEvent, InboundMessage, Preflight, Refusal,
     SessionKeys,
 };
 use crate::store::{ChannelMessage, DedupeMark, InboxItem, InboxRecord, Store};
@@ -118,7 +118,7 @@ impl Admitter {
         store.thaw_session(&key).map_err(storage)?;
         let mut admission = match self
             .preflight
-            .decide(&event.message, explicit, now, store, !event.minted_id)
+            .decide(&event.message, explicit, now, store, event.id_origin)
             .map_err(storage)?
         {
             Verdict::Accept(admission) => admission,
@@ -167,18 +167,16 @@ impl Admitter {
             system_events: std::mem::take(&mut admission.system_events),
             group_history: std::mem::take(&mut admission.group_history),
         };
-        let mark = DedupeMark {
-            key: &admission.dedupe_key,
-            expires_at_ms: admission.dedupe_expires_at_ms,
-            now_ms: now,
+        // Only an id that may come back after a restart is remembered durably.
+        let mark = match (&admission.dedupe_key, admission.id_origin) {
+            (Some(dedupe_key), IdOrigin::Given) if self.preflight.dedupes() => Some(DedupeMark {
+                key: dedupe_key,
+                expires_at_ms: admission.dedupe_expires_at_ms,
+                now_ms: now,
+            }),
+            _ => None,
         };
-        let (item, ticket) = store
-            .enqueue_deduped(
-                &key,
-                record,
-                (self.preflight.dedupes() && !event.minted_id).then_some(mark),
-            )
-            .map_err(storage)?;
+        let (item, ticket) = store.enqueue_deduped(&key, record, mark).map_err(storage)?;
         self.preflight.confirm(&admission, now);
         // After the inbox entry that carries them: a crash in between shows them twice, never
         // loses them.

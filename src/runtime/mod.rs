@@ -33,8 +33,8 @@ use crate::config::Config;
 use crate::context::{Assembly, CacheStats};
 use crate::error::Error;
 use crate::inbound::{
-    normalize_session_key, DropReason, InboundEvent, InboundMessage, Preflight, PreflightStats,
-    Refusal,
+    normalize_session_key, DropReason, IdOrigin, InboundEvent, InboundMessage, Preflight,
+    PreflightStats, Refusal,
 };
 use crate::metrics;
 use crate::pipeline::{now_ms, RunningTurns, TurnBackend, TurnEngine};
@@ -202,17 +202,17 @@ impl Runtime {
     /// before that flush leaves the client without an answer, and the message either lost
     /// (never acknowledged) or in the inbox (answered after the restart). Check
     /// [`Runtime::admitted_durable`] before telling the client anything.
-    /// `minted_id`: see [`InboundEvent::minted_id`].
+    /// `id_origin`: see [`IdOrigin`].
     pub async fn submit_for_reply(
         &self,
         message: InboundMessage,
         session_key: Option<String>,
-        minted_id: bool,
+        id_origin: IdOrigin,
     ) -> Result<Admitted, SubmitError> {
         let event = InboundEvent {
             message,
             session_key,
-            minted_id,
+            id_origin,
         };
         self.admit_through(&self.inner.api, "api", event).await
     }
@@ -248,7 +248,7 @@ impl Runtime {
         let event = InboundEvent {
             message,
             session_key,
-            minted_id: false,
+            id_origin: IdOrigin::Given,
         };
         let admitted = self.admit_through(handle, channel, event).await?;
         self.admitted_durable(&admitted, true).await?;
@@ -273,7 +273,7 @@ impl Runtime {
                 InboundEvent {
                     message,
                     session_key: event.session_key,
-                    minted_id: false,
+                    id_origin: IdOrigin::Given,
                 },
             )
             .await?;

@@ -24,7 +24,8 @@ use super::chat_request;
 use super::error::{body_bytes, ApiError};
 use super::AppState;
 use crate::inbound::{
-    user_session_key, ChatKind, DropReason, InboundMessage, MessageKind, Sender, OPENAI_API_CHANNEL,
+    user_session_key, ChatKind, DropReason, IdOrigin, InboundMessage, MessageKind, Sender,
+    OPENAI_API_CHANNEL,
 };
 use crate::pipeline::now_ms;
 use crate::replies::Reply;
@@ -70,7 +71,7 @@ pub(super) async fn chat_completions(
                 "name the session with the `user` field or an X-Session-Key header",
             )
         })?;
-    let (id, minted) = message_id(&state, &headers, &session, &bytes)?;
+    let (id, id_origin) = message_id(&state, &headers, &session, &bytes)?;
     if let Some(instructions) = &request.instructions {
         // Bounded like a message: they are stored and sent with every turn.
         let max = state.runtime.config().limits.max_inbound_chars;
@@ -123,7 +124,7 @@ pub(super) async fn chat_completions(
         let mut waiter = runtime.reply_to(&id);
         // Nothing is answered before the reply, so the reply's commit flush makes the inbox
         // write durable too: one flush per turn. A failed flush still ends the wait early.
-        let reply = match admit_or_join(&runtime, message, &session, minted).await? {
+        let reply = match admit_or_join(&runtime, message, &session, id_origin).await? {
             Joined::Answered(answer) => Arc::new(stored_reply(&session, &id, answer)),
             Joined::Pending => tokio::time::timeout(timeout, waiter.recv())
                 .await
@@ -200,34 +201,40 @@ pub(super) async fn chat_completions(
 /// for a retry of the official clients (`x-stainless-retry-count` > 0) with the body of a
 /// recent request of the session, that request's id; else a fresh one (remembered for its
 /// retries).
-/// The request's message id, and whether it was minted here for this request alone (see
-/// [`crate::inbound::InboundEvent::minted_id`]).
+/// A request that does not mark its attempts (no `x-stainless-retry-count`) gets a fresh id
+/// that is not remembered: its retry, unmarked, could not be told from a new request anyway.
+/// With where the id came from ([`IdOrigin`]).
 fn message_id(
     state: &AppState,
     headers: &HeaderMap,
     session: &str,
     body: &[u8],
-) -> Result<(String, bool), ApiError> {
+) -> Result<(String, IdOrigin), ApiError> {
     if let Some(value) = headers.get("idempotency-key") {
         let key = chat_request::idempotency_key(value.as_bytes())?;
-        return Ok((chat_request::idempotent_message_id(session, &key), false));
+        return Ok((
+            chat_request::idempotent_message_id(session, &key),
+            IdOrigin::Given,
+        ));
     }
-    let requests = state.runtime.requests();
-    let now = now_ms();
-    let fingerprint = chat_request::fingerprint(session, body);
-    let retry = headers
+    let Some(attempt) = headers
         .get("x-stainless-retry-count")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u32>().ok())
-        .is_some_and(|n| n > 0);
-    if retry {
+    else {
+        return Ok((completion_id(), IdOrigin::Unique));
+    };
+    let requests = state.runtime.requests();
+    let now = now_ms();
+    let fingerprint = chat_request::fingerprint(session, body);
+    if attempt > 0 {
         if let Some(id) = requests.earlier_attempt(&fingerprint, now) {
-            return Ok((id, false));
+            return Ok((id, IdOrigin::Minted));
         }
     }
     let id = completion_id();
     requests.remember_attempt(&fingerprint, &id, now);
-    Ok((id, true))
+    Ok((id, IdOrigin::Minted))
 }
 
 /// What [`admit_or_join`] did with a message.
@@ -246,11 +253,11 @@ async fn admit_or_join(
     runtime: &Runtime,
     message: InboundMessage,
     session: &str,
-    minted: bool,
+    id_origin: IdOrigin,
 ) -> Result<Joined, ApiError> {
     let id = message.message_id.clone();
     match runtime
-        .submit_for_reply(message, Some(session.to_string()), minted)
+        .submit_for_reply(message, Some(session.to_string()), id_origin)
         .await
     {
         Ok(admitted) => Ok(Joined::Admitted(admitted)),

@@ -471,11 +471,13 @@ async fn a_retry_with_the_same_idempotency_key_joins_the_original() {
     );
     assert_eq!(fake.requests().len(), 2);
 
-    // Without a key: the official clients' retry header with the same body joins too; the
-    // same body without it is a new message.
+    // Without a key: the official clients mark every attempt (`x-stainless-retry-count`, 0
+    // on the first); a marked retry with the same body joins its first attempt, the same
+    // body without the mark is a new message.
     let body = json!({"messages": [user_says("no key")]});
     let session = [("X-Session-Key", "idem")];
-    let (_, a) = post_completion(&server, &body, &session).await;
+    let first = [("X-Session-Key", "idem"), ("x-stainless-retry-count", "0")];
+    let (_, a) = post_completion(&server, &body, &first).await;
     let retried = [("X-Session-Key", "idem"), ("x-stainless-retry-count", "1")];
     let (_, b) = post_completion(&server, &body, &retried).await;
     assert_eq!(a["id"], b["id"]);
@@ -483,6 +485,13 @@ async fn a_retry_with_the_same_idempotency_key_joins_the_original() {
     let (_, c) = post_completion(&server, &body, &session).await;
     assert_ne!(a["id"], c["id"]);
     assert_eq!(fake.requests().len(), 4);
+    // A client that does not mark its first attempt is not remembered: what it marks as a
+    // retry later cannot be matched, and is a new message.
+    let body = json!({"messages": [user_says("unmarked")]});
+    let (_, d) = post_completion(&server, &body, &session).await;
+    let (_, e) = post_completion(&server, &body, &retried).await;
+    assert_ne!(d["id"], e["id"]);
+    assert_eq!(fake.requests().len(), 6);
     server.stop().await;
     fake.stop().await;
 }

@@ -51,7 +51,7 @@ use self::policy::{IdKind, IdSet, RuleBook};
 use crate::config::Config;
 use crate::error::{ConfigError, StoreError};
 use crate::inbound::session_key::normalize_id;
-use crate::inbound::{ChatKind, DropReason, InboundMessage, MessageKind};
+use crate::inbound::{ChatKind, DropReason, IdOrigin, InboundMessage, MessageKind};
 use crate::store::{HistoryLine, SystemEvent};
 
 /// What preflight decided about a message.
@@ -67,8 +67,11 @@ pub enum Verdict {
 /// An accepted message's extras, to store on its inbox record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admission {
-    /// The dedupe key, to remember durably with the inbox entry.
-    pub dedupe_key: String,
+    /// The dedupe key, to remember with the inbox entry (durably for an id that may come back
+    /// after a restart); `None` for an id nobody can present again ([`IdOrigin::Unique`]).
+    pub dedupe_key: Option<String>,
+    /// Where the message id came from.
+    pub id_origin: IdOrigin,
     /// When the dedupe entry expires, ms since the epoch.
     pub dedupe_expires_at_ms: u64,
     /// System events queued for the session since its last turn, oldest first (filled in by
@@ -218,9 +221,10 @@ impl Preflight {
         )
     }
 
-    /// Decides about `msg` (validated). `explicit_session` says the submitter named the session (see the module doc). `durable` is looked up when the
-    /// dedupe key is not in memory, unless `durable_id` is false (an id minted for this request
-    /// alone, see [`crate::inbound::InboundEvent::minted_id`]). Counts drops; acceptances are counted by
+    /// Decides about `msg` (validated). `explicit_session` says the submitter named the
+    /// session (see the module doc). Where the id came from ([`IdOrigin`]) says where to look
+    /// for a duplicate: `durable` is asked when the key is not in memory for a given id only,
+    /// and a unique id is not looked up at all. Counts drops; acceptances are counted by
     /// [`Preflight::confirm`].
     pub fn decide(
         &self,
@@ -228,26 +232,31 @@ impl Preflight {
         explicit_session: bool,
         now_ms: u64,
         durable: &dyn DurableDedupe,
-        durable_id: bool,
+        id_origin: IdOrigin,
     ) -> Result<Verdict, StoreError> {
-        let key = dedupe_key(&self.agent, msg);
+        let key = (id_origin != IdOrigin::Unique).then(|| dedupe_key(&self.agent, msg));
         let mut state = self.state();
-        if !self.dedupes {
-            // A cluster node: see `Preflight::dedupes`.
-        } else if state.dedupe.seen(&key, now_ms) {
-            return Ok(self.dropped(DropReason::Duplicate));
-        } else if durable_id && durable.seen(&key, now_ms)? {
-            state.dedupe.insert(&key, now_ms);
-            return Ok(self.dropped(DropReason::Duplicate));
+        // A cluster node looks up no duplicates here (see `Preflight::dedupes`).
+        if let Some(key) = key.as_ref().filter(|_| self.dedupes) {
+            if state.dedupe.seen(key, now_ms) {
+                return Ok(self.dropped(DropReason::Duplicate));
+            }
+            if id_origin == IdOrigin::Given && durable.seen(key, now_ms)? {
+                state.dedupe.insert(key, now_ms);
+                return Ok(self.dropped(DropReason::Duplicate));
+            }
         }
         match self.screen(&mut state, msg, explicit_session) {
             Err(reason) => {
-                state.dedupe.insert(&key, now_ms);
+                if let Some(key) = &key {
+                    state.dedupe.insert(key, now_ms);
+                }
                 Ok(self.dropped(reason))
             }
             Ok(takes_history) => Ok(Verdict::Accept(Admission {
                 dedupe_expires_at_ms: now_ms.saturating_add(self.dedupe_ttl_ms),
                 dedupe_key: key,
+                id_origin,
                 system_events: Vec::new(),
                 group_history: Vec::new(),
                 takes_history,
@@ -313,7 +322,9 @@ impl Preflight {
     /// Records that `admission`'s message was written to the inbox: remembers its dedupe key
     /// and counts it as accepted.
     pub fn confirm(&self, admission: &Admission, now_ms: u64) {
-        self.state().dedupe.insert(&admission.dedupe_key, now_ms);
+        if let Some(key) = &admission.dedupe_key {
+            self.state().dedupe.insert(key, now_ms);
+        }
         self.counters.accepted.fetch_add(1, Ordering::Relaxed);
     }
 

@@ -61,7 +61,10 @@ fn event(id: &str, text: &str) -> InboundMessage {
 
 /// Decides at `now`; an acceptance is confirmed (as after a successful inbox write).
 fn submit_at(p: &Preflight, msg: &InboundMessage, now: u64) -> Result<Admission, DropReason> {
-    match p.decide(msg, false, now, &MemoryOnly, true).unwrap() {
+    match p
+        .decide(msg, false, now, &MemoryOnly, IdOrigin::Given)
+        .unwrap()
+    {
         Verdict::Accept(a) => {
             p.confirm(&a, now);
             Ok(a)
@@ -132,6 +135,35 @@ fn dedupe_forgets_after_the_ttl_and_past_max_keys() {
 }
 
 #[test]
+fn a_minted_id_is_remembered_in_memory_and_a_unique_one_not_at_all() {
+    let p = preflight("");
+    let decide_and_confirm = |msg: &InboundMessage, origin: IdOrigin| match p
+        .decide(msg, true, NOW, &MemoryOnly, origin)
+        .unwrap()
+    {
+        Verdict::Accept(a) => {
+            p.confirm(&a, NOW);
+            Ok(a)
+        }
+        Verdict::Drop(r) => Err(r),
+    };
+    let minted = dm("m-1");
+    let first = decide_and_confirm(&minted, IdOrigin::Minted).unwrap();
+    assert!(first.dedupe_key.is_some());
+    assert_eq!(
+        decide_and_confirm(&minted, IdOrigin::Minted).map(|_| ()),
+        Err(DropReason::Duplicate),
+        "a retry that brings the minted id again is a duplicate"
+    );
+    let unique = dm("u-1");
+    let first = decide_and_confirm(&unique, IdOrigin::Unique).unwrap();
+    assert_eq!(first.dedupe_key, None);
+    assert_eq!(p.dedupe_keys(), 1, "the unique id took no room");
+    assert!(decide_and_confirm(&unique, IdOrigin::Unique).is_ok());
+    assert_eq!(p.stats().accepted, 3);
+}
+
+#[test]
 fn dedupe_asks_the_durable_layer_on_a_memory_miss() {
     struct Remembers(String);
     impl DurableDedupe for Remembers {
@@ -142,17 +174,26 @@ fn dedupe_asks_the_durable_layer_on_a_memory_miss() {
     let p = preflight("");
     let msg = group("7");
     let durable = Remembers(dedupe_key("main", &msg));
-    let decide = |m: &InboundMessage| p.decide(m, false, NOW, &durable, true).unwrap();
+    let decide = |m: &InboundMessage| p.decide(m, false, NOW, &durable, IdOrigin::Given).unwrap();
     assert_eq!(decide(&msg), Verdict::Drop(DropReason::Duplicate));
     assert!(matches!(decide(&group("8")), Verdict::Accept(_)));
     assert!(
         matches!(
             preflight("")
-                .decide(&msg, false, NOW, &durable, false)
+                .decide(&msg, false, NOW, &durable, IdOrigin::Minted)
                 .unwrap(),
             Verdict::Accept(_)
         ),
         "an id minted for one request is not looked up durably"
+    );
+    assert!(
+        matches!(
+            preflight("")
+                .decide(&msg, false, NOW, &durable, IdOrigin::Unique)
+                .unwrap(),
+            Verdict::Accept(_)
+        ),
+        "an id nobody can present again is not looked up at all"
     );
     assert_eq!(
         dedupe_key("main", &msg),
@@ -165,7 +206,9 @@ fn dedupe_asks_the_durable_layer_on_a_memory_miss() {
 fn an_unconfirmed_acceptance_is_not_remembered() {
     let p = preflight("");
     let msg = group("1");
-    let v = p.decide(&msg, false, NOW, &MemoryOnly, true).unwrap();
+    let v = p
+        .decide(&msg, false, NOW, &MemoryOnly, IdOrigin::Given)
+        .unwrap();
     assert!(matches!(v, Verdict::Accept(_)));
     // The inbox write failed: no confirm. A retry must not be a duplicate.
     assert!(submit(&p, &msg).is_ok());
@@ -616,7 +659,10 @@ fn system_events_follow_bot_and_policy_rules() {
 #[test]
 fn explicit_sessions_pass_only_dedupe_and_system_events() {
     let p = preflight("dm_policy = \"disabled\"\nbot_user_ids = [\"111\"]");
-    let decide = |m: &InboundMessage| p.decide(m, true, NOW, &MemoryOnly, true).unwrap();
+    let decide = |m: &InboundMessage| {
+        p.decide(m, true, NOW, &MemoryOnly, IdOrigin::Given)
+            .unwrap()
+    };
     let Verdict::Accept(a) = decide(&chatter("1")) else {
         panic!("explicit sessions skip bots, policy and mentions");
     };
