@@ -187,9 +187,30 @@ fn describe() {
 
 // ---- inbound ----
 
+/// Most channels whose acceptance counter is kept looked up (they are the configured channel
+/// actors, a handful); a channel past it is looked up on each message.
+pub const MAX_CACHED_CHANNEL_COUNTERS: usize = 64;
+
 /// A message was accepted through `channel` (the channel actor's name, e.g. `api`).
 pub fn inbound_accepted(channel: &str) {
-    counter!("turnstile_inbound_accepted_total", "channel" => channel.to_string()).increment(1);
+    static BY_CHANNEL: OnceLock<dashmap::DashMap<String, metrics::Counter>> = OnceLock::new();
+    let accepted =
+        || counter!("turnstile_inbound_accepted_total", "channel" => channel.to_string());
+    if !matches!(PROMETHEUS.get(), Some(Some(_))) {
+        // Handles taken before this process's recorder is installed would stay no-ops.
+        accepted().increment(1);
+        return;
+    }
+    let cached = BY_CHANNEL.get_or_init(dashmap::DashMap::new);
+    if let Some(counter) = cached.get(channel) {
+        counter.increment(1);
+        return;
+    }
+    let counter = accepted();
+    counter.increment(1);
+    if cached.len() < MAX_CACHED_CHANNEL_COUNTERS {
+        cached.insert(channel.to_string(), counter);
+    }
 }
 
 /// A message through `channel` did not become a turn: dropped by preflight (`duplicate`,
@@ -267,7 +288,10 @@ impl TurnTimer {
         } else {
             f64::from(used) / f64::from(total)
         };
-        histogram!("turnstile_context_budget_ratio").record(ratio);
+        match turn_handles() {
+            Some(h) => h.budget_ratio.record(ratio),
+            None => histogram!("turnstile_context_budget_ratio").record(ratio),
+        }
         if ratio > BUDGET_WARNING_RATIO {
             counter!("turnstile_context_budget_warnings_total").increment(1);
             tracing::warn!(
@@ -329,6 +353,7 @@ struct TurnHandles {
     prompt_tokens: metrics::Histogram,
     completion_tokens: metrics::Histogram,
     turns_ok: metrics::Counter,
+    budget_ratio: metrics::Histogram,
 }
 
 impl TurnHandles {
@@ -340,6 +365,7 @@ impl TurnHandles {
             prompt_tokens: histogram!("turnstile_turn_prompt_tokens"),
             completion_tokens: histogram!("turnstile_turn_completion_tokens"),
             turns_ok: counter!("turnstile_turns_total", "outcome" => "ok"),
+            budget_ratio: histogram!("turnstile_context_budget_ratio"),
         }
     }
 }
