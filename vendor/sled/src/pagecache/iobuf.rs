@@ -311,6 +311,11 @@ pub(crate) struct IoBufs {
     pub stable_lsn: AtomicLsn,
     pub max_reserved_lsn: AtomicLsn,
     pub max_header_stable_lsn: Arc<AtomicLsn>,
+    /// Turnstile patch: the LSN up to which a sync has made the log durable
+    /// (`sync_written`); `stable_lsn` is how far it is written.
+    pub synced_lsn: AtomicLsn,
+    /// Turnstile patch: one whole-file sync at a time.
+    sync_mutex: Mutex<()>,
     pub segment_accountant: Mutex<SegmentAccountant>,
     pub segment_cleaner: SegmentCleaner,
     deferred_segment_ops: stack::Stack<SegmentOp>,
@@ -403,6 +408,12 @@ impl IoBufs {
             iobuf.store_segment_header(0, next_lsn, stable);
         }
 
+        // Turnstile patch: what recovery found may have been written but not synced by the
+        // process before (`sync_written`); it counts as synced (`synced_lsn`) from here on.
+        if !config.temporary {
+            sync_whole_file(&config.file)?;
+        }
+
         Ok(IoBufs {
             config,
 
@@ -414,6 +425,8 @@ impl IoBufs {
             stable_lsn: AtomicLsn::new(stable),
             max_reserved_lsn: AtomicLsn::new(stable),
             max_header_stable_lsn: Arc::new(AtomicLsn::new(next_lsn)),
+            synced_lsn: AtomicLsn::new(stable),
+            sync_mutex: Mutex::new(()),
             segment_accountant: Mutex::new(segment_accountant),
             segment_cleaner,
             deferred_segment_ops: stack::Stack::default(),
@@ -519,6 +532,11 @@ impl IoBufs {
     pub(in crate::pagecache) fn stable(&self) -> Lsn {
         debug_delay();
         self.stable_lsn.load(Acquire)
+    }
+
+    /// Turnstile patch: the last offset a sync has made durable (see `sync_written`).
+    pub(in crate::pagecache) fn synced(&self) -> Lsn {
+        self.synced_lsn.load(Acquire)
     }
 
     // Adds a header to the front of the buffer
@@ -728,33 +746,9 @@ impl IoBufs {
         {
             let f = &self.config.file;
             pwrite_all(f, data, log_offset)?;
-            if !self.config.temporary {
-                #[cfg(target_os = "linux")]
-                {
-                    use std::os::unix::io::AsRawFd;
-                    let ret = unsafe {
-                        libc::sync_file_range(
-                            f.as_raw_fd(),
-                            i64::try_from(log_offset).unwrap(),
-                            i64::try_from(total_len).unwrap(),
-                            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                                | libc::SYNC_FILE_RANGE_WRITE
-                                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-                        )
-                    };
-                    if ret < 0 {
-                        let err = std::io::Error::last_os_error();
-                        if let Some(libc::ENOSYS) = err.raw_os_error() {
-                            f.sync_all()?;
-                        } else {
-                            return Err(err.into());
-                        }
-                    }
-                }
-
-                #[cfg(not(target_os = "linux"))]
-                f.sync_all()?;
-            }
+            // Turnstile patch: a written buffer is synced by the next flush
+            // (`sync_written`), together with every other buffer written
+            // since, instead of one `sync_file_range` per buffer here.
         }
         io_fail!(self, "buffer write post");
 
@@ -1015,7 +1009,65 @@ pub(in crate::pagecache) fn flush(iobufs: &Arc<IoBufs>) -> Result<usize> {
     // Turnstile patch: the flushing thread writes the buffer it seals itself (it waits for
     // that write anyway) instead of handing it to the I/O pool and sleeping until a pool
     // thread has written it.
-    make_stable_inner(iobufs, max_reserved_lsn, false, true)
+    let written = make_stable_inner(iobufs, max_reserved_lsn, false, true)?;
+    sync_written(iobufs)?;
+    Ok(written)
+}
+
+/// Turnstile patch: makes every buffer written so far durable with one `sync_file_range`
+/// over the whole file, and records how far that reached (`synced_lsn`). Buffers are only
+/// written (`write_to_log`), not synced one by one: a group commit's transaction seals three
+/// of them (the writes before it, its batch manifest, its own writes), and each paid a
+/// device round trip of its own before the flush that waits for all three.
+///
+/// A sync covers every write completed before it starts, so one whose target (the written
+/// LSN read before it) reaches a caller's covers that caller too; concurrent callers wait
+/// for one another instead of syncing the same pages twice at once.
+pub(in crate::pagecache) fn sync_written(iobufs: &Arc<IoBufs>) -> Result<()> {
+    if iobufs.config.temporary {
+        return Ok(());
+    }
+    let target = iobufs.stable();
+    if iobufs.synced_lsn.load(Acquire) >= target {
+        return Ok(());
+    }
+    let _one_at_a_time = iobufs.sync_mutex.lock();
+    let target = iobufs.stable();
+    if iobufs.synced_lsn.load(Acquire) >= target {
+        return Ok(());
+    }
+    sync_whole_file(&iobufs.config.file)?;
+    bump_atomic_lsn(&iobufs.synced_lsn, target);
+    Ok(())
+}
+
+/// Turnstile patch: everything written to `file` so far, on the device.
+pub(in crate::pagecache) fn sync_whole_file(file: &std::fs::File) -> Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::io::AsRawFd;
+        let ret = unsafe {
+            libc::sync_file_range(
+                file.as_raw_fd(),
+                0,
+                0,
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                    | libc::SYNC_FILE_RANGE_WRITE
+                    | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+            )
+        };
+        if ret < 0 {
+            let err = std::io::Error::last_os_error();
+            if let Some(libc::ENOSYS) = err.raw_os_error() {
+                file.sync_all()?;
+            } else {
+                return Err(err.into());
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    file.sync_all()?;
+    Ok(())
 }
 
 /// Attempt to seal the current IO buffer, possibly
@@ -1145,7 +1197,10 @@ fn seal_and_write_iobuf(
             stored_max_stable_lsn: -1,
         };
 
-        next_iobuf.store_segment_header(sealed, next_lsn, iobufs.stable());
+        // Turnstile patch: a segment header claims only what a sync has made durable
+        // (`synced_lsn`), not what is merely written: recovery trusts the log up to the
+        // highest claim, and segments are freed for reuse only below it.
+        next_iobuf.store_segment_header(sealed, next_lsn, iobufs.synced());
 
         next_iobuf
     } else {
