@@ -165,7 +165,7 @@ pub(super) async fn chat_completions(
     };
     tokio::spawn(async move {
         let waiter = runtime.reply_stream_to(&head.id);
-        let joined = match submit_or_join(&runtime, message, &session).await {
+        let joined = match submit_or_join(&runtime, message, &session, id_origin).await {
             Ok(joined) => {
                 let _ = accepted_tx.send(Ok(()));
                 joined
@@ -271,17 +271,24 @@ async fn admit_or_join(
     }
 }
 
-/// Submits `message`; a retry of an accepted one (a duplicate) joins it instead: `Some` with
-/// its stored answer when it was answered, `None` when its reply is still to come (wait on a
-/// waiter registered before this call).
+/// Submits `message` and waits until it is durable; a retry of an accepted one (a duplicate)
+/// joins it instead: `Some` with its stored answer when it was answered, `None` when its reply
+/// is still to come (wait on a waiter registered before this call).
 async fn submit_or_join(
     runtime: &Runtime,
     message: InboundMessage,
     session: &str,
+    id_origin: IdOrigin,
 ) -> Result<Option<StoredAnswer>, ApiError> {
     let id = message.message_id.clone();
-    match runtime.submit_to(message, Some(session.to_string())).await {
-        Ok(_) => Ok(None),
+    match runtime
+        .submit_for_reply(message, Some(session.to_string()), id_origin)
+        .await
+    {
+        Ok(admitted) => {
+            runtime.admitted_durable(&admitted, true).await?;
+            Ok(None)
+        }
         Err(e) if e.dropped() == Some(DropReason::Duplicate) => {
             Ok(runtime.stored_answer(session, &id)?)
         }

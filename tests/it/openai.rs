@@ -151,6 +151,46 @@ async fn non_streaming_session_by_header_and_by_user() {
     server.stop().await;
 }
 
+/// The id of a streamed completion sent with `headers` (every event read to the end).
+async fn streamed_id(api: &Api, body: &Value, headers: &[(&str, &str)]) -> Value {
+    let mut request = api.client.post(api.url("/v1/chat/completions")).json(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let mut stream = api.sse(request).await;
+    let mut ids = Vec::new();
+    while let Some(event) = tokio::time::timeout(crate::support::PATIENCE, stream.next())
+        .await
+        .expect("timed out waiting for a chunk")
+    {
+        if event.data != "[DONE]" {
+            ids.push(event.json()["id"].clone());
+        }
+    }
+    ids.first().cloned().expect("a chunk with an id")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_retry_of_an_official_client_joins_its_first_attempt() {
+    let server = start_server().await;
+    let body = json!({"stream": true, "user": "stream-retry",
+                      "messages": [user_says("said once")]});
+    let first = streamed_id(&server, &body, &[("x-stainless-retry-count", "0")]).await;
+    let retry = streamed_id(&server, &body, &[("x-stainless-retry-count", "1")]).await;
+    assert_eq!(first, retry, "the retry joins the first attempt");
+    let unmarked = streamed_id(&server, &body, &[]).await;
+    assert_ne!(first, unmarked, "an unmarked request is a new message");
+    let users = server
+        .transcript("stream-retry")
+        .await
+        .expect("the session exists")
+        .into_iter()
+        .filter(|e| e.kind == "user")
+        .count();
+    assert_eq!(users, 2, "the first attempt and the unmarked request");
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streaming_chunks_add_up_to_the_reply() {
     let server = start_server().await;
