@@ -23,7 +23,9 @@ pub const INLINE_COMMIT_TURNS: usize = 2;
 /// transactions save disk writes and thread wake-ups; a yield costs about a microsecond when
 /// nothing else is runnable, so a lone turn is not held back. Measured with
 /// `benches/loadtest/http_ab.sh` (BENCHMARKS.md): 2 yields took 8% off the CPU per turn at 16
-/// connections, 6 another 3.5%, 16 nothing more; 6 against none, 11% at 16 and 6% at 64.
+/// connections, 6 another 3.5%, 16 nothing more; 6 against none, 11% at 16 and 6% at 64. Again
+/// once a flush synced those buffers together (sled patch 6): 6 still answered most (3 and 1
+/// yields: 1.6% and 4.7% fewer turns/s at 16 connections).
 pub const GATHER_YIELDS: usize = 6;
 
 /// Turns waiting for the committer; a lane finishing a turn waits for room when it is full.
