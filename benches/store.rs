@@ -114,7 +114,7 @@ async fn commit_run(store: &Store, writers: usize, per_writer: usize, grouped: b
                     committer.commit(&store, t).await
                 } else {
                     let store = store.clone();
-                    tokio::task::spawn_blocking(move || store.commit_turn(t))
+                    tokio::task::spawn_blocking(move || store.commit_turn(&t))
                         .await
                         .unwrap_or_else(|_| Err(turnstile::error::StoreError::Invariant("join")))
                 };

@@ -196,7 +196,7 @@ pub fn inbound_accepted(channel: &str) {
     static BY_CHANNEL: OnceLock<dashmap::DashMap<String, metrics::Counter>> = OnceLock::new();
     let accepted =
         || counter!("turnstile_inbound_accepted_total", "channel" => channel.to_string());
-    if !matches!(PROMETHEUS.get(), Some(Some(_))) {
+    if !recorder_installed() {
         // Handles taken before this process's recorder is installed would stay no-ops.
         accepted().increment(1);
         return;
@@ -374,10 +374,16 @@ impl TurnHandles {
 /// before that would stay no-ops; another application's recorder gets a lookup per turn).
 fn turn_handles() -> Option<&'static TurnHandles> {
     static HANDLES: OnceLock<TurnHandles> = OnceLock::new();
-    if HANDLES.get().is_none() && !matches!(PROMETHEUS.get(), Some(Some(_))) {
+    if HANDLES.get().is_none() && !recorder_installed() {
         return None;
     }
     Some(HANDLES.get_or_init(TurnHandles::register))
+}
+
+/// Whether this process's Prometheus recorder is installed: metric handles taken before it
+/// would stay no-ops, so they are cached only after.
+fn recorder_installed() -> bool {
+    matches!(PROMETHEUS.get(), Some(Some(_)))
 }
 
 fn millis(d: Duration) -> u64 {

@@ -711,7 +711,7 @@ async fn measure_open_with_100k_sessions() {
         let start = Instant::now();
         for i in 0..100_000u64 {
             store
-                .commit_turn(TurnCommit {
+                .commit_turn(&TurnCommit {
                     session_key: format!("agent:main:test:group:c{i:06}"),
                     entries: vec![e(EntryKind::User), e(EntryKind::Assistant)],
                     consumed: vec![],

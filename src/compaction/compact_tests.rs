@@ -42,7 +42,7 @@ fn tool(kind: EntryKind, id: &str) -> TranscriptEntry {
 
 fn append(store: &Store, key: &str, entries: Vec<TranscriptEntry>) {
     store
-        .commit_turn(TurnCommit {
+        .commit_turn(&TurnCommit {
             session_key: key.to_string(),
             entries,
             consumed: vec![],

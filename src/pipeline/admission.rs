@@ -168,7 +168,7 @@ impl Admitter {
             group_history: std::mem::take(&mut admission.group_history),
         };
         // Only an id that may come back after a restart is remembered durably.
-        let mark = match (&admission.dedupe_key, admission.id_origin) {
+        let mark = match (&admission.dedupe_key, event.id_origin) {
             (Some(dedupe_key), IdOrigin::Given) if self.preflight.dedupes() => Some(DedupeMark {
                 key: dedupe_key,
                 expires_at_ms: admission.dedupe_expires_at_ms,

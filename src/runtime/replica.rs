@@ -132,7 +132,7 @@ impl Runtime {
         let key = session_key.clone();
         let committed = tokio::task::spawn_blocking(move || {
             store.thaw_session(&key)?;
-            store.commit_turn(TurnCommit {
+            store.commit_turn(&TurnCommit {
                 session_key: key,
                 entries,
                 consumed: Vec::new(),

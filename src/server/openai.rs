@@ -199,11 +199,9 @@ pub(super) async fn chat_completions(
 
 /// The message id of this request: derived from its `Idempotency-Key` when it has one; else,
 /// for a retry of the official clients (`x-stainless-retry-count` > 0) with the body of a
-/// recent request of the session, that request's id; else a fresh one (remembered for its
-/// retries).
-/// A request that does not mark its attempts (no `x-stainless-retry-count`) gets a fresh id
-/// that is not remembered: its retry, unmarked, could not be told from a new request anyway.
-/// With where the id came from ([`IdOrigin`]).
+/// recent request of the session, that request's id; else a fresh one, remembered for its
+/// retries only when the request marks its attempts (an unmarked retry could not be told
+/// from a new request anyway). With where the id came from ([`IdOrigin`]).
 fn message_id(
     state: &AppState,
     headers: &HeaderMap,

@@ -526,7 +526,7 @@ mod tests {
             memo: Default::default(),
         };
         store
-            .commit_turn(TurnCommit {
+            .commit_turn(&TurnCommit {
                 session_key: key.to_string(),
                 entries: vec![e(EntryKind::User), e(EntryKind::Assistant)],
                 consumed: vec![],
@@ -636,7 +636,7 @@ mod tests {
             "no segment left behind"
         );
         store
-            .commit_turn(TurnCommit {
+            .commit_turn(&TurnCommit {
                 session_key: "a".to_string(),
                 entries: vec![],
                 consumed: vec![item.seq],

@@ -127,7 +127,7 @@ mod tests {
     fn turns(store: &Store, key: &str, n: u64) {
         for t in 0..n {
             store
-                .commit_turn(TurnCommit {
+                .commit_turn(&TurnCommit {
                     session_key: key.to_string(),
                     entries: vec![
                         entry(EntryKind::User, &format!("question {t}")),

@@ -199,7 +199,7 @@ async fn a_replicated_turn_writes_its_position_and_answered_marks_with_it() {
         answered: vec!["m1".into(), "m2".into()],
         expires_at_ms: 1_000,
     });
-    store.commit_turn(replicated).unwrap();
+    store.commit_turn(&replicated).unwrap();
     assert_eq!(store.replica_applied(3).unwrap(), 41);
     assert_eq!(store.replica_applied(4).unwrap(), 0, "per partition");
     assert!(store.replica_answered("k", "m1", 999).unwrap());
@@ -214,7 +214,7 @@ async fn a_replicated_turn_writes_its_position_and_answered_marks_with_it() {
         "expired"
     );
     // A single node's turn writes neither.
-    store.commit_turn(turn("k", "again", vec![])).unwrap();
+    store.commit_turn(&turn("k", "again", vec![])).unwrap();
     assert_eq!(store.replica_applied(3).unwrap(), 41);
     assert_eq!(store.session("k").unwrap().unwrap().entries, 4);
 }

@@ -211,21 +211,11 @@ fn commit_batch(batch: Vec<Job>) -> Settled {
         Err(e) => {
             tracing::warn!(error = %e, turns = turns.len(), "a grouped commit failed; committing its turns one by one");
             for (turn, (store, waiter)) in turns.into_iter().zip(waiters) {
-                match store.commit_turns(std::slice::from_ref(&turn)) {
-                    Ok(mut done) => match done.pop() {
-                        Some(committed) => {
-                            settled.flush = Some((store, committed.ticket));
-                            settled.answers.push((waiter, committed));
-                        }
-                        None => {
-                            let _ = waiter.send(Err(Failed {
-                                error: StoreError::Invariant(
-                                    "a one-turn commit returned no result",
-                                ),
-                                turn: Some(turn),
-                            }));
-                        }
-                    },
+                match store.commit_turn(&turn) {
+                    Ok(committed) => {
+                        settled.flush = Some((store, committed.ticket));
+                        settled.answers.push((waiter, committed));
+                    }
                     Err(error) => {
                         let _ = waiter.send(Err(Failed {
                             error,

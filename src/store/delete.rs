@@ -158,7 +158,7 @@ mod tests {
         .unwrap();
         let (first, _) = store.enqueue("k", record("1")).unwrap();
         store
-            .commit_turn(TurnCommit {
+            .commit_turn(&TurnCommit {
                 session_key: "k".to_string(),
                 entries: vec![
                     entry(EntryKind::User, "a"),

@@ -159,7 +159,7 @@ fn run(ops: Vec<Op>) {
                         .collect();
                     entries.push(entry(EntryKind::Assistant, format!("answer {now}")));
                     store
-                        .commit_turn(TurnCommit {
+                        .commit_turn(&TurnCommit {
                             session_key: k.clone(),
                             entries: entries.clone(),
                             consumed: items.iter().map(|i| i.seq).collect(),

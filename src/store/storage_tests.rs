@@ -34,7 +34,7 @@ fn entry(kind: EntryKind, text: &str, ts: u64) -> TranscriptEntry {
 
 fn turn(store: &Store, key: &str, now_ms: u64, text: &str) -> SessionRecord {
     store
-        .commit_turn(TurnCommit {
+        .commit_turn(&TurnCommit {
             session_key: key.to_string(),
             entries: vec![
                 entry(EntryKind::User, text, now_ms),
@@ -812,7 +812,7 @@ async fn admission_keeps_room_for_the_turns_of_acknowledged_messages() {
         seqs.len()
     );
     store
-        .commit_turn(TurnCommit {
+        .commit_turn(&TurnCommit {
             session_key: "s".into(),
             entries: vec![
                 entry(EntryKind::User, "all of them", 1),

@@ -54,7 +54,7 @@ async fn inbox_pending_commit_and_reopen() {
         seqs,
         ticket,
     } = store
-        .commit_turn(TurnCommit {
+        .commit_turn(&TurnCommit {
             session_key: "k".to_string(),
             entries: vec![
                 entry(EntryKind::User, "q"),
@@ -166,7 +166,7 @@ async fn dedupe_keys_are_written_with_the_inbox_entry_and_survive_a_reopen() {
     assert!(!store.dedupe_seen("t|d|main|c||2", now).unwrap());
     // Answering the message consumes the inbox entry, not the dedupe key.
     let Committed { ticket, .. } = store
-        .commit_turn(TurnCommit {
+        .commit_turn(&TurnCommit {
             session_key: "k".to_string(),
             entries: vec![entry(EntryKind::User, "q")],
             consumed: vec![item.seq],
@@ -269,7 +269,7 @@ async fn channel_messages_by_id_time_and_parent() {
         other_chat,
     ];
     let Committed { ticket, .. } = store
-        .commit_turn(TurnCommit {
+        .commit_turn(&TurnCommit {
             session_key: "k".to_string(),
             entries: vec![entry(EntryKind::User, "q")],
             consumed: vec![],
@@ -468,7 +468,7 @@ async fn strict_flushes_only_what_is_waited_on_and_a_passive_wait_rides_along() 
     };
     // The turn's commit is waited on; its flush covers the earlier inbox write too.
     let done = store
-        .commit_turn(TurnCommit {
+        .commit_turn(&TurnCommit {
             session_key: "k".into(),
             entries: vec![
                 entry(EntryKind::User, "1"),
@@ -524,13 +524,13 @@ fn compact_into_summary(store: &Store, key: &str) {
 async fn the_cached_window_follows_commits_and_compactions() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&config(dir.path())).unwrap();
-    store.commit_turn(turn("k", &["a", "b"])).unwrap();
+    store.commit_turn(&turn("k", &["a", "b"])).unwrap();
     assert_eq!(window_texts(&store, "k"), ["b", "a"], "from the new tail");
-    store.commit_turn(turn("k", &["c"])).unwrap();
+    store.commit_turn(&turn("k", &["c"])).unwrap();
     assert_eq!(window_texts(&store, "k"), ["c", "b", "a"], "extended");
     compact_into_summary(&store, "k");
     assert_eq!(window_texts(&store, "k"), ["c", "sum"], "a compaction");
-    store.commit_turn(turn("k", &["d"])).unwrap();
+    store.commit_turn(&turn("k", &["d"])).unwrap();
     assert_eq!(window_texts(&store, "k"), ["d", "c", "sum"]);
     // A reader that stops early, then one that wants more than was cached.
     let record = store.session("k").unwrap().unwrap();
@@ -567,7 +567,7 @@ fn oldest_both_ways(store: &Store, key: &str) -> (SeqText, SeqText) {
 async fn the_oldest_entry_comes_from_a_whole_tail_or_from_sled() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&config(dir.path())).unwrap();
-    store.commit_turn(turn("k", &["a", "b"])).unwrap();
+    store.commit_turn(&turn("k", &["a", "b"])).unwrap();
     let (cached, stored) = oldest_both_ways(&store, "k");
     assert_eq!(
         cached,
@@ -581,7 +581,7 @@ async fn the_oldest_entry_comes_from_a_whole_tail_or_from_sled() {
     assert_eq!(cached.as_ref().map(|(_, t)| t.as_str()), Some("sum"));
     assert_eq!(cached, stored);
     window_texts(&store, "k");
-    store.commit_turn(turn("k", &["c"])).unwrap();
+    store.commit_turn(&turn("k", &["c"])).unwrap();
     let (cached, stored) = oldest_both_ways(&store, "k");
     assert_eq!(cached.as_ref().map(|(_, t)| t.as_str()), Some("sum"));
     assert_eq!(cached, stored);
@@ -592,7 +592,7 @@ async fn the_oldest_entry_comes_from_a_whole_tail_or_from_sled() {
 async fn a_window_read_past_its_tail_continues_in_sled() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&config(dir.path())).unwrap();
-    store.commit_turn(turn("k", &["a", "b", "c"])).unwrap();
+    store.commit_turn(&turn("k", &["a", "b", "c"])).unwrap();
     drop(store.close().await);
     drop(store);
     // A fresh store: the first reader stops after one entry, so the tail holds only "c".
@@ -606,7 +606,7 @@ async fn a_window_read_past_its_tail_continues_in_sled() {
         })
         .unwrap();
     assert_eq!(window_texts(&store, "k"), ["c", "b", "a"]);
-    store.commit_turn(turn("k", &["d"])).unwrap();
+    store.commit_turn(&turn("k", &["d"])).unwrap();
     assert_eq!(window_texts(&store, "k"), ["d", "c", "b", "a"]);
     store.close().await.unwrap();
 }

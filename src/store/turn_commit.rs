@@ -107,8 +107,8 @@ type Trees<'t> = (
 
 impl Store {
     /// Commits one turn atomically.
-    pub fn commit_turn(&self, turn: TurnCommit) -> Result<Committed, StoreError> {
-        let mut done = self.commit_turns(std::slice::from_ref(&turn))?;
+    pub fn commit_turn(&self, turn: &TurnCommit) -> Result<Committed, StoreError> {
+        let mut done = self.commit_turns(std::slice::from_ref(turn))?;
         done.pop().ok_or(StoreError::Invariant(
             "a one-turn commit returned no result",
         ))

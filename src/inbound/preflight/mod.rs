@@ -70,8 +70,6 @@ pub struct Admission {
     /// The dedupe key, to remember with the inbox entry (durably for an id that may come back
     /// after a restart); `None` for an id nobody can present again ([`IdOrigin::Unique`]).
     pub dedupe_key: Option<String>,
-    /// Where the message id came from.
-    pub id_origin: IdOrigin,
     /// When the dedupe entry expires, ms since the epoch.
     pub dedupe_expires_at_ms: u64,
     /// System events queued for the session since its last turn, oldest first (filled in by
@@ -256,7 +254,6 @@ impl Preflight {
             Ok(takes_history) => Ok(Verdict::Accept(Admission {
                 dedupe_expires_at_ms: now_ms.saturating_add(self.dedupe_ttl_ms),
                 dedupe_key: key,
-                id_origin,
                 system_events: Vec::new(),
                 group_history: Vec::new(),
                 takes_history,

@@ -61,8 +61,19 @@ fn event(id: &str, text: &str) -> InboundMessage {
 
 /// Decides at `now`; an acceptance is confirmed (as after a successful inbox write).
 fn submit_at(p: &Preflight, msg: &InboundMessage, now: u64) -> Result<Admission, DropReason> {
+    submit_as(p, msg, now, false, IdOrigin::Given)
+}
+
+/// [`submit_at`] with the session named or not and the id from `origin`.
+fn submit_as(
+    p: &Preflight,
+    msg: &InboundMessage,
+    now: u64,
+    explicit_session: bool,
+    origin: IdOrigin,
+) -> Result<Admission, DropReason> {
     match p
-        .decide(msg, false, now, &MemoryOnly, IdOrigin::Given)
+        .decide(msg, explicit_session, now, &MemoryOnly, origin)
         .unwrap()
     {
         Verdict::Accept(a) => {
@@ -137,16 +148,8 @@ fn dedupe_forgets_after_the_ttl_and_past_max_keys() {
 #[test]
 fn a_minted_id_is_remembered_in_memory_and_a_unique_one_not_at_all() {
     let p = preflight("");
-    let decide_and_confirm = |msg: &InboundMessage, origin: IdOrigin| match p
-        .decide(msg, true, NOW, &MemoryOnly, origin)
-        .unwrap()
-    {
-        Verdict::Accept(a) => {
-            p.confirm(&a, NOW);
-            Ok(a)
-        }
-        Verdict::Drop(r) => Err(r),
-    };
+    let decide_and_confirm =
+        |msg: &InboundMessage, origin: IdOrigin| submit_as(&p, msg, NOW, true, origin);
     let minted = dm("m-1");
     let first = decide_and_confirm(&minted, IdOrigin::Minted).unwrap();
     assert!(first.dedupe_key.is_some());
