@@ -11,8 +11,6 @@ use crate::error::Error;
 use crate::inbound::normalize_session_key;
 use crate::metrics;
 
-/// Sessions read per page while computing stats.
-const STATS_PAGE: usize = 1_000;
 /// Most directory entries visited when measuring disk use (the data dir holds a handful of sled
 /// files plus archives; this only guards against a runaway tree).
 pub(crate) const MAX_DISK_WALK_ENTRIES: usize = 100_000;
@@ -133,43 +131,27 @@ impl Runtime {
         }))
     }
 
-    /// Current figures: a scan of the sessions (blocking; call it off the async threads for
-    /// big stores) plus this process's turn figures.
+    /// Current figures: the store's totals, kept as records are written (constant time,
+    /// however many sessions are stored), its disk estimate, and this process's turn figures.
     pub fn stats(&self) -> Result<Stats, Error> {
         let store = &self.inner.store;
-        let (mut sessions, mut entries, mut tokens, mut max_tokens, mut compactions) =
-            (0u64, 0u64, 0u64, 0u64, 0u64);
-        let mut after: Option<String> = None;
-        loop {
-            let page = store.list_sessions(after.as_deref(), STATS_PAGE)?;
-            for (_, r) in &page {
-                sessions += 1;
-                entries += r.entries;
-                tokens += r.tokens;
-                max_tokens = max_tokens.max(r.tokens);
-                compactions += u64::from(r.compaction_count);
-            }
-            match page.last() {
-                Some((k, _)) if page.len() == STATS_PAGE => after = Some(k.clone()),
-                _ => break,
-            }
-        }
+        let totals = store.totals();
         let process = metrics::process_stats();
         Ok(Stats {
-            sessions,
-            transcript_entries: entries,
-            avg_session_tokens: if sessions == 0 {
+            sessions: totals.sessions,
+            transcript_entries: totals.entries,
+            avg_session_tokens: if totals.sessions == 0 {
                 0.0
             } else {
-                tokens as f64 / sessions as f64
+                totals.tokens as f64 / totals.sessions as f64
             },
-            max_session_tokens: max_tokens,
-            compactions,
+            max_session_tokens: totals.max_session_tokens,
+            compactions: totals.compactions,
             turns: Some(process.turns),
             avg_context_tokens: Some(process.avg_context_tokens),
             max_context_tokens: Some(process.max_context_tokens),
             assembly_cache_hit_rate: process.assembly_cache_hit_rate,
-            disk_bytes: disk_bytes(store.data_dir()),
+            disk_bytes: data_dir_bytes(store),
             live_lanes: self.live_lanes() as u64,
             queued_messages: self.queued() as u64,
         })
@@ -179,11 +161,20 @@ impl Runtime {
     pub fn sample_gauges(&self) {
         let store = &self.inner.store;
         metrics::runtime_gauges(metrics::RuntimeGauges {
-            disk_bytes: disk_bytes(store.data_dir()),
-            sessions: store.session_count() as u64,
+            disk_bytes: data_dir_bytes(store),
+            sessions: store.totals().sessions,
             live_lanes: self.live_lanes() as u64,
             inbox_depth: self.queued() as u64,
         });
+    }
+}
+
+/// The data dir's size: the janitor's newest measurement plus what was written since (no
+/// walk), or, before any measurement, a walk of its files (not of its sessions).
+fn data_dir_bytes(store: &crate::store::Store) -> u64 {
+    match store.disk_estimate() {
+        0 => disk_bytes(store.data_dir()),
+        estimate => estimate,
     }
 }
 

@@ -47,6 +47,12 @@ struct JanitorView {
     last_pass_sessions_evicted: u64,
     last_pass_archives_deleted: u64,
     last_pass_bytes_freed: u64,
+    /// Sessions moved into the cold tier (kept, compressed) by the newest pass and by all.
+    last_pass_sessions_frozen: u64,
+    sessions_frozen_total: u64,
+    /// Cold sessions deleted for good (only with the data dir over the budget itself).
+    last_pass_cold_deleted: u64,
+    cold_deleted_total: u64,
     bytes_freed_total: u64,
     last_error: Option<String>,
     enforcing: bool,
@@ -63,7 +69,8 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 
 pub(super) async fn stats(State(state): State<AppState>) -> Result<Json<StatsView>, ApiError> {
     let runtime = state.runtime.clone();
-    // A scan of the sessions and a walk of the data dir: off the async worker threads.
+    // Counters, and a walk of the data dir's files only before the janitor's first measurement:
+    // off the async worker threads all the same.
     let base = tokio::task::spawn_blocking(move || runtime.stats())
         .await
         .map_err(internal)??;
@@ -90,6 +97,10 @@ pub(super) async fn stats(State(state): State<AppState>) -> Result<Json<StatsVie
             last_pass_sessions_evicted: j.last_pass.sessions_evicted,
             last_pass_archives_deleted: j.last_pass.archives_deleted,
             last_pass_bytes_freed: j.last_pass.bytes_freed,
+            last_pass_sessions_frozen: j.last_pass.sessions_frozen,
+            sessions_frozen_total: j.totals.sessions_frozen,
+            last_pass_cold_deleted: j.last_pass.cold_deleted,
+            cold_deleted_total: j.totals.cold_deleted,
             bytes_freed_total: j.totals.bytes_freed,
             last_error: j.last_error,
             enforcing: j.enforcing,

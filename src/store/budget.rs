@@ -1,25 +1,22 @@
 //! [`StoreBudget`]: the janitor's [`DiskBudget`] over this store and its data dir.
 //!
-//! # How space comes back
-//! sled never shrinks its file when keys are deleted. It reuses freed space (segments at most
-//! half live are relocated, free segments are reused lowest first and truncated at the end of
-//! the file), and with small values that keeps a churning database at about 2.2–3.3× its live
-//! bytes. With large values it does not: a node whose items exceed a quarter of a segment is
-//! written as a blob file on every change, and under sustained churn the database grew without
-//! bound in our measurements. So the janitor controls two things:
+//! # The rules of a pass
+//! * **Under high water nothing is frozen or deleted for the budget.** Only the operator's
+//!   own rules remove sessions there (`prune_after_days`, `max_sessions`, sessions with no
+//!   entries), and a database that is mostly dead space is rewritten when its copy fits
+//!   beside it (`Store::rewrite_within`: writers do not wait for the copy, and a copy that
+//!   would not be smaller is given up).
+//! * **Over high water**, in order: archives are deleted oldest first; idle sessions are
+//!   evicted oldest first — into the cold tier when it is on — in proportion to the
+//!   overshoot, unless a rewrite alone would bring the data dir back (the database is then
+//!   mostly garbage); the database is rewritten (sessions are evicted first if its copy needs
+//!   the room).
+//! * **Cold sessions are deleted only when all of that leaves the data dir over the budget
+//!   itself**, oldest first. Every removal is counted per reason
+//!   (`turnstile_evictions_total{reason}`) and a pass logs one line for all of them.
 //!
-//! * **Live bytes.** Sessions are evicted (oldest `updated_at` first, never one with a live
-//!   lane or queued messages) until the live bytes — transcripts and queued messages, counted
-//!   by the store's meter — are 10% below `high_water / BUDGETED_AMPLIFICATION` of the budget
-//!   (20% of it by default). The store calls the janitor the moment a write crosses that level.
-//! * **Garbage.** When the data dir passes `REWRITE_AT` of the high-water mark and the
-//!   database holds at least `MIN_GARBAGE_RATIO` times its live bytes, the live data is
-//!   rewritten into a fresh database generation (`Store::rewrite`) and the old one deleted.
-//!   The copy needs room for one more copy of the live data, which is why live bytes are held
-//!   to 20%: the old generation (about 60% of the budget, plus what arrives during the pass)
-//!   and the new one (the live bytes plus sled's overhead) fit together.
-//!
-//! Archives (when `keep_archives` is on) are deleted, oldest first, before anything else.
+//! sled never shrinks its file when keys are deleted: it reuses the space, so eviction slows
+//! growth and a rewrite gives the space back.
 //!
 //! # Holding the line without the janitor
 //! The janitor runs on a timer and on signals, so on its own it can fall behind a burst. The
@@ -27,20 +24,17 @@
 //! was written since, see `disk::UsageMeter`); writes past high water wake the janitor, and
 //! [`Store::disk_full`] makes admission refuse new messages (`507`) while the estimate, plus
 //! room for the next rewrite's copy, is at `ADMIT_BELOW` of the budget (never below high
-//! water), until a pass brings the measurement back down. When a pass
-//! leaves the data dir over high water (the rewrite freed nothing, or could not run), it evicts
-//! harder — live bytes in proportion to the overshoot — and rewrites again if the copy fits.
+//! water), until a pass brings the measurement back down.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use turnstile_actors::{DiskBudget, DiskUsage, ReclaimReport};
 
 use super::evict::{Candidate, TRANSCRIPT_KEY_BYTES};
 use super::health::FLUSH_TIMEOUT;
-use super::{archive, cold, decode, disk, SessionRecord, Store};
+use super::{archive, cold, disk, Store};
 use crate::config::{JanitorMode, StorageConfig};
 use crate::error::StoreError;
 
@@ -48,9 +42,6 @@ use crate::error::StoreError;
 /// evicted.
 pub type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
-/// Disk bytes budgeted per live byte: sled's own amplification (2.2–3.3× measured) plus room
-/// for the copy a rewrite makes. Live bytes are held to `high_water / 4` of the budget.
-const BUDGETED_AMPLIFICATION: f64 = 4.0;
 /// A rewrite starts when the data dir passes this fraction of the high-water mark...
 const REWRITE_AT: f64 = 0.6;
 /// ...and the database holds at least this many bytes per live byte (otherwise a rewrite
@@ -59,30 +50,17 @@ const MIN_GARBAGE_RATIO: f64 = 2.0;
 /// ...and has grown by this factor since the last rewrite left it (so rewrites do not follow
 /// each other when sled's fresh copy is itself large).
 const REWRITE_GROWTH: f64 = 1.3;
-/// A fresh generation is kept to this fraction of the rewrite threshold: when a rewrite shows
-/// that sled needs more bytes per live byte than budgeted (large values become blob files),
-/// the live-byte target is lowered accordingly.
-const FRESH_FRACTION_OF_REWRITE_AT: f64 = 0.6;
-/// When live bytes stay above the target after a pass (busy sessions), the next signal waits
-/// for `target / TRIGGER_SLACK_DIVISOR` more bytes.
-const TRIGGER_SLACK_DIVISOR: u64 = 10;
 /// Eviction goes this far below the target, so the next pass is not one write away.
 const EVICT_TO_FRACTION: f64 = 0.9;
-/// How often live bytes are recounted exactly (and empty sessions collected); between
-/// recounts the store's meter is used.
-const RECOUNT_EVERY: Duration = Duration::from_secs(300);
 /// Most sessions evicted in one pass; the next pass continues.
 const MAX_EVICTIONS_PER_PASS: u64 = 100_000;
 /// Index entries read per page while choosing what to evict.
 const SCAN_PAGE: usize = 256;
-/// Most empty sessions removed per recount.
-const MAX_EMPTY_PER_PASS: usize = 10_000;
 const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
 /// Eviction reasons that move a session into the cold tier (when it is on) instead of
-/// deleting it: the disk budget's (`disk_budget` is also the metric label of step 2's
-/// evictions). Age, count and emptiness delete. The last two are pressure (the data dir over
-/// high water), when no archive is written either.
-const FREEZES: [&str; 3] = ["disk_budget", "disk_pressure", "rewrite_room"];
+/// deleting it: the disk budget's, both only with the data dir over high water. Age, count
+/// and emptiness delete. The last one (room for a rewrite's copy) writes no archive either.
+const FREEZES: [&str; 2] = ["disk_budget", "rewrite_room"];
 /// Rounds of eviction [`StoreBudget::make_room_for_rewrite`] tries: each freeze writes a
 /// segment, which takes some of the room the eviction made, so the fit is checked again.
 const ROOM_ROUNDS: usize = 4;
@@ -133,7 +111,6 @@ struct Measured {
     db_bytes: u64,
     /// Bytes of the data dir at the newest measurement.
     disk_bytes: u64,
-    last_recount: Option<Instant>,
     /// Bytes of the database right after the newest rewrite.
     after_rewrite: u64,
     /// Database bytes per live byte right after the newest rewrite.
@@ -181,28 +158,6 @@ impl StoreBudget {
             measured: Mutex::new(Measured::default()),
             flush_in_flight: Arc::new(AtomicBool::new(false)),
         }
-    }
-
-    /// The live bytes the janitor keeps the store under, for a measurement `usage`: a
-    /// quarter of high water, lower if a rewrite showed sled needs more room per live byte.
-    pub fn live_target(&self, usage: &DiskUsage) -> u64 {
-        let sled_share = self.sled_share(usage) as f64;
-        let budgeted = sled_share / BUDGETED_AMPLIFICATION;
-        let fresh = self
-            .measured
-            .lock()
-            .ok()
-            .and_then(|m| m.fresh_amplification)
-            .map(|amp| sled_share * REWRITE_AT * FRESH_FRACTION_OF_REWRITE_AT / amp)
-            .unwrap_or(budgeted);
-        budgeted.min(fresh) as u64
-    }
-
-    /// The part of high water the database may use: what the cold tier's share leaves (in
-    /// proportion, so a measurement with another high-water mark scales alike).
-    fn sled_share(&self, usage: &DiskUsage) -> u64 {
-        let cold = self.cold_max_bytes as f64 / self.high_water_bytes.max(1) as f64;
-        (usage.high_water_bytes as f64 * (1.0 - cold).max(0.0)) as u64
     }
 
     /// Deletes cold segments oldest first while the cold tier holds more than `keep` bytes or
@@ -384,40 +339,14 @@ impl StoreBudget {
 
     fn reclaim_inner(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, StoreError> {
         let mut report = ReclaimReport::default();
-        let (db_bytes, measured_disk, recount_due, after_rewrite) = {
+        let (db_bytes, measured_disk, after_rewrite) = {
             let m = self
                 .measured
                 .lock()
                 .map_err(|_| StoreError::Flush("janitor measurement poisoned".into()))?;
-            (
-                m.db_bytes,
-                m.disk_bytes,
-                m.last_recount.is_none_or(|t| t.elapsed() >= RECOUNT_EVERY),
-                m.after_rewrite,
-            )
+            (m.db_bytes, m.disk_bytes, m.after_rewrite)
         };
-        let mut empty = Vec::new();
-        if recount_due {
-            let (live, found) = self.store.recount(MAX_EMPTY_PER_PASS)?;
-            self.store.shared.meter.set_live(live);
-            empty = found;
-            if let Ok(mut m) = self.measured.lock() {
-                m.last_recount = Some(Instant::now());
-            }
-        }
         let mut disk_bytes = usage.disk_bytes;
-        let segments_before = self.segments_written.load(Ordering::Relaxed);
-
-        // 1. Archives, oldest first.
-        if disk_bytes > usage.high_water_bytes {
-            let over = disk_bytes - usage.high_water_bytes;
-            disk_bytes -= self
-                .delete_archives(over, enforce, &mut report)?
-                .min(disk_bytes);
-        }
-
-        // 2. Whole sessions, oldest first, down to the live-byte target.
-        let target = self.live_target(usage);
         let mut progress = Progress {
             live: self.store.live_bytes(),
             sessions: 0,
@@ -425,34 +354,21 @@ impl StoreBudget {
             simulated: HashSet::new(),
             busy_seen: HashSet::new(),
         };
-        if progress.live > target {
-            let goal = (target as f64 * EVICT_TO_FRACTION) as u64;
-            self.evict_oldest(
-                enforce,
-                &mut progress,
-                &mut report,
-                "disk_budget",
-                |_, p| p.live > goal,
-            )?;
-        }
-        // 2b. The cold tier within its share, oldest segments first.
-        if enforce && self.cold_max_bytes > 0 {
+        // Nothing is frozen or deleted for the budget while the data dir is under high water:
+        // the live-byte meter only wakes the janitor, it sets no target of its own.
+        self.store.set_janitor_trigger(u64::MAX);
+
+        // 1. Archives, oldest first, only above high water.
+        if disk_bytes > usage.high_water_bytes {
+            let over = disk_bytes - usage.high_water_bytes;
             disk_bytes -= self
-                .delete_cold(self.cold_max_bytes, 0, &mut report)?
+                .delete_archives(over, enforce, &mut report)?
                 .min(disk_bytes);
         }
-        // The next signal: at the target, or — when busy sessions alone exceed it — only after
-        // a tenth of the target more, so the janitor is not woken by every write. Warn mode
-        // relies on the routine tick only.
-        let trigger = if enforce {
-            target.max(progress.live.saturating_add(target / TRIGGER_SLACK_DIVISOR))
-        } else {
-            u64::MAX
-        };
-        self.store.set_janitor_trigger(trigger);
 
-        // 3. Sessions not updated for `prune_after_days`. The index is ordered by minute, so
-        // one that passed the cutoff within the cutoff's minute may wait for the next pass.
+        // 2. The operator's rules: sessions not updated for `prune_after_days` (the index is
+        // ordered by minute, so one that passed the cutoff within the cutoff's minute may wait
+        // for the next pass), then beyond `max_sessions`.
         if let Some(age) = self.prune_after_ms {
             let cutoff = now_ms().saturating_sub(age);
             self.evict_oldest(
@@ -463,9 +379,7 @@ impl StoreBudget {
                 |c, _| c.updated_at_ms < cutoff,
             )?;
         }
-
-        // 4. Empty sessions.
-        for (key, updated_at_ms) in empty {
+        for (key, updated_at_ms) in self.store.take_empty_found() {
             if self.busy(&key)? || progress.simulated.contains(&key) {
                 continue;
             }
@@ -481,10 +395,11 @@ impl StoreBudget {
                 }
             }
         }
-
-        // 5. Beyond `max_sessions`.
         if let Some(max) = self.max_sessions {
-            progress.sessions = (self.store.inner().by_updated.len() as u64)
+            progress.sessions = self
+                .store
+                .totals()
+                .sessions
                 .saturating_sub(progress.simulated.len() as u64);
             self.evict_oldest(
                 enforce,
@@ -495,30 +410,19 @@ impl StoreBudget {
             )?;
         }
 
-        // 6. Garbage: rewrite the database when it is mostly dead space. The segments this
-        // pass wrote are on disk beside the database now.
-        disk_bytes = disk_bytes.saturating_add(
-            self.segments_written
-                .load(Ordering::Relaxed)
-                .saturating_sub(segments_before),
-        );
+        // 3. Garbage: below high water, a rewrite when the database is mostly dead space and
+        // its copy fits beside it; nothing is evicted to make room for it.
         let live = self.store.live_bytes();
-        // Without a cold tier the database is nearly all of the data dir; with one, it is held
-        // to its share.
-        let rewrite_at = (self.sled_share(usage) as f64 * REWRITE_AT) as u64;
-        let grown = if self.cold_max_bytes > 0 {
-            db_bytes
-        } else {
-            disk_bytes
-        };
+        let rewrite_at = (usage.high_water_bytes as f64 * REWRITE_AT) as u64;
         let mostly_garbage = db_bytes as f64 >= MIN_GARBAGE_RATIO * live.max(1) as f64
-            && db_bytes as f64 >= REWRITE_GROWTH * after_rewrite as f64;
+            && db_bytes as f64 >= REWRITE_GROWTH * after_rewrite as f64
+            && db_bytes as f64 >= REWRITE_GROWTH * live as f64 * self.fresh_amplification();
         let mut rewrote = false;
-        if grown > rewrite_at && mostly_garbage && live <= target {
+        if disk_bytes > rewrite_at && disk_bytes <= usage.high_water_bytes && mostly_garbage {
             if enforce {
-                if self.make_room_for_rewrite(disk_bytes, &mut progress, &mut report)? {
-                    self.rewrite_now(&mut report)?;
-                    rewrote = true;
+                let room = self.rewrite_room(disk_bytes);
+                if (live as f64 * self.fresh_amplification()) < room as f64 {
+                    rewrote = self.rewrite_now(room, &mut report)?;
                 }
             } else {
                 tracing::warn!(
@@ -530,14 +434,44 @@ impl StoreBudget {
         }
         if enforce {
             self.relieve_pressure(usage, measured_disk, rewrote, &mut progress, &mut report)?;
+        } else if disk_bytes > usage.high_water_bytes {
+            let goal = (live as f64 * usage.high_water_bytes as f64 / disk_bytes as f64
+                * EVICT_TO_FRACTION) as u64;
+            progress.live = live;
+            self.evict_oldest(false, &mut progress, &mut report, "disk_budget", |_, p| {
+                p.live > goal
+            })?;
         }
+        self.log_pass(&report);
         Ok(report)
     }
 
-    /// Step 7 of a pass: when the data dir is still over high water (the rewrite freed
-    /// nothing or did not run, or busy sessions hold the live bytes up), evicts live bytes in
-    /// proportion to the overshoot and rewrites if the fresh copy would be markedly smaller.
-    /// Ends with a fresh measurement for admission and the next disk signal.
+    /// One line per pass for what it removed, instead of one per session.
+    fn log_pass(&self, report: &ReclaimReport) {
+        if report.sessions_evicted > 0 || report.cold_deleted > 0 || report.archives_deleted > 0 {
+            tracing::info!(
+                evicted = report.sessions_evicted,
+                frozen = report.sessions_frozen,
+                cold_deleted = report.cold_deleted,
+                archives_deleted = report.archives_deleted,
+                bytes_freed = report.bytes_freed,
+                skipped_busy = report.sessions_skipped_busy,
+                "janitor pass"
+            );
+        }
+    }
+
+    /// Room a rewrite's copy may take: what the budget leaves beside the data dir.
+    fn rewrite_room(&self, disk_bytes: u64) -> u64 {
+        ((self.limit_bytes as f64 * REWRITE_PEAK) as u64).saturating_sub(disk_bytes)
+    }
+
+    /// The last steps of a pass, only when the data dir is over high water: sessions are
+    /// evicted oldest first (into the cold tier when it is on), in proportion to the
+    /// overshoot, unless a rewrite alone would bring it back; the database is rewritten if its
+    /// copy would be smaller; and only when all of that leaves the data dir over the budget
+    /// itself are cold sessions deleted, oldest first. Ends with a fresh measurement for
+    /// admission and the next disk signal.
     ///
     /// `measured_disk` is the newest real measurement before this pass: what the pass changed
     /// is applied to `usage` (which a caller may have adjusted) as a difference.
@@ -564,31 +498,28 @@ impl StoreBudget {
         } else {
             usage.disk_bytes
         };
+        // A database that is mostly garbage may come back under high water by a rewrite
+        // alone, with no session moved.
+        if disk_now > usage.high_water_bytes && !rewrote && self.mostly_garbage()? {
+            let room = self.rewrite_room(disk_now);
+            if self.rewrite_now(room, report)? {
+                disk_now = remeasure()?;
+            }
+        }
         if disk_now > usage.high_water_bytes {
             let live = self.store.live_bytes();
-            let fresh = live as f64 * self.fresh_amplification();
-            // Only when a rewrite would give little back (the database is mostly live) does
-            // the overshoot call for eviction; otherwise the rewrite below is the remedy, and
-            // evicting as well would empty the store pass after pass.
-            if (self.db_bytes()? as f64) < REWRITE_GROWTH * fresh {
-                let goal = (live as f64 * usage.high_water_bytes as f64 / disk_now as f64
-                    * EVICT_TO_FRACTION) as u64;
-                progress.live = live;
-                self.evict_oldest(true, progress, report, "disk_pressure", |_, p| {
-                    p.live > goal
-                })?;
-            }
-            let live = self.store.live_bytes();
-            let db_bytes = self.db_bytes()?;
-            let fresh = live as f64 * self.fresh_amplification();
-            if db_bytes as f64 >= REWRITE_GROWTH * fresh
-                && self.make_room_for_rewrite(disk_now, progress, report)?
-            {
-                self.rewrite_now(report)?;
+            let goal = (live as f64 * usage.high_water_bytes as f64 / disk_now as f64
+                * EVICT_TO_FRACTION) as u64;
+            progress.live = live;
+            self.evict_oldest(true, progress, report, "disk_budget", |_, p| p.live > goal)?;
+            // sled reuses what the evictions freed; a rewrite gives it back to the disk.
+            if self.mostly_garbage()? && self.make_room_for_rewrite(disk_now, progress, report)? {
+                let room = self.rewrite_room(disk_now);
+                self.rewrite_now(room, report)?;
             }
             disk_now = remeasure()?;
-            if disk_now > usage.high_water_bytes && self.cold_max_bytes > 0 {
-                let over = disk_now - usage.high_water_bytes;
+            if disk_now > self.limit_bytes && self.cold_max_bytes > 0 {
+                let over = disk_now - self.limit_bytes;
                 if self.delete_cold(u64::MAX, over, report)? > 0 {
                     disk_now = remeasure()?;
                 }
@@ -609,6 +540,13 @@ impl StoreBudget {
             .meter
             .set_disk_trigger(usage.high_water_bytes.max(disk_now.saturating_add(slack)));
         Ok(())
+    }
+
+    /// Whether the database holds enough dead space for a rewrite to give much back.
+    fn mostly_garbage(&self) -> Result<bool, StoreError> {
+        let db_bytes = self.db_bytes()? as f64;
+        let fresh = self.store.live_bytes() as f64 * self.fresh_amplification();
+        Ok(db_bytes >= REWRITE_GROWTH * fresh)
     }
 
     /// Database bytes per live byte expected for a rewrite's fresh copy.
@@ -669,10 +607,24 @@ impl StoreBudget {
         Ok(fits)
     }
 
-    /// Rewrites the database and records what the fresh generation measured.
-    fn rewrite_now(&self, report: &mut ReclaimReport) -> Result<(), StoreError> {
+    /// Rewrites the database within `room` bytes and records what the fresh generation
+    /// measured (or, when the copy was given up, what it had reached: the next rewrite waits
+    /// until the database has grown past that). Returns whether the new generation replaced
+    /// the old one.
+    fn rewrite_now(&self, room: u64, report: &mut ReclaimReport) -> Result<bool, StoreError> {
         let live = self.store.live_bytes();
-        let done = self.store.rewrite()?;
+        let done = self.store.rewrite_within(room)?;
+        if !done.switched {
+            if let Ok(mut m) = self.measured.lock() {
+                // No rewrite before the database grows past this again.
+                m.after_rewrite = done.bytes_before;
+                if live > 0 {
+                    let reached = done.bytes_after as f64 / live as f64;
+                    m.fresh_amplification = Some(reached.max(m.fresh_amplification.unwrap_or(0.0)));
+                }
+            }
+            return Ok(false);
+        }
         report.bytes_freed += done.bytes_before.saturating_sub(done.bytes_after);
         // The next rewrite needs about as much room again: admission keeps it free.
         self.store
@@ -686,7 +638,7 @@ impl StoreBudget {
                 m.fresh_amplification = Some(done.bytes_after as f64 / live as f64);
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Bytes of the current database generation.
@@ -794,34 +746,6 @@ impl Store {
             "the data dir is at about {} of its {} byte budget and nothing more can be evicted yet",
             estimate, limit
         ))
-    }
-
-    /// Recounts live bytes exactly (sessions and inbox) and collects up to `max_empty` empty
-    /// sessions (key, updated_at). Reads every session record: O(sessions).
-    pub(super) fn recount(
-        &self,
-        max_empty: usize,
-    ) -> Result<(u64, Vec<(String, u64)>), StoreError> {
-        let mut live = 0u64;
-        let mut empty = Vec::new();
-        for kv in self.inner().sessions.iter() {
-            let (k, v) = kv.map_err(StoreError::sled("scanning sessions"))?;
-            let Ok(record) = decode::<SessionRecord>("sessions", &v) else {
-                continue;
-            };
-            live += record.bytes + record.entries * TRANSCRIPT_KEY_BYTES;
-            if record.entries == 0 && empty.len() < max_empty {
-                empty.push((
-                    String::from_utf8_lossy(&k).into_owned(),
-                    record.updated_at_ms,
-                ));
-            }
-        }
-        for kv in self.inner().inbox.iter() {
-            let (k, v) = kv.map_err(StoreError::sled("scanning the inbox"))?;
-            live += (k.len() + v.len()) as u64;
-        }
-        Ok((live, empty))
     }
 }
 

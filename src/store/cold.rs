@@ -413,6 +413,7 @@ impl Store {
         };
         drop(write);
         if written {
+            self.shared.totals.replace(None, Some(&record));
             self.shared
                 .meter
                 .add(record.bytes + record.entries * TRANSCRIPT_KEY_BYTES);

@@ -52,6 +52,7 @@ impl Store {
             if record.next_seq != expected_next_seq {
                 return Ok(None);
             }
+            let before = record.clone();
             for (seq, len, tokens) in &replaced {
                 transcript.remove(&keys::transcript_key(record.id, *seq))?;
                 record.entries = record.entries.saturating_sub(1);
@@ -68,7 +69,7 @@ impl Store {
             record.compaction_count = record.compaction_count.saturating_add(1);
             let encoded = encode(&record).map_err(ConflictableTransactionError::Abort)?;
             sessions.insert(key.as_bytes(), encoded)?;
-            Ok(Some(record))
+            Ok(Some((before, record)))
         });
         let updated = match result {
             Ok(r) => r,
@@ -80,7 +81,8 @@ impl Store {
                 })
             }
         };
-        if updated.is_some() {
+        if let Some((before, after)) = &updated {
+            self.shared.totals.replace(Some(before), Some(after));
             let removed: u64 = replaced
                 .iter()
                 .map(|(_, len, _)| len + TRANSCRIPT_KEY_BYTES)
@@ -90,7 +92,7 @@ impl Store {
                 .meter
                 .add(summary_bytes.len() as u64 + TRANSCRIPT_KEY_BYTES);
         }
-        Ok(updated)
+        Ok(updated.map(|(_, after)| after))
     }
 }
 
@@ -145,6 +147,7 @@ impl Store {
             if record.id != swap.session_id || record.compaction_count != swap.epoch {
                 return Err(ConflictableTransactionError::Abort(Abort::Changed));
             }
+            let before = record.clone();
             let (mut tokens, mut bytes_removed) = (0u64, 0u64);
             for &seq in swap.remove {
                 let Some(old) = transcript.remove(&keys::transcript_key(swap.session_id, seq))?
@@ -168,10 +171,11 @@ impl Store {
             let encoded = encode(&record)
                 .map_err(|e| ConflictableTransactionError::Abort(Abort::Store(e)))?;
             sessions.insert(swap.session_key.as_bytes(), encoded)?;
-            Ok((record, bytes_removed, removed))
+            Ok((before, record, bytes_removed, removed))
         });
         match result {
-            Ok((record, bytes_removed, removed)) => {
+            Ok((before, record, bytes_removed, removed)) => {
+                self.shared.totals.replace(Some(&before), Some(&record));
                 // Keep the janitor's live-byte meter in step with what the swap freed.
                 self.shared
                     .meter

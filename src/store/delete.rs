@@ -62,10 +62,12 @@ impl Store {
                 .get(session_key)
                 .map_err(StoreError::sled("reading a session"))?;
             let mut index_key = None;
+            let mut decoded = None;
             let transcript_keys = match &record {
                 Some(bytes) => {
                     let r: super::SessionRecord = super::decode("sessions", bytes)?;
                     index_key = Some(super::by_updated::key(r.updated_at_ms, session_key));
+                    decoded = Some(r.clone());
                     inner
                         .transcript
                         .scan_prefix(keys::transcript_prefix(r.id))
@@ -115,6 +117,7 @@ impl Store {
             match result {
                 Ok((pending, pending_bytes)) => {
                     self.shared.meter.sub_inbox(pending_bytes);
+                    self.shared.totals.replace(decoded.as_ref(), None);
                     let removed = usize::try_from(pending).unwrap_or(usize::MAX);
                     let _ = self.shared.queued.fetch_update(
                         std::sync::atomic::Ordering::Relaxed,

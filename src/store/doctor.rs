@@ -89,6 +89,8 @@ pub struct DoctorReport {
     pub quarantined_total: u64,
     /// Live logical bytes (as the janitor counts them).
     pub live_bytes: u64,
+    /// The sessions' totals, counted record by record.
+    pub totals: super::Totals,
     /// The first findings, for the report.
     pub findings: Vec<Finding>,
     /// Findings beyond the listed ones.
@@ -331,6 +333,10 @@ impl Store {
             };
             let (key, record) = record;
             report.sessions += 1;
+            report.totals.add(&record);
+            if record.entries == 0 {
+                self.found_empty(&key, record.updated_at_ms);
+            }
             report.live_bytes += record.bytes + record.entries * TRANSCRIPT_KEY_BYTES;
             let index_key = by_updated::key(record.updated_at_ms, &key);
             if !self

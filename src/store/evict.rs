@@ -133,6 +133,7 @@ impl Store {
             }
         };
         drop(write);
+        self.shared.totals.replace(Some(&record), None);
         let entries_deleted = self.delete_transcript(record.id)?;
         let chat_bytes = self.delete_channel_messages(key)?;
         let bytes = record.bytes + record.entries * TRANSCRIPT_KEY_BYTES + chat_bytes;

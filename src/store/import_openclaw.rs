@@ -664,6 +664,10 @@ impl Store {
             self.shared
                 .meter
                 .add(record.bytes + record.entries * TRANSCRIPT_KEY_BYTES);
+            self.shared.totals.replace(None, Some(&record));
+            if record.entries == 0 {
+                self.found_empty(key, updated_at_ms);
+            }
         } else {
             self.delete_transcript(id)?;
         }

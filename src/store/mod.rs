@@ -27,6 +27,7 @@
 mod archive;
 mod budget;
 mod by_updated;
+mod changes;
 mod channel;
 mod channel_state;
 mod codec;
@@ -56,6 +57,7 @@ mod recover;
 mod replica;
 mod rewrite;
 mod tails;
+mod totals;
 mod turn_commit;
 
 use std::collections::BTreeSet;
@@ -92,6 +94,7 @@ pub use records::{
 pub use replica::ANSWERED_PREFIX;
 pub use rewrite::Rewritten;
 pub use tails::{TailStamp, MAX_TAIL_ENTRIES};
+pub use totals::Totals;
 pub use turn_commit::{Committed, ReplicaMarks, TurnCommit, MAX_TURNS_PER_COMMIT};
 
 use crate::config::StorageConfig;
@@ -103,6 +106,10 @@ use migrate::SCHEMA_KEY;
 pub const OPEN_LOCK_ATTEMPTS: u32 = 10;
 /// Wait between those attempts.
 pub const OPEN_LOCK_RETRY_WAIT: Duration = Duration::from_millis(50);
+
+/// Most sessions without entries remembered for the janitor between its passes (the rest
+/// are found again by the next start-up checks).
+pub const MAX_EMPTY_FOUND: usize = 10_000;
 
 /// The database's directory under the data dir.
 pub const DB_DIR: &str = "db";
@@ -131,6 +138,11 @@ struct Shared {
     config: StorageConfig,
     /// Live logical bytes and the janitor's high-water trigger.
     meter: disk::UsageMeter,
+    /// Sessions, entries, tokens, bytes and compactions, kept as records are written.
+    totals: totals::TotalsMeter,
+    /// Sessions found without entries (by the start-up checks or an import), for the
+    /// janitor's next pass; at most [`MAX_EMPTY_FOUND`].
+    empty_found: std::sync::Mutex<Vec<(String, u64)>>,
     /// What the repair on open found and did.
     open_report: std::sync::OnceLock<DoctorReport>,
     /// Where the incremental prune of `dedupe` continues (see `dedupe.rs`).
@@ -322,6 +334,7 @@ impl Store {
     /// expired dedupe keys.
     fn after_quick_checks(&self, report: DoctorReport) -> Result<(), StoreError> {
         self.shared.meter.set_live(report.live_bytes);
+        self.shared.totals.set(&report.totals);
         let _ = self.shared.open_report.set(report);
         self.prune_dedupe(dedupe::wall_clock_ms(), DEDUPE_PRUNE_ON_OPEN)?;
         Ok(())
@@ -361,6 +374,8 @@ impl Store {
                 data_dir,
                 config: config.clone(),
                 meter: disk::UsageMeter::default(),
+                totals: totals::TotalsMeter::default(),
+                empty_found: std::sync::Mutex::default(),
                 open_report: std::sync::OnceLock::new(),
                 dedupe_cursor: std::sync::Mutex::new(Vec::new()),
                 health,
@@ -630,9 +645,45 @@ impl Store {
         })
     }
 
-    /// Number of stored sessions.
+    /// Number of sessions in the database, counted key by key: O(sessions), for tools and
+    /// tests. A server reads [`Store::totals`] instead.
     pub fn session_count(&self) -> usize {
         self.inner().sessions.len()
+    }
+
+    /// The data dir's estimated size: the janitor's newest measurement plus what was written
+    /// since (see `disk::UsageMeter`); 0 before a janitor measured it.
+    pub fn disk_estimate(&self) -> u64 {
+        self.shared.meter.disk_estimate()
+    }
+
+    /// Remembers session `key` (updated at `updated_at_ms`) as holding no entries.
+    pub(super) fn found_empty(&self, key: &str, updated_at_ms: u64) {
+        let mut found = self
+            .shared
+            .empty_found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if found.len() < MAX_EMPTY_FOUND {
+            found.push((key.to_string(), updated_at_ms));
+        }
+    }
+
+    /// The sessions found without entries since the last call.
+    pub(super) fn take_empty_found(&self) -> Vec<(String, u64)> {
+        std::mem::take(
+            &mut *self
+                .shared
+                .empty_found
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Sessions, entries, tokens, bytes and compactions across the database, as kept while
+    /// records are written (`totals.rs`): constant time, no walk.
+    pub fn totals(&self) -> Totals {
+        self.shared.totals.get()
     }
 
     /// A session's transcript entries with `seq > after`, oldest first, at most `limit`.

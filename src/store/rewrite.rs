@@ -7,35 +7,59 @@
 //! sled never shrinks its files when keys are deleted; it reuses the space, but under churn
 //! with large values (whole nodes stored as blob files) garbage can build up faster than its
 //! segment cleaner reclaims it. A rewrite bounds that: the new generation holds only live
-//! data. Generations and `CURRENT` are described in `generations.rs`: the new generation is
-//! copied, checked (the same keys per tree as the old one while writes are held; a tree whose
-//! copy differs is copied again), flushed and marked complete before `CURRENT` is switched to
-//! it (atomically, durably); the old one is deleted only after that. A crash before the switch
-//! leaves the old generation current and the incomplete copy is deleted on the next open.
+//! data. Generations and `CURRENT` are described in `generations.rs`.
 //!
-//! Writes are held off (the write gate, exclusively) for the copy, the check, the
-//! flush and the switch: admission waits for as long as the live data takes to copy. Copying
-//! beside the writers through sled's subscribers was tried and deadlocks: a sled transaction
-//! holds sled's process-wide concurrency lock while it hands an event to a subscriber, so a
-//! drainer that writes the event into the copy (sled again) can wait on that writer for ever.
+//! **Writers do not wait for the copy.** The trees are copied beside the writers while a
+//! watcher per tree (sled's subscribers) records the keys written meanwhile ([`Changes`]);
+//! catch-up rounds copy those keys again from the old generation, each round shorter than the
+//! last; only the last round (a few thousand keys at most, [`FINAL_ROUND_KEYS`]), the id
+//! base, the flush of what that round wrote and the switch of `CURRENT` hold the write gate.
+//! The watchers only put keys in a set and never call sled: a sled transaction hands its
+//! events to subscribers while it holds sled's process-wide lock, so a watcher that wrote into
+//! the copy could wait on that writer for ever (an earlier attempt did and deadlocked). A key
+//! copied again is read from the old generation at that moment, so the order in which events
+//! arrive does not matter: under the gate the old generation is the truth, and every key
+//! written since the copy began is copied from it one last time.
+//!
+//! **A rewrite never grows the store.** The copy is given up, and the old generation stays,
+//! when it reaches [`MAX_COPY_RATIO`] of the old generation's bytes (sled lays freshly
+//! inserted small values out loosely: a copy of 1.7 M small keys took twice its source), or
+//! more room than the caller allows ([`RewriteLimits`]).
+//!
 //! Sequence numbers and ids continue across generations (`id_base`), and group-commit tickets
 //! too.
 
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::changes::Changes;
 use super::generations::{self, generation_name, generation_number};
 use super::{disk, Store, StoreInner};
 use crate::error::StoreError;
 
 /// The `meta` key holding the id base of a generation (big-endian u64).
 const ID_BASE_KEY: &[u8] = b"id_base";
-/// Keys copied per sled batch; bounds the memory of a rewrite.
+/// Keys copied per sled batch; bounds the memory of a rewrite, and how long one batch holds
+/// sled's process-wide lock (writers wait for at most one batch).
 const COPY_BATCH: usize = 1_000;
-/// How often a rewrite copies a tree whose copy differs from its source before giving up
-/// (the rewrite then fails and the old generation stays current).
-const COPY_ATTEMPTS: u32 = 3;
+/// The copy is flushed after this many batches. sled reclaims the space of the node versions
+/// a bulk insert leaves behind only once they are flushed: 200,000 keys of 100 bytes took
+/// 4.3 bytes on disk per raw byte copied without flushes, 3.1 flushed every 32 batches, 2.5
+/// every 8, 2.3 every 2 (a standalone copy on this machine).
+const FLUSH_BATCHES: u64 = 4;
+/// The copy's size on disk is looked at after this many batches.
+const SIZE_CHECK_BATCHES: u64 = 32;
+/// A copy that reaches this fraction of the old generation's bytes is given up: the rewrite
+/// would give too little back (or grow the store).
+pub(super) const MAX_COPY_RATIO: f64 = 0.8;
+/// Catch-up rounds beside the writers before the last one, under the write gate. Each copies
+/// again the keys written during the one before; under a steady load they shrink fast.
+const MAX_CATCH_UP_ROUNDS: usize = 16;
+/// The catch-up stops going round once a round has at most this many keys to copy again; the
+/// last round copies what was written meanwhile with writes held off.
+pub(super) const FINAL_ROUND_KEYS: usize = 5_000;
 /// How long a rewrite waits for readers of the old generation before leaving its directory
 /// to be deleted on the next open.
 const RETIRE_WAIT: Duration = Duration::from_secs(5);
@@ -43,16 +67,19 @@ const RETIRE_WAIT: Duration = Duration::from_secs(5);
 /// What a rewrite did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rewritten {
-    /// The new generation's directory.
+    /// The new generation's directory (deleted again when the copy was given up).
     pub dir: PathBuf,
     /// Bytes on disk of the old generation.
     pub bytes_before: u64,
-    /// Bytes on disk of the new generation.
+    /// Bytes on disk of the new generation (of the copy when it was given up).
     pub bytes_after: u64,
     /// Keys copied.
     pub keys: u64,
     /// How long writes waited, in ms.
     pub pause_ms: u64,
+    /// Whether the new generation replaced the old one; false when the copy was given up for
+    /// not being smaller ([`MAX_COPY_RATIO`]) or not fitting the room it was given.
+    pub switched: bool,
     /// Whether the old generation's directory is already deleted.
     pub old_deleted: bool,
 }
@@ -76,65 +103,40 @@ struct TreeCopy {
     dst: sled::Tree,
 }
 
-/// Copies one tree and checks that the copy holds exactly the source's keys; a copy that
-/// does not is cleared and made again, up to [`COPY_ATTEMPTS`] times. Writes are held off, yet
-/// one CI run saw a copy whose key count differed from its source's (not reproduced in 80 runs
-/// since). The suspected cause: sled finishes an interrupted node merge lazily, on the next
-/// traversal, so the copy's pass can be the first to walk a tree that evictions left
-/// mid-merge. Returns the keys copied.
-fn copy_verified(copy: &TreeCopy) -> Result<u64, StoreError> {
-    for attempt in 1..=COPY_ATTEMPTS {
-        let copied = copy_tree(copy)?;
-        match first_difference(copy)? {
-            None => return Ok(copied),
-            Some(difference) => {
-                tracing::warn!(
-                    tree = %String::from_utf8_lossy(&copy.src.name()),
-                    attempt,
-                    copied,
-                    %difference,
-                    "a rewrite's copy differs from its source; copying the tree again"
-                );
-                copy.dst
-                    .clear()
-                    .map_err(StoreError::sled("clearing a rewrite's copy"))?;
-            }
-        }
-    }
-    Err(StoreError::Invariant(
-        "a rewrite's copy does not hold the same keys as its source",
-    ))
+/// Why a copy stopped before its end.
+enum Stop {
+    /// The copy passed `cap` bytes on disk.
+    TooBig(u64),
+    Failed(StoreError),
 }
 
-/// The first key that only one of the source and its copy holds, walking both in key order.
-/// Keys, not values: the old generation's ledger mark can be restamped while writes are held.
-fn first_difference(copy: &TreeCopy) -> Result<Option<String>, StoreError> {
-    let mut src = copy.src.iter().keys();
-    let mut dst = copy.dst.iter().keys();
-    loop {
-        const CONTEXT: &str = "reading for a rewrite's check";
-        let a = src.next().transpose().map_err(StoreError::sled(CONTEXT))?;
-        let b = dst.next().transpose().map_err(StoreError::sled(CONTEXT))?;
-        match (a, b) {
-            (None, None) => return Ok(None),
-            (Some(a), Some(b)) if a == b => {}
-            (a, b) => {
-                let show = |k: Option<sled::IVec>| {
-                    k.map_or("nothing".to_string(), |k| format!("{:?}", k.as_ref()))
-                };
-                return Ok(Some(format!(
-                    "source has {}, copy has {}",
-                    show(a),
-                    show(b)
-                )));
-            }
-        }
+impl From<StoreError> for Stop {
+    fn from(e: StoreError) -> Self {
+        Stop::Failed(e)
     }
 }
 
-/// Copies one tree in batches (bounding the memory of a rewrite).
-fn copy_tree(copy: &TreeCopy) -> Result<u64, StoreError> {
+/// The copy's size limit and where to measure it.
+struct SizeCap<'a> {
+    dir: &'a Path,
+    bytes: u64,
+}
+
+impl SizeCap<'_> {
+    fn check(&self) -> Result<(), Stop> {
+        let bytes = disk::dir_disk_bytes(self.dir).unwrap_or(0);
+        if bytes > self.bytes {
+            return Err(Stop::TooBig(bytes));
+        }
+        Ok(())
+    }
+}
+
+/// Copies one tree in batches (bounding the memory of a rewrite), checking the copy's size
+/// every [`SIZE_CHECK_BATCHES`] batches. Returns the keys copied.
+fn copy_tree(copy: &TreeCopy, cap: &SizeCap<'_>) -> Result<u64, Stop> {
     let mut copied = 0u64;
+    let mut batches = 0u64;
     let mut iter = copy.src.iter();
     loop {
         let mut batch = sled::Batch::default();
@@ -148,10 +150,95 @@ fn copy_tree(copy: &TreeCopy) -> Result<u64, StoreError> {
             .apply_batch(batch)
             .map_err(StoreError::sled("writing a rewrite"))?;
         copied += in_batch as u64;
+        batches += 1;
         if in_batch < COPY_BATCH {
             return Ok(copied);
         }
+        if batches.is_multiple_of(FLUSH_BATCHES) {
+            copy.dst
+                .flush()
+                .map_err(StoreError::sled("flushing a rewrite"))?;
+        }
+        if batches.is_multiple_of(SIZE_CHECK_BATCHES) {
+            cap.check()?;
+        }
     }
+}
+
+/// Marks every key that only one of the source and its copy holds, walking both in key order,
+/// so that a catch-up round copies it again. Writes go on meanwhile, so most differences are
+/// keys written since the copy passed them (marked by the watchers too); a difference the
+/// writers did not make would be a copy that lost a key (one CI run saw a copy whose key count
+/// differed from its source's while writes were held; sled finishes an interrupted node merge
+/// lazily, on the next traversal, which is the suspected cause).
+fn mark_differences(copy: &TreeCopy, tree: usize, changes: &Changes) -> Result<u64, StoreError> {
+    const CONTEXT: &str = "reading for a rewrite's check";
+    let mut src = copy.src.iter().keys().peekable();
+    let mut dst = copy.dst.iter().keys().peekable();
+    let mut marked = 0u64;
+    loop {
+        let a = src
+            .peek()
+            .cloned()
+            .transpose()
+            .map_err(StoreError::sled(CONTEXT))?;
+        let b = dst
+            .peek()
+            .cloned()
+            .transpose()
+            .map_err(StoreError::sled(CONTEXT))?;
+        match (a, b) {
+            (None, None) => return Ok(marked),
+            (Some(a), Some(b)) if a == b => {
+                src.next();
+                dst.next();
+            }
+            (Some(a), b) if b.as_ref().is_none_or(|b| a < *b) => {
+                changes.mark(tree, a);
+                marked += 1;
+                src.next();
+            }
+            (_, Some(b)) => {
+                changes.mark(tree, b);
+                marked += 1;
+                dst.next();
+            }
+            (Some(_), None) => unreachable!("handled by the arm above"),
+        }
+    }
+}
+
+/// Copies `keys` again from the source: the value it holds now, or a removal.
+fn copy_again(copy: &TreeCopy, keys: &BTreeSet<sled::IVec>) -> Result<u64, StoreError> {
+    let mut keys = keys.iter().peekable();
+    let mut copied = 0u64;
+    while keys.peek().is_some() {
+        let mut batch = sled::Batch::default();
+        for key in keys.by_ref().take(COPY_BATCH) {
+            match copy
+                .src
+                .get(key)
+                .map_err(StoreError::sled("reading for a rewrite"))?
+            {
+                Some(value) => batch.insert(key.clone(), value),
+                None => batch.remove(key.clone()),
+            }
+            copied += 1;
+        }
+        copy.dst
+            .apply_batch(batch)
+            .map_err(StoreError::sled("writing a rewrite"))?;
+    }
+    Ok(copied)
+}
+
+/// Copies again, tree by tree, the keys `changed` names.
+fn catch_up(copies: &[TreeCopy], changed: &[BTreeSet<sled::IVec>]) -> Result<u64, StoreError> {
+    let mut copied = 0;
+    for (copy, keys) in copies.iter().zip(changed) {
+        copied += copy_again(copy, keys)?;
+    }
+    Ok(copied)
 }
 
 impl Store {
@@ -176,9 +263,16 @@ impl Store {
     }
 
     /// Copies the live data into a fresh database generation and switches to it (see the
-    /// module doc). Blocking; writes wait only for the final switch. Must run inside a tokio
-    /// runtime (it starts the new generation's group commit). One rewrite runs at a time.
+    /// module doc), with no limit on the copy's size but [`MAX_COPY_RATIO`].
     pub fn rewrite(&self) -> Result<Rewritten, StoreError> {
+        self.rewrite_within(u64::MAX)
+    }
+
+    /// Like [`Store::rewrite`]; the copy is also given up once it takes more than
+    /// `max_copy_bytes` on disk (the room the disk budget leaves it). Blocking; writes wait
+    /// only for the last catch-up round and the switch. Must run inside a tokio runtime (it
+    /// starts the new generation's group commit). One rewrite runs at a time.
+    pub fn rewrite_within(&self, max_copy_bytes: u64) -> Result<Rewritten, StoreError> {
         let _one = self
             .shared
             .rewriting
@@ -194,14 +288,40 @@ impl Store {
             .flush_every_ms(Some(config.flush_every_ms.max(1)))
             .open()
             .map_err(|source| StoreError::from_open(&dir, source))?;
-        let copied = self.copy_and_switch(&old, db.clone(), &name);
+        let cap = SizeCap {
+            dir: &dir,
+            bytes: max_copy_bytes.min((bytes_before as f64 * MAX_COPY_RATIO) as u64),
+        };
+        let copied = self.copy_and_switch(&old, db.clone(), &name, &cap);
+        let given_up = |db: sled::Db, bytes_after: u64| {
+            drop(db);
+            if let Err(rm) = std::fs::remove_dir_all(&dir) {
+                tracing::warn!(dir = %dir.display(), error = %rm, "could not delete an incomplete rewrite");
+            }
+            bytes_after
+        };
         let (keys, pause_ms) = match copied {
             Ok(done) => done,
-            Err(e) => {
-                drop(db);
-                if let Err(rm) = std::fs::remove_dir_all(&dir) {
-                    tracing::warn!(dir = %dir.display(), error = %rm, "could not delete an incomplete rewrite");
-                }
+            Err(Stop::TooBig(bytes_after)) => {
+                let bytes_after = given_up(db, bytes_after);
+                tracing::info!(
+                    bytes_before,
+                    bytes_after,
+                    cap_bytes = cap.bytes,
+                    "rewrite given up: the copy would not be smaller than the database"
+                );
+                return Ok(Rewritten {
+                    dir,
+                    bytes_before,
+                    bytes_after,
+                    keys: 0,
+                    pause_ms: 0,
+                    switched: false,
+                    old_deleted: false,
+                });
+            }
+            Err(Stop::Failed(e)) => {
+                given_up(db, 0);
                 return Err(e);
             }
         };
@@ -236,38 +356,84 @@ impl Store {
             bytes_after,
             keys,
             pause_ms,
+            switched: true,
             old_deleted,
         })
     }
 
-    /// The copy (writes going on), then the switch (writes held). Returns the keys copied and
-    /// how long writes were held, in ms.
+    /// The copy and the catch-up rounds (writes going on), then the last round and the
+    /// switch (writes held). Returns the keys copied and how long writes were held, in ms.
     fn copy_and_switch(
         &self,
         old: &Arc<StoreInner>,
         db: sled::Db,
         name: &str,
-    ) -> Result<(u64, u64), StoreError> {
-        // Writes are held off for the whole copy. Copying beside the writers (sled's
-        // subscribers replaying their writes) deadlocked: a transaction holds sled's
-        // process-wide lock while it hands an event to a subscriber, and whoever drains that
-        // subscriber into the copy needs the same lock.
+        cap: &SizeCap<'_>,
+    ) -> Result<(u64, u64), Stop> {
+        let names = old.db.tree_names();
+        let mut copies = Vec::with_capacity(names.len());
+        for tree in &names {
+            copies.push(TreeCopy {
+                src: old
+                    .db
+                    .open_tree(tree)
+                    .map_err(StoreError::sled("opening a tree to copy"))?,
+                dst: db
+                    .open_tree(tree)
+                    .map_err(StoreError::sled("creating a tree copy"))?,
+            });
+        }
+        // Watching starts before the first key is read: every write from here on is seen.
+        let sources: Vec<sled::Tree> = copies.iter().map(|c| c.src.clone()).collect();
+        let changes = Changes::watch(&sources)?;
+        let mut keys = 0u64;
+        for copy in &copies {
+            keys += copy_tree(copy, cap)?;
+        }
+        for (index, copy) in copies.iter().enumerate() {
+            mark_differences(copy, index, &changes)?;
+        }
+        for _ in 0..MAX_CATCH_UP_ROUNDS {
+            let changed = changes.take()?;
+            let n: usize = changed.iter().map(BTreeSet::len).sum();
+            catch_up(&copies, &changed)?;
+            if n <= FINAL_ROUND_KEYS {
+                break;
+            }
+        }
+        // Most of the copy reaches the disk here, beside the writers; the flush under the
+        // gate writes only the last round.
+        db.flush().map_err(StoreError::sled("flushing a rewrite"))?;
+        cap.check()?;
+
         let gate = self
             .shared
             .write_gate
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let paused = Instant::now();
-        let mut keys = 0u64;
+        let last = changes.finish()?;
+        catch_up(&copies, &last)?;
+        // A tree made while the copy ran (none is, today) is copied whole.
         for tree in old.db.tree_names() {
-            let src = old
-                .db
-                .open_tree(&tree)
-                .map_err(StoreError::sled("opening a tree to copy"))?;
-            let dst = db
-                .open_tree(&tree)
-                .map_err(StoreError::sled("creating a tree copy"))?;
-            keys += copy_verified(&TreeCopy { src, dst })?;
+            if !names.contains(&tree) {
+                let copy = TreeCopy {
+                    src: old
+                        .db
+                        .open_tree(&tree)
+                        .map_err(StoreError::sled("opening a tree to copy"))?,
+                    dst: db
+                        .open_tree(&tree)
+                        .map_err(StoreError::sled("creating a tree copy"))?,
+                };
+                keys += copy_tree(
+                    &copy,
+                    &SizeCap {
+                        dir: cap.dir,
+                        bytes: u64::MAX,
+                    },
+                )?;
+            }
         }
         // Every id the old generation handed out is below this one.
         let base = old.next_id()? + 1;
@@ -325,26 +491,44 @@ mod tests {
         (dir, TreeCopy { src, dst })
     }
 
-    #[test]
-    fn a_copy_holding_a_key_its_source_lacks_is_made_again() {
-        let (_dir, copy) = trees();
-        copy.dst.insert(b"stray", &[]).unwrap();
-        assert_eq!(copy_verified(&copy).unwrap(), 2_500);
-        assert_eq!(copy.dst.len(), 2_500);
-        assert!(first_difference(&copy).unwrap().is_none());
+    fn no_cap(dir: &Path) -> SizeCap<'_> {
+        SizeCap {
+            dir,
+            bytes: u64::MAX,
+        }
     }
 
     #[test]
-    fn the_check_finds_a_missing_or_extra_key() {
-        let (_dir, copy) = trees();
-        copy_tree(&copy).unwrap();
-        assert!(first_difference(&copy).unwrap().is_none());
+    fn a_copy_holding_a_key_its_source_lacks_or_missing_one_is_mended() {
+        let (dir, copy) = trees();
+        assert!(matches!(copy_tree(&copy, &no_cap(dir.path())), Ok(2_500)));
+        copy.dst.insert(b"stray", &[]).unwrap();
         copy.dst.remove(1_234u32.to_be_bytes()).unwrap();
-        let missing = first_difference(&copy).unwrap().expect("a missing key");
-        assert!(missing.contains("source has [0, 0, 4, 210]"), "{missing}");
-        copy.dst.insert(1_234u32.to_be_bytes(), &[1u8; 8]).unwrap();
-        copy.dst.insert(9_999u32.to_be_bytes(), &[]).unwrap();
-        let extra = first_difference(&copy).unwrap().expect("an extra key");
-        assert!(extra.contains("source has nothing"), "{extra}");
+        let changes = Changes::watch(&[]).unwrap();
+        let changes_of_one = Changes::watch(std::slice::from_ref(&copy.src)).unwrap();
+        drop(changes);
+        assert_eq!(mark_differences(&copy, 0, &changes_of_one).unwrap(), 2);
+        let marked = changes_of_one.finish().unwrap();
+        assert_eq!(marked[0].len(), 2);
+        catch_up(std::slice::from_ref(&copy), &marked).unwrap();
+        assert_eq!(copy.dst.len(), 2_500);
+        assert!(copy.dst.get(b"stray").unwrap().is_none());
+        assert!(copy.dst.get(1_234u32.to_be_bytes()).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_copy_past_its_cap_stops() {
+        let (dir, copy) = trees();
+        let cap = SizeCap {
+            dir: dir.path(),
+            bytes: 0,
+        };
+        let big = vec![7u8; 4_096];
+        for i in 0..(COPY_BATCH as u32 * SIZE_CHECK_BATCHES as u32) {
+            copy.src
+                .insert((10_000 + i).to_be_bytes(), big.as_slice())
+                .unwrap();
+        }
+        assert!(matches!(copy_tree(&copy, &cap), Err(Stop::TooBig(_))));
     }
 }

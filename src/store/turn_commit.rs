@@ -91,6 +91,8 @@ struct ReplicaWrites {
 struct Applied {
     /// The session's stamp before the turn, `None` for a session the turn created.
     before: Option<TailStamp>,
+    /// The record the turn replaced, for the store's totals.
+    replaced: Option<SessionRecord>,
     record: SessionRecord,
     seqs: Vec<u64>,
     consumed: usize,
@@ -183,6 +185,9 @@ impl Store {
             inner
                 .tails
                 .appended(a.before, TailStamp::of(&a.record), &written);
+            self.shared
+                .totals
+                .replace(a.replaced.as_ref(), Some(&a.record));
         }
         self.shared.ledger.committed(turns.len());
         let consumed: usize = applied.iter().map(|a| a.consumed).sum();
@@ -288,6 +293,7 @@ fn apply(
         None => None,
     };
     let before = stored.as_ref().map(TailStamp::of);
+    let replaced = stored.clone();
     let mut record = match stored {
         Some(record) => record,
         None => SessionRecord {
@@ -334,6 +340,7 @@ fn apply(
     sessions.insert_blind(key.as_bytes(), bytes);
     Ok(Applied {
         before,
+        replaced,
         record,
         seqs,
         consumed,

@@ -276,6 +276,7 @@
       j ? [
         h('div', { class: 'value', 'data-figure': 'janitor_last_pass_at_ms', 'data-value': String(j.last_pass_at_ms || '') }, 'last pass ' + ago(j.last_pass_at_ms)),
         h('div', { class: 'sub' }, `${int(j.passes)} pass${j.passes === 1 ? '' : 'es'} · last: ${int(j.last_pass_sessions_evicted)} evicted, ${int(j.last_pass_archives_deleted)} archives deleted, ${bytes(j.last_pass_bytes_freed)} freed · measured ${bytes(j.measured_disk_bytes)}` + (j.enforcing ? '' : ' · warn mode')),
+        h('div', { class: 'sub', 'data-figure': 'cold_deleted_total', 'data-value': raw(j.cold_deleted_total) }, `since start: ${int(j.sessions_frozen_total)} moved to the cold tier, ${int(j.cold_deleted_total)} cold sessions deleted for good`),
         j.last_error ? h('div', { class: 'sub error' }, 'last error: ' + j.last_error) : null,
       ] : h('div', { class: 'sub' }, 'did not answer'));
     const samples = (hist && hist.samples) || [];
