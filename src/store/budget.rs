@@ -64,6 +64,10 @@ const FREEZES: [&str; 2] = ["disk_budget", "rewrite_room"];
 /// Rounds of eviction [`StoreBudget::make_room_for_rewrite`] tries: each freeze writes a
 /// segment, which takes some of the room the eviction made, so the fit is checked again.
 const ROOM_ROUNDS: usize = 4;
+/// Sessions are evicted to make room for a rewrite's copy only while at least this share of
+/// the live bytes stays: a data dir that sled's overhead alone puts over the budget is not
+/// emptied for a rewrite.
+const MIN_ROOM_SHARE: f64 = 0.5;
 /// Admission refuses new messages once the disk estimate reaches this fraction of the budget:
 /// messages already queued still get their turns (each writes its transcript entries and
 /// reply), so the line is drawn a little before the budget itself.
@@ -518,7 +522,10 @@ impl StoreBudget {
                 self.rewrite_now(room, report)?;
             }
             disk_now = remeasure()?;
-            if disk_now > self.limit_bytes && self.cold_max_bytes > 0 {
+            // Never the sessions this pass froze: a freeze frees room inside sled, not on the
+            // disk, and deleting its segment at once would only lose the session.
+            if disk_now > self.limit_bytes && self.cold_max_bytes > 0 && report.sessions_frozen == 0
+            {
                 let over = disk_now - self.limit_bytes;
                 if self.delete_cold(u64::MAX, over, report)? > 0 {
                     disk_now = remeasure()?;
@@ -586,7 +593,9 @@ impl StoreBudget {
                 fits = true;
                 break;
             }
-            if round == ROOM_ROUNDS {
+            // Emptying most of the store for a rewrite would destroy more than it saves: the
+            // rewrite waits until the budget leaves its copy room.
+            if round == ROOM_ROUNDS || (goal as f64) < progress.live as f64 * MIN_ROOM_SHARE {
                 break;
             }
             let evicted = progress.evicted;

@@ -928,3 +928,159 @@ async fn a_store_that_cannot_write_refuses_writes_and_recovers_by_itself() {
     assert_eq!(store.pending("s", 0, 10).unwrap().len(), 2);
     store.close().await.unwrap();
 }
+
+/// Writes `n` one-turn sessions whose two entries carry `text_bytes` of text each, in group
+/// commits of 500 as a busy server does. Returns the raw text written.
+fn many_sessions(store: &Store, n: u64, text_bytes: usize) -> u64 {
+    let text = "lorem ipsum dolor sit amet ".repeat(text_bytes / 27 + 1)[..text_bytes].to_string();
+    let mut batch = Vec::new();
+    for i in 0..n {
+        batch.push(TurnCommit {
+            session_key: format!("agent:main:test:group:chat-{i}"),
+            entries: vec![
+                entry(EntryKind::User, &text, 1_000 + i),
+                entry(EntryKind::Assistant, &text, 1_000 + i),
+            ],
+            consumed: vec![],
+            now_ms: 1_000 + i,
+            channel_messages: vec![],
+            replica: None,
+        });
+        if batch.len() == 500 || i + 1 == n {
+            store.commit_turns(&batch).unwrap();
+            batch.clear();
+        }
+    }
+    n * 2 * text_bytes as u64
+}
+
+/// Ignored: not met yet. sled holds this layout (a key per transcript entry, small values,
+/// group commits of 500 turns) at about 3.7 disk bytes per raw text byte, so 20,000 sessions
+/// pass high water of a budget three times their text and the janitor rightly evicts. The
+/// layout change that would meet it (a session's transcript packed into fewer, larger values)
+/// is issue 39's item 2. Run with `--ignored --nocapture` to see the figure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "issue 39 item 2: sled's space amplification on this layout is about 3.7x"]
+async fn a_budget_of_three_times_the_raw_text_evicts_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    let store = Store::open(&cfg).unwrap();
+    let raw = many_sessions(&store, 20_000, 600);
+    cfg.max_disk_bytes = raw * 3;
+    let budget = StoreBudget::new(store.clone(), &cfg, no_one_live());
+    let u = usage(&budget);
+    eprintln!(
+        "raw text {raw} bytes, data dir {} bytes ({:.2} per raw byte), high water {}",
+        u.disk_bytes,
+        u.disk_bytes as f64 / raw as f64,
+        u.high_water_bytes
+    );
+    let report = budget.reclaim(&u, true).unwrap();
+    assert_eq!(report.sessions_evicted, 0, "{report:?}");
+    assert_eq!(report.cold_deleted, 0, "{report:?}");
+    assert_eq!(store.session_count(), 20_000);
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_under_high_water_loses_nothing_to_the_janitor() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    let store = Store::open(&cfg).unwrap();
+    many_sessions(&store, 5_000, 300);
+    let measured = disk::dir_disk_bytes(dir.path()).unwrap();
+    // High water just above the data dir: the live bytes are far above a fifth of the budget,
+    // where the janitor used to hold them, yet nothing may go.
+    cfg.max_disk_bytes = (measured as f64 / cfg.high_water * 1.1) as u64;
+    let budget = StoreBudget::new(store.clone(), &cfg, no_one_live());
+    let u = usage(&budget);
+    assert!(!u.over_high_water(), "{u:?}");
+    let report = budget.reclaim(&u, true).unwrap();
+    assert_eq!(report.sessions_evicted, 0, "{report:?}");
+    assert_eq!(report.cold_deleted, 0, "{report:?}");
+    assert_eq!(store.session_count(), 5_000);
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewrite_never_grows_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let store = Store::open(&cfg).unwrap();
+    // Nothing deleted: the database is all live data, and sled's fresh copy of many small
+    // values is no smaller than it.
+    many_sessions(&store, 5_000, 100);
+    let before = disk::dir_disk_bytes(dir.path()).unwrap();
+    let s = store.clone();
+    let done = tokio::task::spawn_blocking(move || s.rewrite())
+        .await
+        .unwrap()
+        .unwrap();
+    let after = disk::dir_disk_bytes(dir.path()).unwrap();
+    eprintln!("{done:?}; data dir {before} -> {after} bytes");
+    assert!(
+        !done.switched || done.bytes_after < done.bytes_before,
+        "a copy no smaller than its source replaced it: {done:?}"
+    );
+    assert!(
+        after <= before,
+        "the data dir grew from {before} to {after} bytes"
+    );
+    assert_eq!(store.session_count(), 5_000);
+    assert!(store.doctor(Depth::Full, false).unwrap().is_clean());
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn totals_kept_while_writing_match_a_count_of_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let store = Store::open(&cfg).unwrap();
+    for i in 0..30u64 {
+        turn(
+            &store,
+            &format!("s{i:02}"),
+            1_000 + i,
+            &"t".repeat(100 + i as usize),
+        );
+        turn(&store, &format!("s{i:02}"), 2_000 + i, "again");
+    }
+    store.evict_session("s00", None).unwrap();
+    store.delete_session("s01").unwrap();
+    let record = store.session("s02").unwrap().unwrap();
+    store
+        .compact_prefix(
+            "s02",
+            record.next_seq,
+            2,
+            &entry(EntryKind::Summary, "sum", 3_000),
+        )
+        .unwrap()
+        .unwrap();
+    let walked = store.doctor(Depth::Quick, false).unwrap().totals;
+    let kept = store.totals();
+    assert_eq!(
+        (
+            kept.sessions,
+            kept.entries,
+            kept.tokens,
+            kept.bytes,
+            kept.compactions
+        ),
+        (
+            walked.sessions,
+            walked.entries,
+            walked.tokens,
+            walked.bytes,
+            walked.compactions
+        )
+    );
+    assert_eq!(kept.sessions, 28);
+    assert_eq!(kept.compactions, 1);
+    // And after a restart, from the start-up checks.
+    store.close().await.unwrap();
+    drop(store);
+    let store = Store::open(&cfg).unwrap();
+    assert_eq!(store.totals().entries, walked.entries);
+    store.close().await.unwrap();
+}
