@@ -44,6 +44,9 @@ pub struct Stats {
     pub sessions: u64,
     /// Transcript entries across sessions.
     pub transcript_entries: u64,
+    /// Encoded bytes of those entries (their text and its metadata), before the store's
+    /// own overhead: the figure `disk_bytes` is compared with.
+    pub transcript_bytes: u64,
     /// Average transcript tokens per session (the history a session holds).
     pub avg_session_tokens: f64,
     /// Largest transcript, in tokens.
@@ -140,6 +143,7 @@ impl Runtime {
         Ok(Stats {
             sessions: totals.sessions,
             transcript_entries: totals.entries,
+            transcript_bytes: totals.bytes,
             avg_session_tokens: if totals.sessions == 0 {
                 0.0
             } else {

@@ -158,6 +158,9 @@ struct Shared {
     loss: Option<Loss>,
     /// Held by the one rewrite that may run at a time (janitor, recovery probe).
     rewriting: std::sync::Mutex<()>,
+    /// Tests: called by a rewrite once its bulk copy is done, writes still going on.
+    #[cfg(test)]
+    after_copy: std::sync::Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
     /// Per-session locks (striped) that a freeze and an inbox write of the same session take,
     /// so a message never lands in a session while it moves to the cold tier (see `cold.rs`).
     cold_locks: cold::ColdLocks,
@@ -382,6 +385,8 @@ impl Store {
                 ledger,
                 loss,
                 rewriting: std::sync::Mutex::new(()),
+                #[cfg(test)]
+                after_copy: std::sync::Mutex::new(None),
                 cold_locks: cold::ColdLocks::default(),
                 cold_used: std::sync::atomic::AtomicBool::new(cold_used),
             }),

@@ -390,6 +390,16 @@ impl Store {
         for copy in &copies {
             keys += copy_tree(copy, cap)?;
         }
+        #[cfg(test)]
+        if let Some(hook) = self
+            .shared
+            .after_copy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            hook();
+        }
         for (index, copy) in copies.iter().enumerate() {
             mark_differences(copy, index, &changes)?;
         }

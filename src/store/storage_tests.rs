@@ -1084,3 +1084,57 @@ async fn totals_kept_while_writing_match_a_count_of_every_record() {
     assert_eq!(store.totals().entries, walked.entries);
     store.close().await.unwrap();
 }
+
+/// A write made while a rewrite copies is acknowledged without waiting for the copy: the
+/// rewrite is held after its bulk copy until the write is done. Before rewrites copied beside
+/// the writers, the write waited for the whole copy (here: for ever); the wait below only
+/// turns such a hang into a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_does_not_wait_for_a_rewrites_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let store = Store::open(&cfg).unwrap();
+    many_sessions(&store, 2_000, 200);
+    for i in 0..1_000u64 {
+        store
+            .evict_session(&format!("agent:main:test:group:chat-{i}"), None)
+            .unwrap();
+    }
+    let (copied_tx, copied_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Mutex::new(go_rx);
+    *store.shared.after_copy.lock().unwrap() = Some(Box::new(move || {
+        let _ = copied_tx.send(());
+        let _ = go_rx.lock().unwrap().recv();
+    }));
+    let s = store.clone();
+    let rewrite = tokio::task::spawn_blocking(move || s.rewrite());
+    copied_rx.recv().unwrap();
+    // The copy is done and the rewrite holds still: a turn and an inbox write go through.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let writer = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let record = turn(&store, "during-the-copy", 9_000, "written mid-rewrite");
+            let queued = store.enqueue("during-the-copy", inbox_record("q")).unwrap();
+            let _ = done_tx.send(());
+            (record, queued)
+        })
+    };
+    let waited = done_rx.recv_timeout(std::time::Duration::from_secs(60));
+    go_tx.send(()).unwrap();
+    assert!(waited.is_ok(), "a write waited for the rewrite's copy");
+    let (record, (queued, ticket)) = writer.join().unwrap();
+    store.commit().wait(ticket).await.unwrap();
+    let done = rewrite.await.unwrap().unwrap();
+    assert!(done.switched, "{done:?}");
+    // What was written mid-copy is in the new generation.
+    assert_eq!(store.session("during-the-copy").unwrap().unwrap(), record);
+    assert_eq!(
+        store.pending("during-the-copy", 0, 10).unwrap()[0].seq,
+        queued.seq
+    );
+    assert_eq!(store.session_count(), 1_001);
+    assert!(store.doctor(Depth::Full, false).unwrap().is_clean());
+    store.close().await.unwrap();
+}
