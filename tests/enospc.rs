@@ -124,6 +124,29 @@ async fn a_full_disk_answers_507_and_recovers_without_a_restart() {
     let (body, retry) = refused.expect("a full disk is answered with 507");
     assert!(body.contains("insufficient_storage"), "{body}");
     assert!(retry.is_some(), "507 carries Retry-After");
+    // A burst on the full disk, to many sessions at once: every refusal is a 507 a client
+    // retries, never a 500 it would take as final.
+    let burst: Vec<_> = (0..64)
+        .map(|i| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move {
+                post_status(
+                    &client,
+                    &url,
+                    &format!("burst-{}", i % 16),
+                    &format!("b-{i}"),
+                )
+                .await
+            })
+        })
+        .collect();
+    for b in burst {
+        let (status, body, _) = b.await.unwrap();
+        assert!(
+            status == 507 || status == 202,
+            "a message on a full disk got {status}: {body}"
+        );
+    }
     let ready = client.get(format!("{url}/readyz")).send().await.unwrap();
     assert_eq!(ready.status().as_u16(), 503);
     assert!(ready.text().await.unwrap().contains("not ready"));

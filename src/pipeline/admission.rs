@@ -101,7 +101,9 @@ impl Admitter {
         }
         .into();
         let now = now_ms();
-        let storage = |e: crate::error::StoreError| match e {
+        // A write that failed for want of space is a 507 with Retry-After, never a 500: a client
+        // that takes 500 as final would drop the message.
+        let storage = |e: crate::error::StoreError| match store.classify_failure(e) {
             crate::error::StoreError::CannotWrite { reason } => {
                 Refusal::InsufficientStorage(reason)
             }

@@ -426,6 +426,26 @@ impl Store {
 
     /// Notes a failed write: an I/O failure puts the store in "cannot write" and is answered
     /// as [`StoreError::CannotWrite`].
+    /// `e`, or [`StoreError::CannotWrite`] (507 to a client, and the store's "cannot write"
+    /// state) when it is a failed write: an I/O error from sled, a failed flush, or a file
+    /// write that found the disk full. Callers outside the store that write through it
+    /// (admission) map their errors with it, so a full disk is never a 500.
+    pub fn classify_failure(&self, e: StoreError) -> StoreError {
+        let disk_full = matches!(
+            &e,
+            StoreError::File { source, .. }
+                if source.raw_os_error() == Some(28) // ENOSPC
+                    || source.raw_os_error() == Some(122) // EDQUOT
+        );
+        if disk_full {
+            self.shared.health.write_failed(&e.to_string());
+            return StoreError::CannotWrite {
+                reason: health::describe_failure(&e.to_string()),
+            };
+        }
+        self.write_failed(e)
+    }
+
     fn write_failed(&self, e: StoreError) -> StoreError {
         if health::is_write_failure(&e) {
             self.shared.health.write_failed(&e.to_string());
