@@ -11,8 +11,9 @@
 //!   overshoot, unless a rewrite alone would bring the data dir back (the database is then
 //!   mostly garbage); the database is rewritten (sessions are evicted first if its copy needs
 //!   the room).
-//! * **Cold sessions are deleted only when all of that leaves the data dir over the budget
-//!   itself**, oldest first. Every removal is counted per reason
+//! * **Cold sessions are deleted only when all of that leaves the data dir over high water**,
+//!   oldest first, as many as the overshoot, and never in the pass that froze them (a freeze
+//!   frees room inside sled, not on the disk). Every removal is counted per reason
 //!   (`turnstile_evictions_total{reason}`) and a pass logs one line for all of them.
 //!
 //! sled never shrinks its file when keys are deleted: it reuses the space, so eviction slows
@@ -522,13 +523,23 @@ impl StoreBudget {
                 self.rewrite_now(room, report)?;
             }
             disk_now = remeasure()?;
-            // Never the sessions this pass froze: a freeze frees room inside sled, not on the
-            // disk, and deleting its segment at once would only lose the session.
-            if disk_now > self.limit_bytes && self.cold_max_bytes > 0 && report.sessions_frozen == 0
+            // The last resort: cold sessions, oldest first, as many as the overshoot, and
+            // never the ones this pass froze (a freeze frees room inside sled, not on the
+            // disk: deleting its segment at once would only lose the session). The room they
+            // leave may let a rewrite of a mostly dead database run.
+            if disk_now > usage.high_water_bytes
+                && self.cold_max_bytes > 0
+                && report.sessions_frozen == 0
             {
-                let over = disk_now - self.limit_bytes;
+                let over = disk_now - usage.high_water_bytes;
                 if self.delete_cold(u64::MAX, over, report)? > 0 {
                     disk_now = remeasure()?;
+                    if disk_now > usage.high_water_bytes && self.mostly_garbage()? {
+                        let room = self.rewrite_room(disk_now);
+                        if self.rewrite_now(room, report)? {
+                            disk_now = remeasure()?;
+                        }
+                    }
                 }
             }
             if disk_now > usage.high_water_bytes {

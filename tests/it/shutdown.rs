@@ -24,6 +24,13 @@ async fn sigterm_exits_cleanly_and_loses_nothing() {
         "exit status {status}:\n{}",
         server.log_text()
     );
+    // Its stderr went to a file: plain lines, no terminal colour codes.
+    let log = server.log_text();
+    assert!(log.contains("INFO"), "{log}");
+    assert!(
+        !log.contains('\x1b'),
+        "ANSI codes in a log written to a file:\n{log}"
+    );
     let acked = load.finish().await;
 
     // The server ends the event stream when it shuts down; every reply sent before is here.
