@@ -12,13 +12,13 @@
 //! which also means at most one pass runs at a time.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::task::JoinHandle;
 
-use crate::handle::{unwrap_call, ActorsError};
+use crate::handle::ActorsError;
 
 /// A measurement of the data dir.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -116,8 +116,6 @@ pub enum JanitorMsg {
     Tick,
     /// Writes may have pushed usage over high water: run a pass now.
     HighWater,
-    /// Report the status.
-    Status(RpcReplyPort<JanitorStatus>),
 }
 
 /// The janitor actor.
@@ -125,6 +123,9 @@ pub struct Janitor<D: DiskBudget> {
     budget: Arc<D>,
     settings: JanitorSettings,
     signalled: Arc<AtomicBool>,
+    /// The status as of the newest pass, read by [`JanitorHandle::status`] without a message:
+    /// a pass can run for seconds (a rewrite's copy), and a reader must not wait for it.
+    published: Arc<Mutex<JanitorStatus>>,
 }
 
 /// The janitor's state.
@@ -232,9 +233,12 @@ impl<D: DiskBudget> Actor for Janitor<D> {
         state: &mut JanitorState,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            JanitorMsg::Tick | JanitorMsg::HighWater => self.pass(&mut state.status).await,
-            JanitorMsg::Status(port) => {
-                let _ = port.send(state.status.clone());
+            JanitorMsg::Tick | JanitorMsg::HighWater => {
+                self.pass(&mut state.status).await;
+                *self
+                    .published
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = state.status.clone();
             }
         }
         Ok(())
@@ -245,7 +249,7 @@ impl<D: DiskBudget> Actor for Janitor<D> {
 pub struct JanitorHandle {
     actor: ActorRef<JanitorMsg>,
     signalled: Arc<AtomicBool>,
-    rpc_timeout: Duration,
+    published: Arc<Mutex<JanitorStatus>>,
 }
 
 impl Clone for JanitorHandle {
@@ -253,7 +257,7 @@ impl Clone for JanitorHandle {
         Self {
             actor: self.actor.clone(),
             signalled: Arc::clone(&self.signalled),
-            rpc_timeout: self.rpc_timeout,
+            published: Arc::clone(&self.published),
         }
     }
 }
@@ -263,13 +267,17 @@ impl JanitorHandle {
     pub async fn start<D: DiskBudget>(
         budget: Arc<D>,
         settings: JanitorSettings,
-        rpc_timeout: Duration,
     ) -> Result<Self, ActorsError> {
         let signalled = Arc::new(AtomicBool::new(false));
+        let published = Arc::new(Mutex::new(JanitorStatus {
+            enforcing: settings.enforce,
+            ..JanitorStatus::default()
+        }));
         let janitor = Janitor {
             budget,
             settings,
             signalled: Arc::clone(&signalled),
+            published: Arc::clone(&published),
         };
         let (actor, _) = Actor::spawn(None, janitor, ())
             .await
@@ -277,7 +285,7 @@ impl JanitorHandle {
         Ok(Self {
             actor,
             signalled,
-            rpc_timeout,
+            published,
         })
     }
 
@@ -289,13 +297,13 @@ impl JanitorHandle {
         }
     }
 
-    /// The janitor's status.
+    /// The janitor's status as of its newest pass (no message: it answers while a pass runs).
     pub async fn status(&self) -> Result<JanitorStatus, ActorsError> {
-        let reply = self
-            .actor
-            .call(JanitorMsg::Status, Some(self.rpc_timeout))
-            .await?;
-        unwrap_call(reply)
+        Ok(self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone())
     }
 
     /// Stops the janitor (a running pass finishes first).
@@ -358,6 +366,21 @@ mod tests {
         panic!("condition not reached");
     }
 
+    /// The status once `f` holds for it (it is published at the end of each pass).
+    async fn status_when(
+        janitor: &JanitorHandle,
+        f: impl Fn(&JanitorStatus) -> bool,
+    ) -> JanitorStatus {
+        for _ in 0..200 {
+            let status = janitor.status().await.unwrap();
+            if f(&status) {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("status not reached");
+    }
+
     fn settings(enforce: bool) -> JanitorSettings {
         JanitorSettings {
             interval: Duration::from_secs(3600),
@@ -368,17 +391,15 @@ mod tests {
     #[tokio::test]
     async fn high_water_signal_triggers_an_enforcing_pass() {
         let disk = Arc::new(FakeDisk::default());
-        let janitor =
-            JanitorHandle::start(Arc::clone(&disk), settings(true), Duration::from_secs(5))
-                .await
-                .unwrap();
+        let janitor = JanitorHandle::start(Arc::clone(&disk), settings(true))
+            .await
+            .unwrap();
         // The first tick runs at start.
         wait_until(|| disk.calls.lock().unwrap().len() == 1).await;
         *disk.used.lock().unwrap() = 950;
         janitor.high_water();
         wait_until(|| *disk.used.lock().unwrap() == HIGH / 2).await;
-        let status = janitor.status().await.unwrap();
-        assert_eq!(status.passes, 2);
+        let status = status_when(&janitor, |s| s.passes == 2).await;
         assert_eq!(status.totals.sessions_evicted, 1);
         assert_eq!(status.totals.bytes_freed, 950 - HIGH / 2);
         assert_eq!(status.last_usage.unwrap().disk_bytes, 950);
@@ -395,12 +416,10 @@ mod tests {
     async fn warn_mode_reports_without_freeing() {
         let disk = Arc::new(FakeDisk::default());
         *disk.used.lock().unwrap() = 900;
-        let janitor =
-            JanitorHandle::start(Arc::clone(&disk), settings(false), Duration::from_secs(5))
-                .await
-                .unwrap();
-        wait_until(|| !disk.calls.lock().unwrap().is_empty()).await;
-        let status = janitor.status().await.unwrap();
+        let janitor = JanitorHandle::start(Arc::clone(&disk), settings(false))
+            .await
+            .unwrap();
+        let status = status_when(&janitor, |s| s.passes >= 1).await;
         assert_eq!(*disk.used.lock().unwrap(), 900, "warn mode frees nothing");
         assert_eq!(
             status.totals.sessions_evicted, 1,
@@ -411,12 +430,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_status_answers_while_a_pass_runs() {
+        struct Slow(std::sync::mpsc::Receiver<()>);
+        impl DiskBudget for Mutex<Slow> {
+            fn usage(&self) -> Result<DiskUsage, String> {
+                // Held until the test lets go: a pass as long as a rewrite's copy.
+                let _ = self.lock().unwrap().0.recv();
+                Err("done".into())
+            }
+            fn reclaim(&self, _: &DiskUsage, _: bool) -> Result<ReclaimReport, String> {
+                unreachable!("usage failed first")
+            }
+        }
+        let (release, held) = std::sync::mpsc::channel();
+        let janitor = JanitorHandle::start(Arc::new(Mutex::new(Slow(held))), settings(true))
+            .await
+            .unwrap();
+        // The first pass is running and blocked; the status answers anyway.
+        let status = tokio::time::timeout(Duration::from_secs(30), janitor.status())
+            .await
+            .expect("the status waited for a running pass")
+            .unwrap();
+        assert_eq!(status.passes, 0);
+        release.send(()).unwrap();
+        status_when(&janitor, |s| s.passes == 1).await;
+    }
+
+    #[tokio::test]
     async fn a_signal_storm_is_coalesced() {
         let disk = Arc::new(FakeDisk::default());
-        let janitor =
-            JanitorHandle::start(Arc::clone(&disk), settings(true), Duration::from_secs(5))
-                .await
-                .unwrap();
+        let janitor = JanitorHandle::start(Arc::clone(&disk), settings(true))
+            .await
+            .unwrap();
         wait_until(|| disk.calls.lock().unwrap().len() == 1).await;
         for _ in 0..10_000 {
             janitor.high_water();
@@ -440,14 +485,14 @@ mod tests {
                 unreachable!("usage failed first")
             }
         }
-        let janitor =
-            JanitorHandle::start(Arc::new(Broken), settings(true), Duration::from_secs(5))
-                .await
-                .unwrap();
+        let janitor = JanitorHandle::start(Arc::new(Broken), settings(true))
+            .await
+            .unwrap();
         janitor.high_water();
-        let status = janitor.status().await.unwrap();
+        let status = status_when(&janitor, |s| s.last_error.is_some()).await;
         assert_eq!(status.last_error.as_deref(), Some("disk on fire"));
+        let passes = status.passes;
         janitor.high_water();
-        assert!(janitor.status().await.unwrap().passes >= 1);
+        status_when(&janitor, |s| s.passes > passes).await;
     }
 }

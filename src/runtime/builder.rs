@@ -297,7 +297,6 @@ async fn start_janitor(
             interval: Duration::from_millis(config.storage.janitor_interval_ms),
             enforce: config.storage.janitor_mode == JanitorMode::Enforce,
         },
-        Duration::from_secs(10),
     )
     .await?;
     let signal = janitor.clone();

@@ -4,13 +4,14 @@
 //! * **Under high water nothing is frozen or deleted for the budget.** Only the operator's
 //!   own rules remove sessions there (`prune_after_days`, `max_sessions`, sessions with no
 //!   entries), and a database that is mostly dead space is rewritten when its copy fits
-//!   beside it (`Store::rewrite_within`: writers do not wait for the copy, and a copy that
-//!   would not be smaller is given up).
+//!   beside it as things are (`Store::rewrite_within`: writers do not wait for the copy, and
+//!   a copy that would not be smaller is given up).
 //! * **Over high water**, in order: archives are deleted oldest first; idle sessions are
-//!   evicted oldest first — into the cold tier when it is on — in proportion to the
-//!   overshoot, unless a rewrite alone would bring the data dir back (the database is then
-//!   mostly garbage); the database is rewritten (sessions are evicted first if its copy needs
-//!   the room).
+//!   evicted oldest first — into the cold tier when it is on — until the live bytes are 10%
+//!   under `high_water / BUDGETED_AMPLIFICATION` of the budget (lower when a rewrite showed
+//!   sled needs more room per live byte), so that the rewrite which gives the space back fits
+//!   beside the database; the database is rewritten; if the data dir is still over, sessions
+//!   are evicted in proportion to the overshoot and it is rewritten again.
 //! * **Cold sessions are deleted only when all of that leaves the data dir over high water**,
 //!   oldest first, as many as the overshoot, and never in the pass that froze them (a freeze
 //!   frees room inside sled, not on the disk). Every removal is counted per reason
@@ -43,6 +44,11 @@ use crate::error::StoreError;
 /// evicted.
 pub type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
+/// Disk bytes budgeted per live byte over high water: sled's own amplification (2.2–3.3×
+/// measured) plus room for the copy a rewrite makes. Once the data dir passes high water, live
+/// bytes are brought to `high_water / 4` of the budget, so the rewrite that gives the space
+/// back fits beside the database.
+const BUDGETED_AMPLIFICATION: f64 = 4.0;
 /// A rewrite starts when the data dir passes this fraction of the high-water mark...
 const REWRITE_AT: f64 = 0.6;
 /// ...and the database holds at least this many bytes per live byte (otherwise a rewrite
@@ -51,6 +57,10 @@ const MIN_GARBAGE_RATIO: f64 = 2.0;
 /// ...and has grown by this factor since the last rewrite left it (so rewrites do not follow
 /// each other when sled's fresh copy is itself large).
 const REWRITE_GROWTH: f64 = 1.3;
+/// A fresh generation is kept to this fraction of the rewrite threshold: when a rewrite shows
+/// that sled needs more bytes per live byte than budgeted (large values become blob files),
+/// the live-byte target is lowered accordingly.
+const FRESH_FRACTION_OF_REWRITE_AT: f64 = 0.6;
 /// Eviction goes this far below the target, so the next pass is not one write away.
 const EVICT_TO_FRACTION: f64 = 0.9;
 /// Most sessions evicted in one pass; the next pass continues.
@@ -59,16 +69,13 @@ const MAX_EVICTIONS_PER_PASS: u64 = 100_000;
 const SCAN_PAGE: usize = 256;
 const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
 /// Eviction reasons that move a session into the cold tier (when it is on) instead of
-/// deleting it: the disk budget's, both only with the data dir over high water. Age, count
-/// and emptiness delete. The last one (room for a rewrite's copy) writes no archive either.
-const FREEZES: [&str; 2] = ["disk_budget", "rewrite_room"];
+/// deleting it: the disk budget's, all only with the data dir over high water. Age, count
+/// and emptiness delete. The last two (pressure, room for a rewrite's copy) write no archive
+/// either.
+const FREEZES: [&str; 3] = ["disk_budget", "disk_pressure", "rewrite_room"];
 /// Rounds of eviction [`StoreBudget::make_room_for_rewrite`] tries: each freeze writes a
 /// segment, which takes some of the room the eviction made, so the fit is checked again.
 const ROOM_ROUNDS: usize = 4;
-/// Sessions are evicted to make room for a rewrite's copy only while at least this share of
-/// the live bytes stays: a data dir that sled's overhead alone puts over the budget is not
-/// emptied for a rewrite.
-const MIN_ROOM_SHARE: f64 = 0.5;
 /// Admission refuses new messages once the disk estimate reaches this fraction of the budget:
 /// messages already queued still get their turns (each writes its transcript entries and
 /// reply), so the line is drawn a little before the budget itself.
@@ -76,6 +83,18 @@ const ADMIT_BELOW: f64 = 0.95;
 /// A rewrite's old and new generation together may reach this multiple of the budget; more,
 /// and sessions are evicted first so the copy is smaller.
 const REWRITE_PEAK: f64 = 1.0;
+/// While a rewrite copies, the data dir may pass the budget by this fraction of it, for the
+/// length of the copy.
+const COPY_OVERSHOOT: f64 = 0.1;
+/// Over high water a rewrite's copy may take this much (at most a quarter of the budget)
+/// whatever the budget leaves: a fresh generation is at least sled's fixed overhead (6–10 MB
+/// measured), which no eviction can make room for, and without the rewrite a store whose
+/// sessions were all frozen stays over high water with admission closed.
+const MIN_COPY_ROOM: u64 = 16 << 20;
+/// sled's fixed overhead in a fresh generation (6–10 MB measured), beside its live data.
+const FRESH_OVERHEAD_BYTES: u64 = 8 << 20;
+/// The working high-water mark is never lowered below this fraction of the budget.
+const MIN_WORKING_HIGH_WATER: f64 = 0.5;
 /// Database bytes per live byte assumed for a rewrite's fresh copy before one has been
 /// measured.
 const FRESH_AMPLIFICATION_GUESS: f64 = 2.0;
@@ -165,6 +184,29 @@ impl StoreBudget {
         }
     }
 
+    /// The live bytes the janitor brings the store to once the data dir is over high water,
+    /// for a measurement `usage`: a quarter of high water, lower if a rewrite showed sled needs
+    /// more room per live byte.
+    pub fn live_target(&self, usage: &DiskUsage) -> u64 {
+        let sled_share = self.sled_share(usage) as f64;
+        let budgeted = sled_share / BUDGETED_AMPLIFICATION;
+        let fresh = self
+            .measured
+            .lock()
+            .ok()
+            .and_then(|m| m.fresh_amplification)
+            .map(|amp| sled_share * REWRITE_AT * FRESH_FRACTION_OF_REWRITE_AT / amp)
+            .unwrap_or(budgeted);
+        budgeted.min(fresh) as u64
+    }
+
+    /// The part of high water the database may use: what the cold tier's share leaves (in
+    /// proportion, so a measurement with another high-water mark scales alike).
+    fn sled_share(&self, usage: &DiskUsage) -> u64 {
+        let cold = self.cold_max_bytes as f64 / self.high_water_bytes.max(1) as f64;
+        (usage.high_water_bytes as f64 * (1.0 - cold).max(0.0)) as u64
+    }
+
     /// Deletes cold segments oldest first while the cold tier holds more than `keep` bytes or
     /// `over` bytes are still to be freed. Returns the bytes deleted.
     fn delete_cold(
@@ -181,7 +223,7 @@ impl StoreBudget {
                 break;
             }
             self.store.delete_segment(&file)?;
-            tracing::info!(path = %file.path.display(), bytes = file.disk_bytes, "deleted a cold session");
+            tracing::debug!(path = %file.path.display(), bytes = file.disk_bytes, "deleted a cold session");
             held = held.saturating_sub(file.disk_bytes);
             over = over.saturating_sub(file.disk_bytes);
             freed += file.disk_bytes;
@@ -264,7 +306,8 @@ impl StoreBudget {
             };
             self.segments_written
                 .fetch_add(frozen.segment_bytes, Ordering::Relaxed);
-            tracing::info!(
+            // One line per session at debug level; the janitor's pass line counts them.
+            tracing::debug!(
                 session_key = %c.session_key,
                 updated_at_ms = c.updated_at_ms,
                 entries = frozen.evicted.entries_deleted,
@@ -294,7 +337,7 @@ impl StoreBudget {
         {
             Some(evicted) => {
                 self.store.forget_cold(&c.session_key)?;
-                tracing::info!(
+                tracing::debug!(
                     session_key = %c.session_key,
                     session_id = evicted.record.id,
                     updated_at_ms = c.updated_at_ms,
@@ -342,7 +385,24 @@ impl StoreBudget {
         Ok(freed)
     }
 
+    /// `usage` with the high-water mark the janitor works to: the configured one, lowered
+    /// when the budget could not hold, beside a data dir at that mark, the rewrite that brings
+    /// it back (its fresh copy: the live-byte target at the measured amplification, plus
+    /// sled's fixed overhead). Only small budgets are affected: at 32 MiB the mark is about
+    /// 60% of the budget, from a few hundred MiB on it is the configured one.
+    pub(super) fn working_usage(&self, usage: &DiskUsage) -> DiskUsage {
+        let copy = self.live_target(usage) as f64 * self.fresh_amplification() * FRESH_COPY_MARGIN
+            + FRESH_OVERHEAD_BYTES as f64;
+        let fits = usage.limit_bytes as f64 * (REWRITE_PEAK + COPY_OVERSHOOT) - copy;
+        let floor = usage.limit_bytes as f64 * MIN_WORKING_HIGH_WATER;
+        DiskUsage {
+            high_water_bytes: usage.high_water_bytes.min(fits.max(floor) as u64),
+            ..*usage
+        }
+    }
+
     fn reclaim_inner(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, StoreError> {
+        let usage = &self.working_usage(usage);
         let mut report = ReclaimReport::default();
         let (db_bytes, measured_disk, after_rewrite) = {
             let m = self
@@ -352,6 +412,23 @@ impl StoreBudget {
             (m.db_bytes, m.disk_bytes, m.after_rewrite)
         };
         let mut disk_bytes = usage.disk_bytes;
+        let over = disk_bytes > usage.high_water_bytes;
+        let segments_before = self.segments_written.load(Ordering::Relaxed);
+        // Nothing is frozen or deleted for the budget while the data dir is under high water,
+        // so the live-byte meter wakes the janitor for nothing; the disk estimate does.
+        self.store.set_janitor_trigger(u64::MAX);
+
+        // 1. Archives, oldest first.
+        if over {
+            let over_by = disk_bytes - usage.high_water_bytes;
+            disk_bytes -= self
+                .delete_archives(over_by, enforce, &mut report)?
+                .min(disk_bytes);
+        }
+
+        // 2. Over high water: whole sessions, oldest first (into the cold tier when it is on),
+        // down to the live-byte target, so the rewrite below fits beside the database.
+        let target = self.live_target(usage);
         let mut progress = Progress {
             live: self.store.live_bytes(),
             sessions: 0,
@@ -359,21 +436,20 @@ impl StoreBudget {
             simulated: HashSet::new(),
             busy_seen: HashSet::new(),
         };
-        // Nothing is frozen or deleted for the budget while the data dir is under high water:
-        // the live-byte meter only wakes the janitor, it sets no target of its own.
-        self.store.set_janitor_trigger(u64::MAX);
-
-        // 1. Archives, oldest first, only above high water.
-        if disk_bytes > usage.high_water_bytes {
-            let over = disk_bytes - usage.high_water_bytes;
-            disk_bytes -= self
-                .delete_archives(over, enforce, &mut report)?
-                .min(disk_bytes);
+        if over && progress.live > target {
+            let goal = (target as f64 * EVICT_TO_FRACTION) as u64;
+            self.evict_oldest(
+                enforce,
+                &mut progress,
+                &mut report,
+                "disk_budget",
+                |_, p| p.live > goal,
+            )?;
         }
 
-        // 2. The operator's rules: sessions not updated for `prune_after_days` (the index is
-        // ordered by minute, so one that passed the cutoff within the cutoff's minute may wait
-        // for the next pass), then beyond `max_sessions`.
+        // 3. The operator's rules, at any fill: sessions not updated for `prune_after_days`
+        // (the index is ordered by minute, so one that passed the cutoff within the cutoff's
+        // minute may wait for the next pass), sessions with no entries, beyond `max_sessions`.
         if let Some(age) = self.prune_after_ms {
             let cutoff = now_ms().saturating_sub(age);
             self.evict_oldest(
@@ -415,68 +491,65 @@ impl StoreBudget {
             )?;
         }
 
-        // 3. Garbage: below high water, a rewrite when the database is mostly dead space and
-        // its copy fits beside it; nothing is evicted to make room for it.
+        // 4. Garbage: rewrite the database when it is mostly dead space. Under high water only
+        // if its copy fits beside it as things are (nothing is evicted to make room there).
+        disk_bytes = disk_bytes.saturating_add(
+            self.segments_written
+                .load(Ordering::Relaxed)
+                .saturating_sub(segments_before),
+        );
         let live = self.store.live_bytes();
-        let rewrite_at = (usage.high_water_bytes as f64 * REWRITE_AT) as u64;
+        let rewrite_at = (self.sled_share(usage) as f64 * REWRITE_AT) as u64;
+        let grown = if self.cold_max_bytes > 0 {
+            db_bytes
+        } else {
+            disk_bytes
+        };
         let mostly_garbage = db_bytes as f64 >= MIN_GARBAGE_RATIO * live.max(1) as f64
-            && db_bytes as f64 >= REWRITE_GROWTH * after_rewrite as f64
-            && db_bytes as f64 >= REWRITE_GROWTH * live as f64 * self.fresh_amplification();
+            && db_bytes as f64 >= REWRITE_GROWTH * after_rewrite as f64;
         let mut rewrote = false;
-        if disk_bytes > rewrite_at && disk_bytes <= usage.high_water_bytes && mostly_garbage {
-            if enforce {
-                let room = self.rewrite_room(disk_bytes);
-                if (live as f64 * self.fresh_amplification()) < room as f64 {
-                    rewrote = self.rewrite_now(room, &mut report)?;
-                }
-            } else {
+        if grown > rewrite_at && mostly_garbage && (live <= target || !over) {
+            if !enforce {
                 tracing::warn!(
                     db_bytes,
                     live,
                     "would rewrite the database (janitor_mode = warn)"
                 );
+            } else if over {
+                if self.make_room_for_rewrite(disk_bytes, &mut progress, &mut report)? {
+                    rewrote = self.rewrite_now(self.rewrite_room(disk_bytes), &mut report)?;
+                }
+            } else {
+                let room = self.rewrite_room(disk_bytes);
+                let copy = live as f64 * self.fresh_amplification() * FRESH_COPY_MARGIN;
+                if copy <= room as f64 {
+                    rewrote = self.rewrite_now(room, &mut report)?;
+                }
             }
         }
         if enforce {
             self.relieve_pressure(usage, measured_disk, rewrote, &mut progress, &mut report)?;
-        } else if disk_bytes > usage.high_water_bytes {
-            let goal = (live as f64 * usage.high_water_bytes as f64 / disk_bytes as f64
-                * EVICT_TO_FRACTION) as u64;
-            progress.live = live;
-            self.evict_oldest(false, &mut progress, &mut report, "disk_budget", |_, p| {
-                p.live > goal
-            })?;
         }
-        self.log_pass(&report);
         Ok(report)
     }
 
-    /// One line per pass for what it removed, instead of one per session.
-    fn log_pass(&self, report: &ReclaimReport) {
-        if report.sessions_evicted > 0 || report.cold_deleted > 0 || report.archives_deleted > 0 {
-            tracing::info!(
-                evicted = report.sessions_evicted,
-                frozen = report.sessions_frozen,
-                cold_deleted = report.cold_deleted,
-                archives_deleted = report.archives_deleted,
-                bytes_freed = report.bytes_freed,
-                skipped_busy = report.sessions_skipped_busy,
-                "janitor pass"
-            );
+    /// Room a rewrite's copy may take: what the budget leaves beside the data dir, plus
+    /// [`COPY_OVERSHOOT`] of the budget (the copy is given up past that). Over high water,
+    /// never less than [`MIN_COPY_ROOM`] (at most a quarter of the budget).
+    fn rewrite_room(&self, disk_bytes: u64) -> u64 {
+        let room = ((self.limit_bytes as f64 * (REWRITE_PEAK + COPY_OVERSHOOT)) as u64)
+            .saturating_sub(disk_bytes);
+        if disk_bytes > self.high_water_bytes {
+            room.max(MIN_COPY_ROOM.min(self.limit_bytes / 4))
+        } else {
+            room
         }
     }
 
-    /// Room a rewrite's copy may take: what the budget leaves beside the data dir.
-    fn rewrite_room(&self, disk_bytes: u64) -> u64 {
-        ((self.limit_bytes as f64 * REWRITE_PEAK) as u64).saturating_sub(disk_bytes)
-    }
-
-    /// The last steps of a pass, only when the data dir is over high water: sessions are
-    /// evicted oldest first (into the cold tier when it is on), in proportion to the
-    /// overshoot, unless a rewrite alone would bring it back; the database is rewritten if its
-    /// copy would be smaller; and only when all of that leaves the data dir over the budget
-    /// itself are cold sessions deleted, oldest first. Ends with a fresh measurement for
-    /// admission and the next disk signal.
+    /// Step 7 of a pass: when the data dir is still over high water (the rewrite freed
+    /// nothing or did not run, or busy sessions hold the live bytes up), evicts live bytes in
+    /// proportion to the overshoot and rewrites if the fresh copy would be markedly smaller.
+    /// Ends with a fresh measurement for admission and the next disk signal.
     ///
     /// `measured_disk` is the newest real measurement before this pass: what the pass changed
     /// is applied to `usage` (which a caller may have adjusted) as a difference.
@@ -503,24 +576,27 @@ impl StoreBudget {
         } else {
             usage.disk_bytes
         };
-        // A database that is mostly garbage may come back under high water by a rewrite
-        // alone, with no session moved.
-        if disk_now > usage.high_water_bytes && !rewrote && self.mostly_garbage()? {
-            let room = self.rewrite_room(disk_now);
-            if self.rewrite_now(room, report)? {
-                disk_now = remeasure()?;
-            }
-        }
         if disk_now > usage.high_water_bytes {
             let live = self.store.live_bytes();
-            let goal = (live as f64 * usage.high_water_bytes as f64 / disk_now as f64
-                * EVICT_TO_FRACTION) as u64;
-            progress.live = live;
-            self.evict_oldest(true, progress, report, "disk_budget", |_, p| p.live > goal)?;
-            // sled reuses what the evictions freed; a rewrite gives it back to the disk.
-            if self.mostly_garbage()? && self.make_room_for_rewrite(disk_now, progress, report)? {
-                let room = self.rewrite_room(disk_now);
-                self.rewrite_now(room, report)?;
+            let fresh = live as f64 * self.fresh_amplification();
+            // Only when a rewrite would give little back (the database is mostly live) does
+            // the overshoot call for eviction; otherwise the rewrite below is the remedy, and
+            // evicting as well would empty the store pass after pass.
+            if (self.db_bytes()? as f64) < REWRITE_GROWTH * fresh {
+                let goal = (live as f64 * usage.high_water_bytes as f64 / disk_now as f64
+                    * EVICT_TO_FRACTION) as u64;
+                progress.live = live;
+                self.evict_oldest(true, progress, report, "disk_pressure", |_, p| {
+                    p.live > goal
+                })?;
+            }
+            let live = self.store.live_bytes();
+            let db_bytes = self.db_bytes()?;
+            let fresh = live as f64 * self.fresh_amplification();
+            if db_bytes as f64 >= REWRITE_GROWTH * fresh
+                && self.make_room_for_rewrite(disk_now, progress, report)?
+            {
+                self.rewrite_now(self.rewrite_room(disk_now), report)?;
             }
             disk_now = remeasure()?;
             // The last resort: cold sessions, oldest first, as many as the overshoot, and
@@ -534,11 +610,11 @@ impl StoreBudget {
                 let over = disk_now - usage.high_water_bytes;
                 if self.delete_cold(u64::MAX, over, report)? > 0 {
                     disk_now = remeasure()?;
-                    if disk_now > usage.high_water_bytes && self.mostly_garbage()? {
-                        let room = self.rewrite_room(disk_now);
-                        if self.rewrite_now(room, report)? {
-                            disk_now = remeasure()?;
-                        }
+                    if disk_now > usage.high_water_bytes
+                        && self.mostly_garbage()?
+                        && self.rewrite_now(self.rewrite_room(disk_now), report)?
+                    {
+                        disk_now = remeasure()?;
                     }
                 }
             }
@@ -596,17 +672,16 @@ impl StoreBudget {
                 .segments_written
                 .load(Ordering::Relaxed)
                 .saturating_sub(segments_before);
-            room =
-                (self.limit_bytes as f64 * REWRITE_PEAK - (disk_bytes + segments) as f64).max(0.0);
+            room = self.rewrite_room(disk_bytes + segments) as f64;
             let goal = (room / per_live_byte) as u64;
             progress.live = self.store.live_bytes();
             if progress.live <= goal {
                 fits = true;
                 break;
             }
-            // Emptying most of the store for a rewrite would destroy more than it saves: the
-            // rewrite waits until the budget leaves its copy room.
-            if round == ROOM_ROUNDS || (goal as f64) < progress.live as f64 * MIN_ROOM_SHARE {
+            // No room at all (the data dir is at the budget): no eviction can make any, and
+            // emptying the store for nothing would only lose it.
+            if round == ROOM_ROUNDS || goal == 0 {
                 break;
             }
             let evicted = progress.evicted;

@@ -44,13 +44,13 @@ const ID_BASE_KEY: &[u8] = b"id_base";
 /// Keys copied per sled batch; bounds the memory of a rewrite, and how long one batch holds
 /// sled's process-wide lock (writers wait for at most one batch).
 const COPY_BATCH: usize = 1_000;
-/// The copy is flushed after this many batches. sled reclaims the space of the node versions
+/// The copy is flushed, and its size on disk looked at, after this many batches. sled reclaims the space of the node versions
 /// a bulk insert leaves behind only once they are flushed: 200,000 keys of 100 bytes took
 /// 4.3 bytes on disk per raw byte copied without flushes, 3.1 flushed every 32 batches, 2.5
 /// every 8, 2.3 every 2 (a standalone copy on this machine).
 const FLUSH_BATCHES: u64 = 4;
-/// The copy's size on disk is looked at after this many batches.
-const SIZE_CHECK_BATCHES: u64 = 32;
+/// Most bytes (keys and values) in one copy batch: large values make fewer keys a batch.
+const COPY_BATCH_BYTES: usize = 4 << 20;
 /// A copy that reaches this fraction of the old generation's bytes is given up: the rewrite
 /// would give too little back (or grow the store).
 pub(super) const MAX_COPY_RATIO: f64 = 0.8;
@@ -132,37 +132,42 @@ impl SizeCap<'_> {
     }
 }
 
-/// Copies one tree in batches (bounding the memory of a rewrite), checking the copy's size
-/// every [`SIZE_CHECK_BATCHES`] batches. Returns the keys copied.
-fn copy_tree(copy: &TreeCopy, cap: &SizeCap<'_>) -> Result<u64, Stop> {
+/// Copies one tree in batches (bounding the memory of a rewrite). `copied_bytes` counts the
+/// keys and values copied so far across trees: the copy stops as soon as they alone pass the
+/// cap, and its size on disk is checked at every flush. Returns the keys copied.
+fn copy_tree(copy: &TreeCopy, cap: &SizeCap<'_>, copied_bytes: &mut u64) -> Result<u64, Stop> {
     let mut copied = 0u64;
     let mut batches = 0u64;
-    let mut iter = copy.src.iter();
-    loop {
+    let mut iter = copy.src.iter().peekable();
+    while iter.peek().is_some() {
         let mut batch = sled::Batch::default();
-        let mut in_batch = 0usize;
-        for kv in iter.by_ref().take(COPY_BATCH) {
+        let (mut keys, mut bytes) = (0usize, 0usize);
+        while keys < COPY_BATCH && bytes < COPY_BATCH_BYTES {
+            let Some(kv) = iter.next() else {
+                break;
+            };
             let (k, v) = kv.map_err(StoreError::sled("reading for a rewrite"))?;
+            bytes += k.len() + v.len();
             batch.insert(k, v);
-            in_batch += 1;
+            keys += 1;
         }
         copy.dst
             .apply_batch(batch)
             .map_err(StoreError::sled("writing a rewrite"))?;
-        copied += in_batch as u64;
-        batches += 1;
-        if in_batch < COPY_BATCH {
-            return Ok(copied);
+        copied += keys as u64;
+        *copied_bytes += bytes as u64;
+        if *copied_bytes > cap.bytes {
+            return Err(Stop::TooBig(*copied_bytes));
         }
+        batches += 1;
         if batches.is_multiple_of(FLUSH_BATCHES) {
             copy.dst
                 .flush()
                 .map_err(StoreError::sled("flushing a rewrite"))?;
-        }
-        if batches.is_multiple_of(SIZE_CHECK_BATCHES) {
             cap.check()?;
         }
     }
+    Ok(copied)
 }
 
 /// Marks every key that only one of the source and its copy holds, walking both in key order,
@@ -386,9 +391,9 @@ impl Store {
         // Watching starts before the first key is read: every write from here on is seen.
         let sources: Vec<sled::Tree> = copies.iter().map(|c| c.src.clone()).collect();
         let changes = Changes::watch(&sources)?;
-        let mut keys = 0u64;
+        let (mut keys, mut copied_bytes) = (0u64, 0u64);
         for copy in &copies {
-            keys += copy_tree(copy, cap)?;
+            keys += copy_tree(copy, cap, &mut copied_bytes)?;
         }
         #[cfg(test)]
         if let Some(hook) = self
@@ -442,6 +447,7 @@ impl Store {
                         dir: cap.dir,
                         bytes: u64::MAX,
                     },
+                    &mut copied_bytes,
                 )?;
             }
         }
@@ -511,7 +517,10 @@ mod tests {
     #[test]
     fn a_copy_holding_a_key_its_source_lacks_or_missing_one_is_mended() {
         let (dir, copy) = trees();
-        assert!(matches!(copy_tree(&copy, &no_cap(dir.path())), Ok(2_500)));
+        assert!(matches!(
+            copy_tree(&copy, &no_cap(dir.path()), &mut 0),
+            Ok(2_500)
+        ));
         copy.dst.insert(b"stray", &[]).unwrap();
         copy.dst.remove(1_234u32.to_be_bytes()).unwrap();
         let changes = Changes::watch(&[]).unwrap();
@@ -533,12 +542,9 @@ mod tests {
             dir: dir.path(),
             bytes: 0,
         };
-        let big = vec![7u8; 4_096];
-        for i in 0..(COPY_BATCH as u32 * SIZE_CHECK_BATCHES as u32) {
-            copy.src
-                .insert((10_000 + i).to_be_bytes(), big.as_slice())
-                .unwrap();
-        }
-        assert!(matches!(copy_tree(&copy, &cap), Err(Stop::TooBig(_))));
+        assert!(matches!(
+            copy_tree(&copy, &cap, &mut 0),
+            Err(Stop::TooBig(_))
+        ));
     }
 }
