@@ -91,6 +91,8 @@ const COPY_OVERSHOOT: f64 = 0.1;
 /// measured), which no eviction can make room for, and without the rewrite a store whose
 /// sessions were all frozen stays over high water with admission closed.
 const MIN_COPY_ROOM: u64 = 16 << 20;
+/// The `meta` key of what the newest rewrite measured ([`StoreBudget::save_note`]).
+const REWRITE_NOTE_KEY: &[u8] = b"janitor_rewrite";
 /// sled's fixed overhead in a fresh generation (6–10 MB measured), beside its live data.
 const FRESH_OVERHEAD_BYTES: u64 = 8 << 20;
 /// The working high-water mark is never lowered below this fraction of the budget.
@@ -157,6 +159,7 @@ struct Progress {
 impl StoreBudget {
     /// A budget for `store` with the `[storage]` settings; `is_live` protects live sessions.
     pub fn new(store: Store, config: &StorageConfig, is_live: Liveness) -> Self {
+        let measured = Self::load_note(&store);
         let limit = config.max_disk_bytes;
         let enforcing = config.janitor_mode == JanitorMode::Enforce;
         if enforcing {
@@ -179,7 +182,7 @@ impl StoreBudget {
             cold_max_bytes: (limit as f64 * config.cold_max_fraction.min(config.high_water / 2.0))
                 as u64,
             segments_written: AtomicU64::new(0),
-            measured: Mutex::new(Measured::default()),
+            measured: Mutex::new(measured),
             flush_in_flight: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -733,7 +736,40 @@ impl StoreBudget {
                 m.fresh_amplification = Some(done.bytes_after as f64 / live as f64);
             }
         }
+        self.save_note();
         Ok(true)
+    }
+
+    /// Keeps what the newest rewrite taught (the fresh copy's bytes per live byte, and the
+    /// database size the next rewrite waits for) in the store, so a restart does not try again
+    /// a rewrite that was just given up.
+    fn save_note(&self) {
+        let (amp, after) = match self.measured.lock() {
+            Ok(m) => (m.fresh_amplification.unwrap_or(0.0), m.after_rewrite),
+            Err(_) => return,
+        };
+        let mut value = Vec::with_capacity(16);
+        value.extend_from_slice(&amp.to_bits().to_be_bytes());
+        value.extend_from_slice(&after.to_be_bytes());
+        if let Err(error) = self.store.set_meta_value(REWRITE_NOTE_KEY, &value) {
+            tracing::warn!(%error, "could not keep what the rewrite measured");
+        }
+    }
+
+    /// What [`Self::save_note`] kept, if anything.
+    fn load_note(store: &Store) -> Measured {
+        let mut m = Measured::default();
+        let Ok(Some(value)) = store.meta_value(REWRITE_NOTE_KEY) else {
+            return m;
+        };
+        if let (Some(amp), Some(after)) = (value.get(..8), value.get(8..16)) {
+            let amp = f64::from_bits(u64::from_be_bytes(amp.try_into().unwrap_or([0; 8])));
+            if amp.is_finite() && amp > 0.0 {
+                m.fresh_amplification = Some(amp);
+            }
+            m.after_rewrite = u64::from_be_bytes(after.try_into().unwrap_or([0; 8]));
+        }
+        m
     }
 
     /// Bytes of the current database generation.

@@ -676,6 +676,26 @@ impl Store {
         self.inner().sessions.len()
     }
 
+    /// A small value of the store's own bookkeeping in the `meta` tree (copied by rewrites).
+    pub(super) fn meta_value(&self, key: &[u8]) -> Result<Option<sled::IVec>, StoreError> {
+        self.inner()
+            .db
+            .open_tree("meta")
+            .and_then(|meta| meta.get(key))
+            .map_err(StoreError::sled("reading meta"))
+    }
+
+    /// Sets a `meta` value (durable with the next flush).
+    pub(super) fn set_meta_value(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        let _write = self.write_gate();
+        self.inner()
+            .db
+            .open_tree("meta")
+            .and_then(|meta| meta.insert(key, value))
+            .map(|_| ())
+            .map_err(StoreError::sled("writing meta"))
+    }
+
     /// The data dir's estimated size: the janitor's newest measurement plus what was written
     /// since (see `disk::UsageMeter`); 0 before a janitor measured it.
     pub fn disk_estimate(&self) -> u64 {
