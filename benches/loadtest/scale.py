@@ -67,7 +67,8 @@ def main():
     t = time.perf_counter()
     fill = subprocess.run([a.bin, "loadtest", "--in-process", "--data-dir", a.dir, "--config", cfg,
                            "--sessions", str(a.sessions), "--messages", str(a.messages),
-                           "--concurrency", str(a.concurrency)],
+                           "--concurrency", str(a.concurrency), "--max-seconds", "7200",
+                           "--drain-seconds", "600"],
                           capture_output=True, text=True)
     fill_s = time.perf_counter() - t
     if fill.returncode != 0:
@@ -75,6 +76,7 @@ def main():
     out["fill_s"] = round(fill_s, 1)
     out["fill_msgs_per_s"] = round(a.sessions * a.messages / fill_s)
     out["fill_log_evictions"] = len(re.findall(r"janitor pass|evicted session|moved session", fill.stderr))
+    out["fill_report"] = [l.strip() for l in fill.stdout.splitlines() if l.startswith(("messages", "errors", "rss"))]
     out["data_dir_after_fill"] = du(a.dir)
 
     log = open(os.path.join(a.dir, "..", "scale-serve.log"), "w")
@@ -93,7 +95,12 @@ def main():
         else:
             sys.exit("not ready after 60 s")
         out["readyz_ms"] = round((time.perf_counter() - start) * 1000)
-        time.sleep(2)
+        # The start-up checks set the store's totals: wait for them (bounded).
+        for _ in range(600):
+            if json.loads(get(base + "/v1/stats")[1]).get("sessions"):
+                break
+            time.sleep(0.1)
+        out["totals_ready_ms"] = round((time.perf_counter() - start) * 1000)
         stats_t, metrics_t = [], []
         for _ in range(5):
             _, body, dt = get(base + "/v1/stats")

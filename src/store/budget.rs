@@ -1,7 +1,9 @@
 //! [`StoreBudget`]: the janitor's [`DiskBudget`] over this store and its data dir.
 //!
 //! # The rules of a pass
-//! * **Under high water nothing is frozen or deleted for the budget.** Only the operator's
+//! * **Under high water nothing is frozen or deleted for the budget** (budgets too small to
+//!   hold a rewrite beside a data dir at high water excepted: `working_usage`; they keep live
+//!   bytes at the target at any fill, as before). Only the operator's
 //!   own rules remove sessions there (`prune_after_days`, `max_sessions`, sessions with no
 //!   entries), and a database that is mostly dead space is rewritten when its copy fits
 //!   beside it as things are (`Store::rewrite_within`: writers do not wait for the copy, and
@@ -388,11 +390,11 @@ impl StoreBudget {
         Ok(freed)
     }
 
-    /// `usage` with the high-water mark the janitor works to: the configured one, lowered
-    /// when the budget could not hold, beside a data dir at that mark, the rewrite that brings
-    /// it back (its fresh copy: the live-byte target at the measured amplification, plus
-    /// sled's fixed overhead). Only small budgets are affected: at 32 MiB the mark is about
-    /// 60% of the budget, from a few hundred MiB on it is the configured one.
+    /// `usage` with the highest mark at which the budget could still hold, beside the data
+    /// dir, the rewrite that brings it back (its fresh copy: the live-byte target at the
+    /// measured amplification, plus sled's fixed overhead). When that is below `high_water`
+    /// (small budgets: with the default cold tier, under about 133 MiB) the janitor keeps live
+    /// bytes at the target at any fill instead of waiting for high water.
     pub(super) fn working_usage(&self, usage: &DiskUsage) -> DiskUsage {
         let copy = self.live_target(usage) as f64 * self.fresh_amplification() * FRESH_COPY_MARGIN
             + FRESH_OVERHEAD_BYTES as f64;
@@ -405,7 +407,11 @@ impl StoreBudget {
     }
 
     fn reclaim_inner(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, StoreError> {
-        let usage = &self.working_usage(usage);
+        // A budget too small to hold, beside a data dir at high water, the rewrite that
+        // brings it back (sled's fixed overhead is most of a fresh generation there) keeps
+        // its live bytes at the target at any fill, as before; every other budget frees
+        // nothing under high water.
+        let proactive = self.working_usage(usage).high_water_bytes < usage.high_water_bytes;
         let mut report = ReclaimReport::default();
         let (db_bytes, measured_disk, after_rewrite) = {
             let m = self
@@ -439,7 +445,7 @@ impl StoreBudget {
             simulated: HashSet::new(),
             busy_seen: HashSet::new(),
         };
-        if over && progress.live > target {
+        if (over || proactive) && progress.live > target {
             let goal = (target as f64 * EVICT_TO_FRACTION) as u64;
             self.evict_oldest(
                 enforce,
@@ -511,6 +517,7 @@ impl StoreBudget {
         let mostly_garbage = db_bytes as f64 >= MIN_GARBAGE_RATIO * live.max(1) as f64
             && db_bytes as f64 >= REWRITE_GROWTH * after_rewrite as f64;
         let mut rewrote = false;
+        let over = over || proactive;
         if grown > rewrite_at && mostly_garbage && (live <= target || !over) {
             if !enforce {
                 tracing::warn!(

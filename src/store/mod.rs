@@ -111,6 +111,9 @@ pub const OPEN_LOCK_RETRY_WAIT: Duration = Duration::from_millis(50);
 /// are found again by the next start-up checks).
 pub const MAX_EMPTY_FOUND: usize = 10_000;
 
+/// The `meta` key of the totals kept at a clean stop.
+const TOTALS_KEY: &[u8] = b"totals";
+
 /// The database's directory under the data dir.
 pub const DB_DIR: &str = "db";
 
@@ -310,6 +313,11 @@ impl Store {
             migrated_from,
             ..DoctorReport::default()
         };
+        if let Ok(Some(kept)) = store.meta_value(TOTALS_KEY) {
+            if let Some(totals) = Totals::from_bytes(&kept) {
+                store.shared.totals.set(&totals);
+            }
+        }
         store.contained("checking the inbox", || {
             store.check_inbox(&mut report, true)
         })?;
@@ -850,6 +858,11 @@ impl Store {
 
     /// Flushes everything and stops the flusher.
     pub async fn close(&self) -> Result<(), StoreError> {
+        // The totals as of this clean stop: the next start shows them until its start-up
+        // checks have counted every record again.
+        if let Err(error) = self.set_meta_value(TOTALS_KEY, &self.totals().to_bytes()) {
+            tracing::warn!(%error, "could not keep the store's totals");
+        }
         let inner = self.inner();
         inner.commit.close().await
     }

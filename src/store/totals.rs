@@ -5,7 +5,8 @@
 //! Each write of a session record applies the difference between the record it replaced and
 //! the one it wrote ([`TotalsMeter::replace`]). The start-up checks, which read every record
 //! once anyway, set the figures exactly ([`TotalsMeter::set`]); a record written while that
-//! walk runs may be counted in both until the next start.
+//! walk runs may be counted in both until the next start. A clean stop keeps the totals in
+//! `meta`, and a serving start shows them until its checks have counted again.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
@@ -114,6 +115,37 @@ impl TotalsMeter {
 }
 
 impl Totals {
+    /// Six big-endian u64s, as kept in `meta` at a clean stop.
+    pub(super) fn to_bytes(self) -> Vec<u8> {
+        [
+            self.sessions,
+            self.entries,
+            self.tokens,
+            self.bytes,
+            self.compactions,
+            self.max_session_tokens,
+        ]
+        .iter()
+        .flat_map(|v| v.to_be_bytes())
+        .collect()
+    }
+
+    /// What [`Totals::to_bytes`] wrote; `None` for anything else.
+    pub(super) fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        let mut v = bytes
+            .chunks_exact(8)
+            .map(|c| c.try_into().ok().map(u64::from_be_bytes));
+        let totals = Totals {
+            sessions: v.next()??,
+            entries: v.next()??,
+            tokens: v.next()??,
+            bytes: v.next()??,
+            compactions: v.next()??,
+            max_session_tokens: v.next()??,
+        };
+        (bytes.len() == 48).then_some(totals)
+    }
+
     /// Adds `record` (a walk's step).
     pub(super) fn add(&mut self, record: &SessionRecord) {
         self.sessions += 1;
@@ -175,5 +207,7 @@ mod tests {
         );
         meter.set(&walked);
         assert_eq!(meter.get(), walked);
+        assert_eq!(Totals::from_bytes(&walked.to_bytes()), Some(walked));
+        assert_eq!(Totals::from_bytes(b"short"), None);
     }
 }
