@@ -71,6 +71,10 @@ pub(crate) struct LoadtestArgs {
     /// --scenario group-memory: the generator's seed.
     #[arg(long, default_value_t = 42)]
     pub(crate) seed: u64,
+    /// --scenario locomo: LoCoMo conversation files (`conv-26.json`…, the public release's
+    /// format), replayed in the order given.
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    pub(crate) data: Vec<PathBuf>,
     /// Also write an SVG plot: turn latency over time and a latency histogram.
     #[arg(long, value_name = "FILE.svg")]
     pub(crate) plot: Option<PathBuf>,
@@ -80,6 +84,8 @@ pub(crate) struct LoadtestArgs {
 pub(crate) enum Scenario {
     /// A long group chat with planted facts probed at the end.
     GroupMemory,
+    /// Real long conversations (LoCoMo) replayed into group chats, then their questions.
+    Locomo,
 }
 
 /// `loadtest --scenario group-memory`: in process, on a throwaway data dir.
@@ -131,10 +137,88 @@ async fn group_memory(args: &LoadtestArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `loadtest --scenario locomo --data FILE…`: in process, on a throwaway data dir.
+async fn locomo(args: &LoadtestArgs) -> anyhow::Result<()> {
+    use turnstile::loadtest::locomo::{parse, run, CATEGORIES, MAX_CONVERSATIONS};
+    if args.data.is_empty() || args.data.len() > MAX_CONVERSATIONS {
+        anyhow::bail!("--data takes 1 to {MAX_CONVERSATIONS} LoCoMo conversation files");
+    }
+    let mut config = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    let zone =
+        jiff::tz::TimeZone::get(config.context.time_zone.trim()).unwrap_or(jiff::tz::TimeZone::UTC);
+    let mut conversations = Vec::new();
+    for path in &args.data {
+        let json = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let name = path.file_stem().map_or_else(
+            || "conversation".into(),
+            |s| s.to_string_lossy().into_owned(),
+        );
+        conversations.push(parse(&name, &json, &zone).map_err(anyhow::Error::msg)?);
+    }
+    let temp = tempfile_dir()?;
+    config.storage.data_dir = temp.clone();
+    let report = run(&conversations, config).await;
+    let _ = std::fs::remove_dir_all(&temp);
+    let r = report?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let head: Vec<String> = CATEGORIES.iter().map(|(_, n)| format!("{n:>11}")).collect();
+    println!(
+        "{:<10} {:>5} {:>9} {} {:>7} {:>9} {:>9} {:>8} {:>8}",
+        "locomo",
+        "asked",
+        "covered",
+        head.join(" "),
+        "dated",
+        "tok p50",
+        "tok max",
+        "recency",
+        "whole"
+    );
+    for f in r.conversations.iter().chain(std::iter::once(&r.total)) {
+        let cats: Vec<String> = f
+            .categories
+            .iter()
+            .map(|c| format!("{:>10.1}%", c.pct()))
+            .collect();
+        let temporal = f.categories.get(1).map_or(0, |c| c.covered);
+        println!(
+            "{:<10} {:>5} {:>8.1}% {} {:>3}/{:<3} {:>9} {:>9} {:>7.1}% {:>8}",
+            f.name,
+            f.questions,
+            f.covered_pct(),
+            cats.join(" "),
+            f.temporal_dated,
+            temporal,
+            f.tokens_p50,
+            f.tokens_max,
+            f.recency_covered as f64 * 100.0 / f.questions.max(1) as f64,
+            f.whole_tokens,
+        );
+    }
+    println!(
+        "budget {} tokens; summary retention of observations: {}/{} ({:.1}%); unresolved questions left out: {}",
+        r.total.budget,
+        r.total.observations_retained,
+        r.total.observations,
+        r.total.observations_retained as f64 * 100.0 / r.total.observations.max(1) as f64,
+        r.total.unresolved
+    );
+    Ok(())
+}
+
 pub(crate) async fn loadtest(args: LoadtestArgs) -> anyhow::Result<()> {
     use turnstile::loadtest::{self, HttpTarget, InProcessTarget, LoadSpec};
-    if let Some(Scenario::GroupMemory) = args.scenario {
-        return group_memory(&args).await;
+    match args.scenario {
+        Some(Scenario::GroupMemory) => return group_memory(&args).await,
+        Some(Scenario::Locomo) => return locomo(&args).await,
+        None => {}
     }
     let spec = LoadSpec {
         sessions: args.sessions,

@@ -13,9 +13,12 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use jiff::tz::TimeZone;
 use turnstile_actors::CompactionOutcome;
 
+use super::extractive::DAY_MARKER;
 use super::{SummarizeError, Summarizer};
+use crate::context::analysis::chat_date;
 use crate::context::{chat_kind_of_key, chatter_of};
 use crate::error::StoreError;
 use crate::inbound::ChatKind;
@@ -62,6 +65,8 @@ type NoGain = (HashSet<SpanId>, VecDeque<SpanId>);
 pub struct SessionCompactor {
     store: Store,
     summarizer: Summarizer,
+    /// The chats' time zone (`context.time_zone`): a group summary's day lines are in it.
+    zone: TimeZone,
     cache: Mutex<VecDeque<(SpanKey, Instant, String, u32)>>,
     no_gain: Mutex<NoGain>,
 }
@@ -99,9 +104,16 @@ impl SessionCompactor {
         Self {
             store,
             summarizer,
+            zone: TimeZone::UTC,
             cache: Mutex::new(VecDeque::new()),
             no_gain: Mutex::new((HashSet::new(), VecDeque::new())),
         }
+    }
+
+    /// Dates group summaries in `zone` instead of UTC.
+    pub fn with_time_zone(mut self, zone: TimeZone) -> Self {
+        self.zone = zone;
+        self
     }
 
     /// Compacts `session_key` up to `cut`. `Ok(None)` if there is no such session; an outcome with no
@@ -129,7 +141,8 @@ impl SessionCompactor {
                 return Ok(Some(unchanged));
             }
             let chatter = self.chatter(session_key, &plan.span)?;
-            let span_text = render_span(&plan.span, &chatter);
+            let group = chat_kind_of_key(session_key) != ChatKind::Direct;
+            let span_text = render_span(&plan.span, &chatter, group.then_some(&self.zone));
             let previous = plan.previous.as_ref().map(|(_, e)| e.text.as_str());
             let (text, tokens) = self.summary(&span_text, previous).await?;
             let counter = self.summarizer.counter();
@@ -342,13 +355,38 @@ fn keep_tool_pairs(entries: &[(u64, TranscriptEntry)], mut cut: usize) -> usize 
 }
 
 /// The span as the summariser reads it: one line per entry, with who said it; a group turn's
-/// chatter comes before it, one line per message.
-fn render_span(span: &[(u64, TranscriptEntry)], chatter: &Chatter) -> String {
+/// chatter comes before it, one line per message. In a group (`zone` set) the lines are what
+/// the group said, under a day line (`## Mon 8 May 2023`) wherever the day changes; questions
+/// put to the bot and its own replies are left out (they are not the group's facts).
+fn render_span(
+    span: &[(u64, TranscriptEntry)],
+    chatter: &Chatter,
+    zone: Option<&TimeZone>,
+) -> String {
     let mut out = String::new();
+    let mut day = String::new();
+    let mut dated = |out: &mut String, ms: u64| {
+        if let Some(zone) = zone {
+            let d = chat_date(ms, zone);
+            if d != day {
+                out.push_str(DAY_MARKER);
+                out.push_str(&d);
+                out.push('\n');
+                day = d;
+            }
+        }
+    };
     for (seq, e) in span {
         for m in chatter.get(seq).into_iter().flatten() {
+            dated(&mut out, m.timestamp_ms);
             out.push_str(&format!("[user {}]: {}\n", m.sender_name, m.text));
         }
+        let to_or_from_the_bot =
+            e.kind == EntryKind::Assistant || (e.kind == EntryKind::User && e.text.contains('?'));
+        if zone.is_some() && to_or_from_the_bot {
+            continue;
+        }
+        dated(&mut out, e.timestamp_ms);
         let who = match (e.kind, &e.sender, &e.tool) {
             (EntryKind::User, Some(s), _) => format!("user {}", s.name),
             (EntryKind::ToolCall, _, Some(t)) => format!("tool call {}({})", t.name, t.arguments),

@@ -4,8 +4,8 @@
 //! It must really compress: it aims at [`TARGET_SHARE`] of the span's tokens (plus the
 //! previous summary, which rolls forward whole while it fits), never more than `max_tokens`,
 //! rather than filling `max_tokens` (which kept 97% of a short group chat). Sentences carrying
-//! a fact (an identifier, name, date or decision other than the line's own speaker) rank above
-//! all others; within that, by a TF-IDF-like score (terms frequent in the span but found in
+//! a fact (an identifier, name, date or decision other than the line's own speaker; a name,
+//! time or mention only in a line that says something besides it) rank above all others; within that, by a TF-IDF-like score (terms frequent in the span but found in
 //! few sentences), bonuses for more identifiers, for cue words of decisions, rules, to-dos and
 //! requests, for recency, and for sentences of the previous summary. A fact-bearing line loses
 //! its chatter clauses ("lol ok, ZX-1 is owned by Priya" keeps "ZX-1 is owned by Priya").
@@ -26,6 +26,11 @@ use crate::model::TokenCounter;
 
 /// Longest sentence kept whole, in bytes; longer ones are split at whitespace.
 pub const MAX_SENTENCE_BYTES: usize = 600;
+
+/// Opens a day line of a group span (`## Mon 8 May 2023`, see `compact::render_span`): not a
+/// sentence to rank, but the day of the lines after it. A summary writes it above the first
+/// line it keeps from that day, so what is kept still says when it was said.
+pub const DAY_MARKER: &str = "## ";
 
 /// Most sentences ranked from one span (a span of 100k tokens has about 8,000).
 pub const MAX_SENTENCES: usize = 20_000;
@@ -144,8 +149,11 @@ impl ExtractiveSummarizer {
         let mut sentences = Vec::new();
         if let Some(body) = &previous_body {
             for text in split_sentences(body) {
-                // Headings of a model-written summary are structure, not content.
-                if !text.starts_with(EXTRACTIVE_HEADER_PREFIX)
+                // Headings of a model-written summary are structure, not content; day lines
+                // roll forward with the lines under them.
+                if text.starts_with(DAY_MARKER) {
+                    sentences.push((text, true));
+                } else if !text.starts_with(EXTRACTIVE_HEADER_PREFIX)
                     && text != retention::CUT_MARKER
                     && !text.starts_with('#')
                 {
@@ -155,9 +163,12 @@ impl ExtractiveSummarizer {
         }
         sentences.extend(split_sentences(span).into_iter().map(|t| (t, false)));
         sentences.truncate(MAX_SENTENCES);
-        let mut sources = vec![span];
-        if let Some(p) = previous {
-            sources.push(p);
+        // A day line's date is not an identifier to keep: it is written with what it dates.
+        let span_text = without_day_lines(span);
+        let previous_text = previous.map(without_day_lines);
+        let mut sources = vec![span_text.as_ref()];
+        if let Some(p) = &previous_text {
+            sources.push(p.as_ref());
         }
         let ids = identifiers::extract_all(&sources);
         let (ranked, span_tokens) = self.rank(&sentences, &ids);
@@ -185,6 +196,15 @@ impl ExtractiveSummarizer {
         let analysed: Vec<Analysed<'a>> = sentences
             .iter()
             .map(|&(text, carried)| {
+                if text.starts_with(DAY_MARKER) {
+                    return Analysed {
+                        text: Cow::Borrowed(text),
+                        tokens: self.counter.count(text),
+                        ids: Vec::new(),
+                        facts: 0,
+                        body_start: text.len(),
+                    };
+                }
                 let written = self.counter.count(text);
                 if !carried {
                     span_tokens = span_tokens.saturating_add(written);
@@ -194,7 +214,22 @@ impl ExtractiveSummarizer {
                 let speaker = identifiers::speaker(text);
                 let body_start = speaker.as_ref().map_or(0, |(_, end)| *end);
                 let own = speaker.and_then(|(name, _)| id_index.get(&text[name]).copied());
-                let facts = carried_ids.iter().filter(|&&i| Some(i) != own).count();
+                // A name, a time or a mention alone is not a fact ("Woohoo Melanie!"): it
+                // makes one only in a line that says something besides it.
+                let others: Vec<u32> = carried_ids
+                    .iter()
+                    .copied()
+                    .filter(|&i| Some(i) != own)
+                    .collect();
+                let weak = |i: &u32| ids.get(*i as usize).is_some_and(|id| id.kind.is_weak());
+                let said = words(text.get(body_start..).unwrap_or_default()).len();
+                let facts = if said.saturating_sub(others.iter().filter(|i| weak(i)).count())
+                    >= MIN_CONTENT_TERMS
+                {
+                    others.len()
+                } else {
+                    others.iter().filter(|i| !weak(i)).count()
+                };
                 let text = if carried || facts == 0 {
                     Cow::Borrowed(text)
                 } else {
@@ -281,7 +316,9 @@ impl ExtractiveSummarizer {
                 // does not).
                 let cue =
                     has_cue(&text) || (text.ends_with('?') && terms.len() >= MIN_CONTENT_TERMS);
-                let informative = *carried || cue || facts > 0 || terms.len() >= MIN_CONTENT_TERMS;
+                let day = text.starts_with(DAY_MARKER);
+                let informative =
+                    !day && (*carried || cue || facts > 0 || terms.len() >= MIN_CONTENT_TERMS);
                 let score = base / max_base
                     + if facts > 0 { FACT_BONUS } else { 0.0 }
                     + 0.35 * facts.min(3) as f64 / 3.0
@@ -421,9 +458,20 @@ impl ExtractiveSummarizer {
 
         let mut body = String::from(EXTRACTIVE_HEADER);
         let mut seen = HashSet::new();
+        let mut day: Option<&str> = None;
         for (i, sentence) in ranked.iter().enumerate() {
+            if sentence.text.starts_with(DAY_MARKER) {
+                day = Some(sentence.text.as_ref());
+                continue;
+            }
             // A sentence repeated (e.g. carried and said again) is kept once.
             if chosen.keep[i] && seen.insert(sentence.text.as_ref()) {
+                if let Some(d) = day.take() {
+                    if seen.insert(d) {
+                        body.push('\n');
+                        body.push_str(d);
+                    }
+                }
                 body.push_str("\n- ");
                 body.push_str(&sentence.text);
             }
@@ -633,6 +681,19 @@ impl Ord for Ranked {
 }
 
 /// Lowercased words of `text` that count for ranking.
+/// `text` without its day lines.
+fn without_day_lines(text: &str) -> Cow<'_, str> {
+    if !text.contains(DAY_MARKER) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.lines()
+            .filter(|l| !l.starts_with(DAY_MARKER))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
+
 fn words(text: &str) -> Vec<String> {
     text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '\''))
         .filter(|w| w.chars().count() >= 2)

@@ -112,6 +112,17 @@ pub struct Identifier {
     pub text: String,
 }
 
+impl IdentifierKind {
+    /// Whether it says who or when but not what: a name, a date or time, an @mention. A line
+    /// holding only such identifiers ("Woohoo Melanie!", "see you at 9") carries no fact.
+    pub fn is_weak(self) -> bool {
+        matches!(
+            self,
+            IdentifierKind::Name | IdentifierKind::DateTime | IdentifierKind::Mention
+        )
+    }
+}
+
 impl Identifier {
     /// How it is written in an `Exact identifiers` list: code spans keep their backticks.
     pub fn display(&self) -> String {

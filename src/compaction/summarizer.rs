@@ -129,20 +129,21 @@ impl Summarizer {
         self.counter
     }
 
-    /// The summariser `config` describes: `[compaction] model` on the `[model]` server, or the
-    /// extractive one. Tokens are counted like the answering model's, since summaries go into
+    /// The summariser `config` describes: `[compaction] model` (by default the answering
+    /// model of a real server) on the `[model]` server, or the extractive one. Tokens are counted like the answering model's, since summaries go into
     /// its context. The client does not retry by itself: the summariser retries whole calls.
     pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
         let counter = TokenCounter::new(Encoding::for_model(&config.model.model));
-        let model: Option<Arc<dyn Model>> = if config.compaction.uses_model() {
-            let mut settings = OpenAiSettings::from_config(&config.model);
-            settings.model = config.compaction.model.trim().to_string();
-            settings.fallbacks = Vec::new();
-            settings.max_retries = 0;
-            Some(Arc::new(OpenAiModel::new(settings)?))
-        } else {
-            None
-        };
+        let model: Option<Arc<dyn Model>> =
+            if let Some(name) = config.compaction.summarizer_model(&config.model) {
+                let mut settings = OpenAiSettings::from_config(&config.model);
+                settings.model = name;
+                settings.fallbacks = Vec::new();
+                settings.max_retries = 0;
+                Some(Arc::new(OpenAiModel::new(settings)?))
+            } else {
+                None
+            };
         Ok(Self::new(model, &config.compaction, counter))
     }
 

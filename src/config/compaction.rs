@@ -10,8 +10,10 @@ use crate::error::ConfigError;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CompactionConfig {
-    /// The summariser model, served by the `[model]` server (same `base_url` and key). Empty
-    /// or `extractive` (default): the built-in extractive summariser, no network.
+    /// The summariser model, served by the `[model]` server (same `base_url` and key).
+    /// `extractive`: the built-in extractive summariser, no network. Empty (default): the
+    /// answering model when `[model]` is a real server (`provider = "openai"`), else the
+    /// extractive summariser — a model writes what was said, an extract can only pick lines.
     pub model: String,
     /// Longest summary in tokens, `Exact identifiers` included. Default 1,024.
     pub summary_max_tokens: u32,
@@ -60,6 +62,17 @@ impl CompactionConfig {
     pub fn uses_model(&self) -> bool {
         let m = self.model.trim();
         !m.is_empty() && m != "extractive"
+    }
+
+    /// The model that writes summaries, if any (see [`Self::model`]).
+    pub fn summarizer_model(&self, answering: &super::ModelConfig) -> Option<String> {
+        let m = self.model.trim();
+        match m {
+            "extractive" => None,
+            "" if answering.provider == "openai" => Some(answering.model.trim().to_string()),
+            "" => None,
+            named => Some(named.to_string()),
+        }
     }
 }
 

@@ -145,6 +145,24 @@ fn compaction_settings_are_checked() {
     assert!(Config::parse("[compaction]\nmodel = \"extractive\"\n").is_ok());
     // A summariser model needs an OpenAI-compatible server.
     assert!(Config::parse("[compaction]\nmodel = \"small\"\n").is_err());
+    // Unset: the answering model of a real server writes summaries; `echo` cannot.
+    assert_eq!(c.compaction.summarizer_model(&c.model), None);
+    let real = Config::parse(
+        "[model]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        real.compaction.summarizer_model(&real.model).as_deref(),
+        Some("m")
+    );
+    let extractive = Config::parse(
+        "[model]\nprovider = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n[compaction]\nmodel = \"extractive\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        extractive.compaction.summarizer_model(&extractive.model),
+        None
+    );
 }
 
 #[test]

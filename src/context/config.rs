@@ -43,7 +43,8 @@ impl StageSpec {
 
 /// The built-in sources in their default collection order. A source collected earlier claims
 /// its share of the budget first: the system prompt and the current message before anything
-/// else, then the stable prefix (bootstrap, skills) and the clock line, history last.
+/// else, then the stable prefix (bootstrap, skills) and the clock line, then the recent
+/// conversation, and chat recall last: it fills what the turn leaves.
 pub fn default_sources() -> Vec<StageSpec> {
     BUILTIN_SOURCES.into_iter().map(StageSpec::named).collect()
 }
@@ -60,8 +61,8 @@ pub const BUILTIN_SOURCES: [&str; 12] = [
     "group_history",
     "compaction_summary",
     "memory_recall",
-    "chat_recall",
     "history",
+    "chat_recall",
 ];
 
 /// The built-in processors in their default order. `trim_to_budget` comes last; the pipeline

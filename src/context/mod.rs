@@ -31,6 +31,7 @@
 //! - `memory_store.rs`, `text.rs`, `error.rs`: an in-memory store, text helpers, errors.
 //! - `order.rs`: sorting blocks by a key computed once, moving only those out of place.
 
+pub mod analysis;
 mod block;
 mod block_text;
 mod budget;
@@ -47,6 +48,7 @@ mod processor;
 pub mod processors;
 mod registry;
 mod render;
+pub mod retrieval;
 mod session;
 mod source;
 pub mod sources;

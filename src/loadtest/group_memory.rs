@@ -342,7 +342,7 @@ fn recalled(content: &str, fact: &Fact) -> bool {
 }
 
 /// Sends one message and, when it addresses the bot, waits for the reply.
-async fn send(runtime: &Runtime, message: InboundMessage) -> Result<(), Error> {
+pub(crate) async fn send(runtime: &Runtime, message: InboundMessage) -> Result<(), Error> {
     let addressed = message.mentioned_bot;
     let mut waiter = runtime.reply_to(&message.message_id);
     match runtime.submit(message).await {

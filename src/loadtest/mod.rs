@@ -8,6 +8,7 @@
 //! `plot.rs` draws as SVG for `--plot`.
 
 pub mod group_memory;
+pub mod locomo;
 pub mod plot;
 mod report;
 mod target;

@@ -78,7 +78,11 @@ impl Compaction {
         let worker = CompactionWorker {
             context: Arc::clone(context),
             config: Arc::clone(config),
-            compactor: SessionCompactor::new(store.clone(), summarizer),
+            compactor: SessionCompactor::new(store.clone(), summarizer).with_time_zone(
+                // The config is validated: its zone resolves.
+                crate::context::sources::time_zone(&config.context.time_zone)
+                    .unwrap_or(jiff::tz::TimeZone::UTC),
+            ),
         };
         let settings = CompactorSettings {
             max_concurrent: config.compaction.max_concurrent,

@@ -1,19 +1,28 @@
-//! `chat_recall`: older messages of a group chat, recalled from the chat's own record when the
-//! current message asks about them. The chat's messages that the context does not already show
-//! (not in the history window, not its chatter, not the pending history) are ranked with BM25
-//! against the current message; the best `top_n` above `min_score` come as `chat_recall`
-//! blocks, each with its score in the dump. A message is recalled only if it shares one of
-//! the query's rarest words (found in at most 1 in [`RARE_SHARE`] candidates, and at most
-//! twice as often as the rarest): a question phrased like earlier questions ("who owns ticket …") must not recall
-//! those questions, but the one message that names the ticket. Bounded: at most `max_candidates` messages are
-//! read, each snippet is cut to `max_snippet_chars`, and blocks only take the budget left.
+//! `chat_recall`: older messages of a group chat, recalled from the chat's own record for the
+//! current message. The chat's messages that the context does not already show (not in the
+//! history window, not its chatter, not the pending history) are ranked with BM25
+//! ([`crate::context::retrieval`]) against the current message, each message indexed by its
+//! text, its sender's name ("When did Caroline…" favours Caroline's lines) and its month and
+//! year ("…in May 2023"). The hits within `min_relative` of the best are taken best first
+//! while they fit the budget the turn has left (more when there is room, fewer when not), each
+//! with a neighbour where a hit is half of an exchange: the answer after a question, the line
+//! before a short reply ("yes, last Friday"). Questions put to the bot are not recalled: they
+//! are not what the group said.
+//!
+//! The recalled lines come as one block, oldest first, each with its day and sender
+//! (`[Mon 8 May 2023] Caroline: …`), so "when" questions can be answered and, where two
+//! lines disagree ("standup at 9", later "standup moved to 10"), the newer one reads as the
+//! current one. Bounded: at most `max_candidates` messages are read, `top_n` hits taken, each
+//! line cut to `max_snippet_chars`.
 
 use std::collections::HashSet;
 
-use bm25::{EmbedderBuilder, Scorer, Tokenizer};
+use jiff::tz::TimeZone;
 use serde::Deserialize;
 
-use super::memory_recall::{recall_query, WordTokenizer};
+use super::memory_recall::recall_query;
+use crate::context::analysis::{chat_date, date_terms, terms};
+use crate::context::retrieval::bm25;
 use crate::context::text::prefix_chars;
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
@@ -23,37 +32,47 @@ use crate::inbound::{untrusted, untrusted_block};
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
 use crate::store::{ChannelMessage, Scan};
 
-/// A query word is distinctive when at most one in this many candidates has it.
-const RARE_SHARE: usize = 20;
-/// The label of a recalled message's block.
+/// The label of the recalled messages' block.
 pub const RECALL_LABEL: &str = "Recalled from earlier in this chat";
+/// How the block introduces its lines.
+const RECALL_NOTE: &str = "oldest first; where lines disagree, the newer one is current";
+/// How much more a line counts when its sender is named in the question ("When did Caroline
+/// …"). The sender's name is also one of the line's terms, but a name said in half the chat
+/// weighs little in BM25 alone.
+const SPEAKER_BOOST: f32 = 1.3;
+/// A hit with fewer terms than this is a reply that needs the line before it to mean anything.
+const SHORT_REPLY_TERMS: usize = 6;
 
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 struct Params {
-    /// Messages recalled at most. Default 3.
+    /// Hits recalled at most (their neighbours come on top). Default 40.
     top_n: usize,
     /// Older messages ranked at most (newest first). Default 1,000.
     max_candidates: usize,
-    /// Longest recalled text, in characters. Default 400.
+    /// Longest recalled text, in characters. Default 600.
     max_snippet_chars: usize,
     /// Lowest BM25 score recalled. Default 1.0 (a match on one common word scores below it).
     min_score: f32,
+    /// Lowest score recalled as a share of the best hit's. Default 0.25.
+    min_relative: f32,
 }
 
 impl Default for Params {
     fn default() -> Self {
         Self {
-            top_n: 3,
+            top_n: 40,
             max_candidates: 1_000,
-            max_snippet_chars: 400,
+            max_snippet_chars: 600,
             min_score: 1.0,
+            min_relative: 0.25,
         }
     }
 }
 
 pub(super) struct ChatRecallSource {
     p: Params,
+    zone: TimeZone,
 }
 
 impl ChatRecallSource {
@@ -65,16 +84,41 @@ impl ChatRecallSource {
                 crate::store::MAX_CHAT_SCAN
             )));
         }
-        Ok(Self { p })
+        if !(0.0..=1.0).contains(&p.min_relative) {
+            return Err(StageError(
+                "chat_recall min_relative must be between 0 and 1".into(),
+            ));
+        }
+        let zone = super::time_zone(&c.config.context.time_zone)
+            .map_err(|e| StageError(format!("context.time_zone: {e}")))?;
+        Ok(Self { p, zone })
+    }
+
+    /// How a recalled message reads: `[Mon 8 May 2023] Name: text`, the text cut to
+    /// `max_snippet_chars`.
+    fn line(&self, m: &ChannelMessage) -> String {
+        let text = untrusted(&m.text);
+        let cut = prefix_chars(&text, self.p.max_snippet_chars);
+        let ellipsis = if cut.len() < text.len() { "…" } else { "" };
+        format!(
+            "[{}] {}: {cut}{ellipsis}",
+            chat_date(m.timestamp_ms, &self.zone),
+            untrusted(&m.sender_name)
+        )
     }
 }
 
-/// How a recalled message reads: `Name: text`, the text cut to `max_chars`.
-fn snippet(m: &ChannelMessage, max_chars: usize) -> String {
-    let text = untrusted(&m.text);
-    let cut = prefix_chars(&text, max_chars);
-    let ellipsis = if cut.len() < text.len() { "…" } else { "" };
-    format!("{}: {cut}{ellipsis}", untrusted(&m.sender_name))
+/// Whether a chat message is a question put to the bot (not a fact of the chat).
+fn asks_the_bot(m: &ChannelMessage) -> bool {
+    m.addressed && m.text.contains('?')
+}
+
+/// The block around `lines` (already in the order shown).
+fn frame(lines: &[String]) -> String {
+    untrusted_block(
+        &format!("{RECALL_LABEL} ({RECALL_NOTE})"),
+        &lines.join("\n"),
+    )
 }
 
 impl ContextSource for ChatRecallSource {
@@ -97,12 +141,12 @@ impl ContextSource for ChatRecallSource {
         let Some(query) = recall_query(session) else {
             return Ok(Vec::new());
         };
-        let query = query.as_str();
         let window = session.chat()?;
         let Some(chat) = &window.chat else {
             return Ok(Vec::new());
         };
         let mut left = self.p.max_candidates;
+        // Read newest first, kept oldest first.
         let candidates = session.store().chat_back(
             &chat.channel,
             &chat.chat_id,
@@ -113,7 +157,9 @@ impl ContextSource for ChatRecallSource {
                 }
                 left -= 1;
                 // `is_shown` cannot fail here: the chat window is read already.
-                if m.thread_id != chat.thread_id || session.is_shown(&m.message_id).unwrap_or(true)
+                if m.thread_id != chat.thread_id
+                    || asks_the_bot(m)
+                    || session.is_shown(&m.message_id).unwrap_or(true)
                 {
                     Scan::Skip
                 } else {
@@ -124,71 +170,137 @@ impl ContextSource for ChatRecallSource {
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
-        let corpus: Vec<&str> = candidates.iter().map(|m| m.text.as_str()).collect();
-        let words: Vec<HashSet<String>> = corpus
+        // Each message's terms, and how many of them are its own words (the rest: its
+        // sender's name and its month and year).
+        let mut own_terms = Vec::with_capacity(candidates.len());
+        let docs: Vec<Vec<String>> = candidates
             .iter()
-            .map(|t| WordTokenizer.tokenize(t).into_iter().collect())
-            .collect();
-        let rare_limit = (corpus.len() / RARE_SHARE).max(1);
-        let df: Vec<(String, usize)> = WordTokenizer
-            .tokenize(query)
-            .into_iter()
-            .map(|q| {
-                let n = words.iter().filter(|w| w.contains(&q)).count();
-                (q, n)
+            .map(|m| {
+                let mut t = terms(&m.text);
+                own_terms.push(t.len());
+                t.extend(terms(&m.sender_name));
+                t.extend(date_terms(m.timestamp_ms, &self.zone));
+                t
             })
-            .filter(|(_, n)| (1..=rare_limit).contains(n))
             .collect();
-        // The rarest words of the query (within twice the rarest one's count) are what a
-        // recalled message must share.
-        let rarest = df.iter().map(|(_, n)| *n).min().unwrap_or(0);
-        let rare: HashSet<String> = df
-            .into_iter()
-            .filter(|(_, n)| *n <= rarest.saturating_mul(2))
-            .map(|(q, _)| q)
-            .collect();
-        if rare.is_empty() {
+        let query = terms(&query);
+        let mut hits = bm25(&docs, &query);
+        // A question that names a member is about what that member said.
+        for h in &mut hits {
+            let by_named = candidates
+                .get(h.doc)
+                .is_some_and(|m| terms(&m.sender_name).iter().any(|t| query.contains(t)));
+            if by_named {
+                h.score *= SPEAKER_BOOST;
+            }
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.doc.cmp(&a.doc)));
+        let Some(best) = hits.first().map(|h| h.score) else {
             return Ok(Vec::new());
-        }
-        let embedder = EmbedderBuilder::<u32, WordTokenizer>::with_tokenizer_and_fit_to_corpus(
-            WordTokenizer,
-            &corpus,
-        )
-        .build();
-        let mut scorer = Scorer::<usize, u32>::new();
-        for (i, text) in corpus.iter().enumerate() {
-            scorer.upsert(&i, embedder.embed(text));
-        }
-        let mut matches = scorer.matches(&embedder.embed(query));
-        // Ties in a stable order: the newer message first.
-        matches.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.id.cmp(&a.id)));
-        let mut room = budget.remaining();
-        let mut out = Vec::new();
-        for hit in matches
+        };
+        let floor = self.p.min_score.max(best * self.p.min_relative);
+        let room = budget
+            .remaining()
+            .saturating_sub(session.tokens.count(&frame(&[])) + MESSAGE_OVERHEAD_TOKENS);
+        let mut used = 0u32;
+        let mut chosen: Vec<(usize, f32)> = Vec::new();
+        let mut taken: HashSet<usize> = HashSet::new();
+        for hit in hits
             .iter()
-            .filter(|h| h.score >= self.p.min_score)
-            .filter(|h| words.get(h.id).is_some_and(|w| !w.is_disjoint(&rare)))
+            .take_while(|h| h.score >= floor)
             .take(self.p.top_n)
         {
-            let Some(m) = candidates.get(hit.id) else {
+            let Some(m) = candidates.get(hit.doc) else {
                 continue;
             };
-            let content = untrusted_block(RECALL_LABEL, &snippet(m, self.p.max_snippet_chars));
-            let tokens = session.tokens.count(&content) + MESSAGE_OVERHEAD_TOKENS;
-            if tokens > room {
-                continue;
+            // Candidates are oldest first: the next message is at doc + 1, the one before at
+            // doc − 1.
+            let mut group = vec![hit.doc];
+            if m.text.contains('?') {
+                group.push(hit.doc + 1);
             }
-            room -= tokens;
-            let mut meta = BlockMeta {
-                message_id: Some(m.message_id.clone().into()),
-                timestamp_ms: Some(m.timestamp_ms),
-                ..BlockMeta::default()
-            };
-            meta.extra
-                .insert("score".into(), format!("{:.3}", hit.score));
-            meta.extra.insert("chat_seq".into(), m.seq.to_string());
-            out.push(ContextBlock::new(BlockKind::ChatRecall, content, tokens).with_meta(meta));
+            if own_terms
+                .get(hit.doc)
+                .is_some_and(|n| *n < SHORT_REPLY_TERMS)
+                && hit.doc > 0
+            {
+                group.push(hit.doc - 1);
+            }
+            for i in group {
+                let Some(m) = candidates.get(i) else {
+                    continue;
+                };
+                if taken.contains(&i) {
+                    continue;
+                }
+                let cost = session.tokens.count(&self.line(m)) + 1;
+                if used + cost > room {
+                    continue;
+                }
+                used += cost;
+                taken.insert(i);
+                chosen.push((i, hit.score));
+            }
         }
-        Ok(out)
+        if chosen.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Oldest first, as the candidates are.
+        chosen.sort_by_key(|c| c.0);
+        let lines: Vec<String> = chosen
+            .iter()
+            .filter_map(|(i, _)| candidates.get(*i).map(|m| self.line(m)))
+            .collect();
+        let mut content = frame(&lines);
+        let mut tokens = session.tokens.count(&content) + MESSAGE_OVERHEAD_TOKENS;
+        // Counted line by line the total can drift by a token or two: drop the weakest lines
+        // until the block fits (bounded by the number of lines).
+        let mut kept = chosen.clone();
+        while tokens > budget.remaining() && !kept.is_empty() {
+            let weakest = kept
+                .iter()
+                .enumerate()
+                .min_by(|a, b| a.1 .1.total_cmp(&b.1 .1))
+                .map_or(0, |(k, _)| k);
+            kept.remove(weakest);
+            let lines: Vec<String> = kept
+                .iter()
+                .filter_map(|(i, _)| candidates.get(*i).map(|m| self.line(m)))
+                .collect();
+            content = frame(&lines);
+            tokens = session.tokens.count(&content) + MESSAGE_OVERHEAD_TOKENS;
+        }
+        if kept.is_empty() {
+            return Ok(Vec::new());
+        }
+        for (i, _) in &kept {
+            if let Some(m) = candidates.get(*i) {
+                session.claim(&m.message_id);
+            }
+        }
+        let newest = kept
+            .iter()
+            .filter_map(|(i, _)| candidates.get(*i))
+            .map(|m| m.timestamp_ms)
+            .max();
+        let mut meta = BlockMeta {
+            timestamp_ms: newest,
+            ..BlockMeta::default()
+        };
+        meta.extra.insert("best_score".into(), format!("{best:.3}"));
+        meta.extra.insert("recalled".into(), kept.len().to_string());
+        meta.extra.insert(
+            "chat_seqs".into(),
+            kept.iter()
+                .filter_map(|(i, _)| candidates.get(*i).map(|m| m.seq.to_string()))
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+        Ok(vec![ContextBlock::new(
+            BlockKind::ChatRecall,
+            content,
+            tokens,
+        )
+        .with_meta(meta)])
     }
 }

@@ -5,10 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use bm25::{Embedder, EmbedderBuilder, Scorer, Tokenizer};
+use bm25::{Embedder, EmbedderBuilder, Scorer};
 use serde::Deserialize;
 
 use super::workspace::{fingerprint, read_capped, stamp, FileStamp};
+use crate::context::analysis::{terms, Terms};
 use crate::context::text::prefix_chars;
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
@@ -20,29 +21,6 @@ use crate::model::MESSAGE_OVERHEAD_TOKENS;
 const MAX_NOTE_BYTES: u64 = 64 * 1024;
 /// Characters of the current message used as the query.
 const MAX_QUERY_CHARS: usize = 2_000;
-/// Words too common to rank by.
-const STOP_WORDS: [&str; 40] = [
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "did", "do", "does", "for",
-    "from", "had", "has", "have", "how", "i", "in", "is", "it", "me", "my", "of", "on", "or", "so",
-    "that", "the", "this", "to", "was", "we", "what", "when", "with", "you", "your",
-];
-
-/// Splits text into lowercase words (letters and digits), without stop words and one-letter
-/// words.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct WordTokenizer;
-
-impl Tokenizer for WordTokenizer {
-    fn tokenize(&self, input_text: &str) -> Vec<String> {
-        input_text
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|w| w.chars().count() > 1)
-            .map(str::to_lowercase)
-            .filter(|w| !STOP_WORDS.contains(&w.as_str()))
-            .collect()
-    }
-}
-
 /// What recall searches for: the current messages' text (at most [`MAX_QUERY_CHARS`]), or
 /// `None` when it has no word worth ranking by.
 pub(super) fn recall_query(session: &SessionView<'_>) -> Option<String> {
@@ -53,7 +31,7 @@ pub(super) fn recall_query(session: &SessionView<'_>) -> Option<String> {
         .collect::<Vec<_>>()
         .join("\n");
     let query = prefix_chars(&query, MAX_QUERY_CHARS);
-    (!WordTokenizer.tokenize(query).is_empty()).then(|| query.to_string())
+    (!terms(query).is_empty()).then(|| query.to_string())
 }
 
 #[derive(Debug, Deserialize)]
@@ -86,7 +64,7 @@ struct Snippet {
 struct Index {
     fingerprint: u64,
     snippets: Vec<Snippet>,
-    embedder: Embedder<u32, WordTokenizer>,
+    embedder: Embedder<u32, Terms>,
     scorer: Scorer<usize, u32>,
 }
 
@@ -207,11 +185,8 @@ impl MemoryRecallSource {
             }
         }
         let corpus: Vec<&str> = all.iter().map(|s| s.text.as_str()).collect();
-        let embedder = EmbedderBuilder::<u32, WordTokenizer>::with_tokenizer_and_fit_to_corpus(
-            WordTokenizer,
-            &corpus,
-        )
-        .build();
+        let embedder =
+            EmbedderBuilder::<u32, Terms>::with_tokenizer_and_fit_to_corpus(Terms, &corpus).build();
         let mut scorer = Scorer::<usize, u32>::new();
         for (i, text) in corpus.iter().enumerate() {
             scorer.upsert(&i, embedder.embed(text));
@@ -301,7 +276,7 @@ mod tests {
     #[test]
     fn tokenizer_drops_noise() {
         assert_eq!(
-            WordTokenizer.tokenize("What is the WiFi password, Bob? x"),
+            terms("What is the WiFi password, Bob? x"),
             ["wifi", "password", "bob"]
         );
     }

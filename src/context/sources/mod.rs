@@ -20,7 +20,6 @@ pub use chat_recall::RECALL_LABEL;
 pub use current::QUEUED_HEADER;
 #[cfg(test)]
 pub(crate) use history::entry_block;
-pub use memory_recall::WordTokenizer;
 pub use reply_thread::THREAD_LABEL;
 pub use skills::SKILLS_HEADER;
 pub use summary::SUMMARY_HEADER;

@@ -1,0 +1,109 @@
+//! Text analysis for ranking: the one way recall, retrieval and the summariser cut text into
+//! terms. English stemming ("moved", "moving" → `move`), the NLTK stop list and Unicode folding,
+//! from the `bm25` crate's tokenizer, so a question and the line that answers it meet on the
+//! same terms even when their words differ in form.
+//!
+//! Also the one way a chat line is dated for the model (`chat_date`): who said what is not
+//! enough to answer "when" questions; the line must carry its day.
+
+use std::sync::LazyLock;
+
+use bm25::{DefaultTokenizer, Language, Tokenizer};
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
+
+static ANALYZER: LazyLock<DefaultTokenizer> = LazyLock::new(|| {
+    DefaultTokenizer::builder()
+        .language_mode(Language::English)
+        .normalization(true)
+        .stemming(true)
+        .stopwords(true)
+        .build()
+});
+
+/// Longest text analysed, in bytes: ranking a message by its first 4 KiB is enough, and it
+/// bounds the work one hostile message can cause.
+pub const MAX_ANALYSED_BYTES: usize = 4_096;
+
+/// The terms of `text`: lower case, folded to ASCII, stop words out, stemmed; one-character
+/// terms (punctuation, initials) dropped.
+pub fn terms(text: &str) -> Vec<String> {
+    let text = cut_at_boundary(text, MAX_ANALYSED_BYTES);
+    ANALYZER
+        .tokenize(text)
+        .into_iter()
+        .filter(|t| t.chars().nth(1).is_some())
+        .collect()
+}
+
+fn cut_at_boundary(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// [`terms`] as a `bm25` tokenizer (for the crate's embedder and scorer).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Terms;
+
+impl Tokenizer for Terms {
+    fn tokenize(&self, input_text: &str) -> Vec<String> {
+        terms(input_text)
+    }
+}
+
+/// The day a message was sent, in the chat's time zone, as shown beside recalled and
+/// summarised lines: `Mon 8 May 2023` (the weekday places "last Friday").
+pub fn chat_date(ms: u64, zone: &TimeZone) -> String {
+    let Ok(ts) = Timestamp::from_millisecond(i64::try_from(ms).unwrap_or(i64::MAX)) else {
+        return String::new();
+    };
+    jiff::fmt::strtime::format("%a %-d %B %Y", &ts.to_zoned_datetime(zone.clone()))
+        .unwrap_or_default()
+}
+
+/// The terms a message's date adds to its text for ranking: its month and year, so "what
+/// did she do in May 2023" favours that month's lines.
+pub fn date_terms(ms: u64, zone: &TimeZone) -> Vec<String> {
+    let Ok(ts) = Timestamp::from_millisecond(i64::try_from(ms).unwrap_or(i64::MAX)) else {
+        return Vec::new();
+    };
+    terms(
+        &jiff::fmt::strtime::format("%B %Y", &ts.to_zoned_datetime(zone.clone()))
+            .unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stems_and_drops_stop_words() {
+        assert_eq!(terms("When did Caroline move?"), vec!["carolin", "move"]);
+        assert_eq!(terms("She moved from Sweden"), vec!["move", "sweden"]);
+        assert_eq!(terms("the a of"), Vec::<String>::new());
+        assert_eq!(terms("Café"), vec!["cafe"]);
+    }
+
+    #[test]
+    fn long_text_is_cut_at_a_character_boundary() {
+        let long = "é".repeat(MAX_ANALYSED_BYTES);
+        assert!(terms(&long).iter().map(String::len).sum::<usize>() <= MAX_ANALYSED_BYTES);
+    }
+
+    #[test]
+    fn dates_show_the_day_in_the_zone() {
+        // 2023-05-08 13:56 UTC
+        let ms = 1_683_554_160_000;
+        assert_eq!(chat_date(ms, &TimeZone::UTC), "Mon 8 May 2023");
+        let tokyo = TimeZone::get("Asia/Tokyo").unwrap();
+        assert_eq!(chat_date(ms + 11 * 3_600_000, &tokyo), "Tue 9 May 2023");
+        assert_eq!(date_terms(ms, &TimeZone::UTC), vec!["may", "2023"]);
+    }
+}
