@@ -75,6 +75,10 @@ pub(crate) struct LoadtestArgs {
     /// format), replayed in the order given.
     #[arg(long, value_name = "FILE", num_args = 1..)]
     pub(crate) data: Vec<PathBuf>,
+    /// --scenario locomo: write each question's model request (with its evidence, found or
+    /// missing) into this directory, to read why a question was missed.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) dump_requests: Option<PathBuf>,
     /// Also write an SVG plot: turn latency over time and a latency histogram.
     #[arg(long, value_name = "FILE.svg")]
     pub(crate) plot: Option<PathBuf>,
@@ -161,7 +165,7 @@ async fn locomo(args: &LoadtestArgs) -> anyhow::Result<()> {
     }
     let temp = tempfile_dir()?;
     config.storage.data_dir = temp.clone();
-    let report = run(&conversations, config).await;
+    let report = run(&conversations, config, args.dump_requests.as_deref()).await;
     let _ = std::fs::remove_dir_all(&temp);
     let r = report?;
     if args.json {

@@ -151,12 +151,10 @@ impl ExtractiveSummarizer {
             for text in split_sentences(body) {
                 // Headings of a model-written summary are structure, not content; day lines
                 // roll forward with the lines under them.
-                if text.starts_with(DAY_MARKER) {
-                    sentences.push((text, true));
-                } else if !text.starts_with(EXTRACTIVE_HEADER_PREFIX)
-                    && text != retention::CUT_MARKER
-                    && !text.starts_with('#')
-                {
+                let structure = text.starts_with(EXTRACTIVE_HEADER_PREFIX)
+                    || text == retention::CUT_MARKER
+                    || (text.starts_with('#') && !text.starts_with(DAY_MARKER));
+                if !structure {
                     sentences.push((text, true));
                 }
             }

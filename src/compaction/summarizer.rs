@@ -6,6 +6,7 @@
 //! Token counting, identifier extraction and extractive ranking are CPU work on spans of tens
 //! of thousands of tokens, so they run on tokio's blocking pool, not on the caller's task.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,7 +94,16 @@ pub struct Summarizer {
     chunk_tokens: u32,
     max_retries: u32,
     retry_delay: Duration,
+    /// The model's context window as an overflow error stated it (0: not known yet). Chunks
+    /// are cut to fit it, so a small model is not sent a request it must refuse every time.
+    window: AtomicU32,
 }
+
+/// Tokens of a summariser request besides its chunk and the previous summary: the
+/// instructions and message framing.
+const PROMPT_OVERHEAD_TOKENS: u32 = 256;
+/// Smallest chunk worth a model call; in a smaller window the extractive summariser writes.
+const MIN_CHUNK_TOKENS: u32 = 256;
 
 impl std::fmt::Debug for Summarizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -121,6 +131,21 @@ impl Summarizer {
             chunk_tokens: config.chunk_tokens,
             max_retries: config.max_retries,
             retry_delay: SUMMARY_RETRY_DELAY,
+            window: AtomicU32::new(0),
+        }
+    }
+
+    /// The chunk size that fits the model's known window beside the previous summary and the
+    /// answer (each at most `summary_max_tokens`); `None` when nothing fits.
+    fn fitting_chunk_tokens(&self) -> Option<u32> {
+        match self.window.load(Ordering::Relaxed) {
+            0 => Some(self.chunk_tokens),
+            window => {
+                let room = window
+                    .saturating_sub(self.summary_max_tokens.saturating_mul(2))
+                    .saturating_sub(PROMPT_OVERHEAD_TOKENS);
+                (room >= MIN_CHUNK_TOKENS).then(|| room.min(self.chunk_tokens))
+            }
         }
     }
 
@@ -196,8 +221,10 @@ impl Summarizer {
         span: &str,
         previous: Option<&str>,
     ) -> Result<Result<Summary, FallbackReason>, SummarizeError> {
-        let (owned_span, counter, chunk_tokens) =
-            (span.to_string(), self.counter, self.chunk_tokens);
+        let Some(chunk_tokens) = self.fitting_chunk_tokens() else {
+            return Ok(Err(FallbackReason::TooLarge));
+        };
+        let (owned_span, counter) = (span.to_string(), self.counter);
         let Some(chunks) =
             blocking(move || prompt::chunks(&owned_span, chunk_tokens, &counter)).await?
         else {
@@ -215,7 +242,16 @@ impl Summarizer {
             );
             match self.call(model, &request).await {
                 Ok(text) => rolling = Some(text),
-                Err(e) => return Ok(Err(FallbackReason::ModelFailed(e.to_string()))),
+                Err(e) => {
+                    // Next time, chunks fit the window the server stated.
+                    if let ModelError::ContextOverflow {
+                        limit: Some(limit), ..
+                    } = &e
+                    {
+                        self.window.store(*limit, Ordering::Relaxed);
+                    }
+                    return Ok(Err(FallbackReason::ModelFailed(e.to_string())));
+                }
             }
         }
         let summary = rolling.unwrap_or_default();

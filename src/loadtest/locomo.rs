@@ -17,6 +17,7 @@
 //! The data stays outside the repository: the scenario reads the files it is given.
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::Arc;
 
 use jiff::civil::DateTime;
@@ -105,9 +106,7 @@ pub fn parse_session_date(text: &str) -> Option<DateTime> {
         "am" | "pm" => {}
         _ => return None,
     }
-    let mut parts = date
-        .split(|c: char| c == ' ' || c == ',')
-        .filter(|p| !p.is_empty());
+    let mut parts = date.split([' ', ',']).filter(|p| !p.is_empty());
     let day: i8 = parts.next()?.parse().ok()?;
     let month = parts.next()?;
     let year: i16 = parts.next()?.parse().ok()?;
@@ -377,6 +376,33 @@ fn inbound(
     }
 }
 
+/// Writes one question's request, with its evidence and whether each line was found, to
+/// `<dir>/<conversation>-q<k>-<category>-<ok|miss>.txt` (for reading why a question missed).
+#[allow(clippy::too_many_arguments)]
+fn write_dump(
+    dir: &Path,
+    conv: &Conversation,
+    k: usize,
+    q: &Question,
+    covered: bool,
+    evidence: &[&Turn],
+    found: &[bool],
+    request: &ModelRequest,
+) -> Result<(), Error> {
+    let mut text = format!("Q: {}\n", q.text);
+    for (t, found) in evidence.iter().zip(found) {
+        let found = if *found { "found" } else { "missing" };
+        text.push_str(&format!("{} {}: {} [{found}]\n", t.id, t.speaker, t.text));
+    }
+    for m in &request.messages {
+        text.push_str(&format!("\n--- {:?}\n{}\n", m.role, m.content));
+    }
+    let outcome = if covered { "ok" } else { "miss" };
+    let path = dir.join(format!("{}-q{k}-{}-{outcome}.txt", conv.name, q.category));
+    std::fs::write(&path, text)
+        .map_err(|source| Error::Store(crate::error::StoreError::DataDir { path, source }))
+}
+
 /// Replays `conv` into its own group chat of `runtime` and measures it.
 async fn replay(
     runtime: &Runtime,
@@ -385,6 +411,7 @@ async fn replay(
     zone: &TimeZone,
     counter: &TokenCounter,
     summary_tokens: u32,
+    dump: Option<&Path>,
 ) -> Result<LocomoFigures, Error> {
     let chat_id = format!("locomo-{}", conv.name);
     let speaker_ids: HashMap<&str, String> = conv
@@ -449,33 +476,9 @@ async fn replay(
             lines.iter().find(|l| l.contains(s.as_str())).copied()
         };
         let covered = evidence.iter().all(|t| line_of(t).is_some());
-        if let Ok(dir) = std::env::var("LOCOMO_DEBUG_DIR") {
-            let body: String = request
-                .messages
-                .iter()
-                .map(|m| format!("--- {:?}\n{}\n", m.role, m.content))
-                .collect();
-            let ev: String = evidence
-                .iter()
-                .map(|t| {
-                    format!(
-                        "{} {}: {} [{}]\n",
-                        t.id,
-                        t.speaker,
-                        t.text,
-                        line_of(t).is_some()
-                    )
-                })
-                .collect();
-            let _ = std::fs::write(
-                format!(
-                    "{dir}/{}-q{k}-{}-{}.txt",
-                    conv.name,
-                    q.category,
-                    if covered { "ok" } else { "miss" }
-                ),
-                format!("Q: {}\n{ev}\n{body}", q.text),
-            );
+        if let Some(dir) = dump {
+            let found: Vec<bool> = evidence.iter().map(|t| line_of(t).is_some()).collect();
+            write_dump(dir, conv, k, q, covered, &evidence, &found, request)?;
         }
         let slot = CATEGORIES
             .iter()
@@ -527,7 +530,7 @@ async fn replay(
         .filter(|q| q.evidence.iter().all(|e| recent.contains(e.as_str())))
         .count();
     // The summariser on its own: each session as one span.
-    let summarizer = ExtractiveSummarizer::new(counter.clone());
+    let summarizer = ExtractiveSummarizer::new(*counter);
     for (range, observations) in &conv.sessions {
         let span: String = conv.turns[range.clone()]
             .iter()
@@ -550,9 +553,11 @@ async fn replay(
 
 /// Runs the scenario on `conversations` against a runtime built from `config` (its model
 /// replaced by the [`RecordingModel`]; followup queueing so each question is its own turn).
+/// With `dump`, each question's request is written there (see [`write_dump`]).
 pub async fn run(
     conversations: &[Conversation],
     mut config: Config,
+    dump: Option<&Path>,
 ) -> Result<LocomoReport, Error> {
     config.queue.mode = crate::config::QueueModeSetting::Followup;
     config.queue.debounce_ms = 0;
@@ -575,7 +580,17 @@ pub async fn run(
         },
     };
     for conv in conversations.iter().take(MAX_CONVERSATIONS) {
-        let fig = match replay(&runtime, &model, conv, &zone, &counter, summary_tokens).await {
+        let fig = match replay(
+            &runtime,
+            &model,
+            conv,
+            &zone,
+            &counter,
+            summary_tokens,
+            dump,
+        )
+        .await
+        {
             Ok(f) => f,
             Err(e) => {
                 let _ = runtime.shutdown().await;

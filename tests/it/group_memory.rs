@@ -369,7 +369,10 @@ async fn the_summary_stays_in_the_context_when_the_window_ends_before_it() {
             "gm6",
             &format!("m{i}"),
             "Alice",
-            &format!("@bot ORD-{i:04}?"),
+            // A statement: questions put to the bot are not summarised as the group's facts.
+            &format!(
+                "@bot note: order ORD-{i:04} ships from the Berlin warehouse after the customs check"
+            ),
             true,
         )
     };

@@ -5,9 +5,9 @@
 //! text, its sender's name ("When did Caroline…" favours Caroline's lines) and its month and
 //! year ("…in May 2023"). The hits within `min_relative` of the best are taken best first
 //! while they fit the budget the turn has left (more when there is room, fewer when not), each
-//! with a neighbour where a hit is half of an exchange: the answer after a question, the line
-//! before a short reply ("yes, last Friday"). Questions put to the bot are not recalled: they
-//! are not what the group said.
+//! with a neighbour where a hit is half of an exchange: the answer after a question, the
+//! question before a short reply ("yes, last Friday"). Questions put to the bot are not
+//! recalled (they are not what the group said), nor lines the rolling summary already states.
 //!
 //! The recalled lines come as one block, oldest first, each with its day and sender
 //! (`[Mon 8 May 2023] Caroline: …`), so "when" questions can be answered and, where two
@@ -40,7 +40,8 @@ const RECALL_NOTE: &str = "oldest first; where lines disagree, the newer one is 
 /// …"). The sender's name is also one of the line's terms, but a name said in half the chat
 /// weighs little in BM25 alone.
 const SPEAKER_BOOST: f32 = 1.3;
-/// A hit with fewer terms than this is a reply that needs the line before it to mean anything.
+/// A hit with fewer terms than this, after a question, is a reply that needs the question to
+/// mean anything ("yes, last Friday").
 const SHORT_REPLY_TERMS: usize = 6;
 
 #[derive(Debug, Deserialize)]
@@ -145,6 +146,13 @@ impl ContextSource for ChatRecallSource {
         let Some(chat) = &window.chat else {
             return Ok(Vec::new());
         };
+        // What the rolling summary states is not recalled again beside it.
+        let transcript = session.transcript()?;
+        let summary = transcript.summary.as_ref().map(|(_, e)| e.text.as_str());
+        let summarised = |m: &ChannelMessage| {
+            let text = m.text.trim();
+            !text.is_empty() && summary.is_some_and(|s| s.contains(text))
+        };
         let mut left = self.p.max_candidates;
         // Read newest first, kept oldest first.
         let candidates = session.store().chat_back(
@@ -159,6 +167,7 @@ impl ContextSource for ChatRecallSource {
                 // `is_shown` cannot fail here: the chat window is read already.
                 if m.thread_id != chat.thread_id
                     || asks_the_bot(m)
+                    || summarised(m)
                     || session.is_shown(&m.message_id).unwrap_or(true)
                 {
                     Scan::Skip
@@ -219,11 +228,15 @@ impl ContextSource for ChatRecallSource {
             if m.text.contains('?') {
                 group.push(hit.doc + 1);
             }
-            if own_terms
+            let short = own_terms
                 .get(hit.doc)
-                .is_some_and(|n| *n < SHORT_REPLY_TERMS)
-                && hit.doc > 0
-            {
+                .is_some_and(|n| *n < SHORT_REPLY_TERMS);
+            let after_a_question = hit
+                .doc
+                .checked_sub(1)
+                .and_then(|i| candidates.get(i))
+                .is_some_and(|p| p.text.contains('?'));
+            if short && after_a_question {
                 group.push(hit.doc - 1);
             }
             for i in group {

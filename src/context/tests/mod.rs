@@ -5,6 +5,7 @@ mod fixtures;
 mod golden;
 mod processors;
 mod properties;
+mod recall;
 mod skills_and_attachments;
 mod sources;
 mod time_and_place;

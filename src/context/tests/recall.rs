@@ -1,0 +1,159 @@
+//! Chat recall through the whole pipeline: dated lines, oldest first, the newer of two
+//! disagreeing lines read as current, the answer after a recalled question, questions put to
+//! the bot left out, and nothing from another chat.
+
+use super::fixtures::*;
+use crate::context::sources::RECALL_LABEL;
+use crate::context::{Assembly, MemoryStore};
+use crate::inbound::ChatKind;
+use crate::store::ChannelMessage;
+
+const GROUP_KEY: &str = "agent:main:telegram:group:-100123";
+const DAY: u64 = 24 * 60 * MINUTE;
+
+/// A chat message of `chat` said `ago` ms before [`NOW`], `seq` in the chat's order.
+fn said(chat: &str, seq: u64, name: &str, text: &str, ago: u64, addressed: bool) -> ChannelMessage {
+    ChannelMessage {
+        channel: "telegram".into(),
+        chat_id: chat.into(),
+        message_id: format!("{chat}-{seq}"),
+        sender_id: format!("id-{name}"),
+        sender_name: name.into(),
+        text: text.into(),
+        timestamp_ms: NOW - ago,
+        reply_to: None,
+        thread_id: None,
+        seq,
+        addressed,
+    }
+}
+
+/// The chat record of `-100123`: `lines` in order, a day apart, the last a week ago; plus
+/// filler so the lines are not the whole chat.
+fn chat(lines: &[(&str, &str, bool)]) -> MemoryStore {
+    let mut store = MemoryStore::new();
+    let mut seq = 0;
+    for (i, (name, text, addressed)) in lines.iter().enumerate() {
+        for f in 0..5 {
+            seq += 1;
+            let ago = 7 * DAY + (lines.len() - i) as u64 * DAY + (10 - f) * MINUTE;
+            store.push_channel_message(said(
+                "-100123",
+                seq,
+                "Dave",
+                "the build is slow",
+                ago,
+                false,
+            ));
+        }
+        seq += 1;
+        let ago = 7 * DAY + (lines.len() - i) as u64 * DAY;
+        store.push_channel_message(said("-100123", seq, name, text, ago, *addressed));
+    }
+    store
+}
+
+fn ask(store: &MemoryStore, question: &str) -> std::sync::Arc<Assembly> {
+    let config = config_with_workspace(None);
+    let msg = inbound(ChatKind::Group, "q", question, 0);
+    assemble(
+        &engine(&config),
+        store,
+        GROUP_KEY,
+        1,
+        &[current(msg, 1, vec![], vec![])],
+    )
+}
+
+/// The recalled block's lines (between its fences), or none.
+fn recalled(a: &Assembly) -> Vec<String> {
+    let text: String = a.messages().iter().map(|m| m.content.to_string()).collect();
+    let Some(block) = text.split(RECALL_LABEL).nth(1) else {
+        return Vec::new();
+    };
+    block
+        .split("```")
+        .nth(1)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_newer_of_two_disagreeing_lines_comes_last_and_reads_as_current() {
+    let store = chat(&[
+        ("Priya", "the standup is at 9:00 in room Fjord", false),
+        ("Bob", "the standup moved to 10:00, same room Fjord", false),
+    ]);
+    let a = ask(&store, "@bot when is the standup in room Fjord?");
+    let lines = recalled(&a);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines[0].contains("at 9:00") && lines[1].contains("moved to 10:00"),
+        "{lines:?}"
+    );
+    let text: String = a.messages().iter().map(|m| m.content.to_string()).collect();
+    assert!(
+        text.contains("where lines disagree, the newer one is current"),
+        "{text}"
+    );
+    // Each line says when and who: `[Sat 15 November 2025] Priya: …`.
+    assert!(
+        lines[0].starts_with('[') && lines[0].contains("2025] Priya: "),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_recalled_question_brings_its_answer_and_questions_to_the_bot_stay_out() {
+    let store = chat(&[
+        ("Alice", "@bot where did Ann move from?", true),
+        (
+            "Bob",
+            "Ann, where did you move from before joining us?",
+            false,
+        ),
+        ("Ann", "Sweden, four years ago.", false),
+    ]);
+    let a = ask(&store, "@bot where did Ann move from?");
+    let lines = recalled(&a).join("\n");
+    assert!(
+        lines.contains("Sweden, four years ago."),
+        "the answer after the question:\n{lines}"
+    );
+    assert!(
+        !lines.contains("@bot where did Ann"),
+        "a question to the bot is no fact:\n{lines}"
+    );
+}
+
+#[test]
+fn nothing_is_recalled_from_another_chat() {
+    let mut store = chat(&[("Priya", "the vault code is KX-9911", false)]);
+    // The same words in a direct chat with Priya and in another group.
+    store.push_channel_message(said(
+        "dm-priya",
+        1,
+        "Priya",
+        "my vault code is QQ-1234",
+        DAY,
+        false,
+    ));
+    store.push_channel_message(said(
+        "-100999",
+        1,
+        "Omar",
+        "vault code ZZ-0001 for the other team",
+        DAY,
+        false,
+    ));
+    let a = ask(&store, "@bot what is the vault code?");
+    let lines = recalled(&a).join("\n");
+    assert!(lines.contains("KX-9911"), "{lines}");
+    assert!(
+        !lines.contains("QQ-1234") && !lines.contains("ZZ-0001"),
+        "{lines}"
+    );
+}
