@@ -207,6 +207,10 @@ async fn locomo(args: &LoadtestArgs) -> anyhow::Result<()> {
         );
     }
     println!(
+        "assembly per question (uncached): p50 {} µs, p99 {} µs",
+        r.total.assembly_us_p50, r.total.assembly_us_p99
+    );
+    println!(
         "budget {} tokens; summary retention of observations: {}/{} ({:.1}%); unresolved questions left out: {}",
         r.total.budget,
         r.total.observations_retained,

@@ -252,6 +252,15 @@ impl CategoryFigures {
     }
 }
 
+/// The median and the 99th percentile of sorted `values`.
+fn percentiles(values: &[u32]) -> (u32, u32) {
+    let at = |q: f64| {
+        let i = ((values.len() as f64 * q).ceil() as usize).saturating_sub(1);
+        values.get(i).copied().unwrap_or(0)
+    };
+    (at(0.5), at(0.99))
+}
+
 fn pct(n: usize, of: usize) -> f64 {
     if of == 0 {
         0.0
@@ -286,6 +295,13 @@ pub struct LocomoFigures {
     pub tokens_max: u32,
     /// The turn budget of the chat.
     pub budget: u32,
+    /// Microseconds of one uncached assembly per question: every value.
+    #[serde(skip)]
+    pub assembly_us: Vec<u32>,
+    /// … median.
+    pub assembly_us_p50: u32,
+    /// … 99th percentile.
+    pub assembly_us_p99: u32,
     /// Questions a recency window of `budget` tokens of the conversation would cover.
     pub recency_covered: usize,
     /// Tokens of the whole conversation as `Name: text` lines.
@@ -319,6 +335,9 @@ impl LocomoFigures {
         self.tokens.sort_unstable();
         self.tokens_p50 = self.tokens.get(self.tokens.len() / 2).copied().unwrap_or(0);
         self.tokens_max = self.tokens_max.max(o.tokens_max);
+        self.assembly_us.extend_from_slice(&o.assembly_us);
+        self.assembly_us.sort_unstable();
+        (self.assembly_us_p50, self.assembly_us_p99) = percentiles(&self.assembly_us);
         self.budget = self.budget.max(o.budget);
         self.recency_covered += o.recency_covered;
         self.whole_tokens = self.whole_tokens.max(o.whole_tokens);
@@ -448,11 +467,29 @@ async fn replay(
         ..LocomoFigures::default()
     };
     let first_request = model.requests().len();
+    let key = crate::inbound::SessionKeys::for_agent("main").key(&inbound(
+        &chat_id,
+        String::new(),
+        ASKER,
+        "",
+        0,
+        true,
+    ));
+
     for (k, q) in conv.questions.iter().enumerate() {
         let text = format!("@bot {}", q.text);
         let id = format!("{}-q{k}", conv.name);
         let ts = start_ms + k as u64 * QUESTION_SPACING_MS;
-        send(runtime, inbound(&chat_id, id, ASKER, &text, ts, true)).await?;
+        let question = inbound(&chat_id, id, ASKER, &text, ts, true);
+        if k > 0 {
+            // What the question's turn pays for its context (the session exists from the
+            // first question on).
+            fig.assembly_us.push(
+                u32::try_from(runtime.time_assembly(&key, question.clone())?.as_micros())
+                    .unwrap_or(u32::MAX),
+            );
+        }
+        send(runtime, question).await?;
         let requests = model.requests();
         let request: Option<&ModelRequest> = requests.iter().skip(first_request).rev().find(|r| {
             r.messages
@@ -496,17 +533,11 @@ async fn replay(
             }
         }
     }
+    fig.assembly_us.sort_unstable();
+    (fig.assembly_us_p50, fig.assembly_us_p99) = percentiles(&fig.assembly_us);
     fig.tokens.sort_unstable();
     fig.tokens_p50 = fig.tokens.get(fig.tokens.len() / 2).copied().unwrap_or(0);
     fig.tokens_max = fig.tokens.last().copied().unwrap_or(0);
-    let key = crate::inbound::SessionKeys::for_agent("main").key(&inbound(
-        &chat_id,
-        String::new(),
-        ASKER,
-        "",
-        0,
-        true,
-    ));
     fig.budget = runtime.context_dump(&key)?.map_or(0, |a| a.budget.total);
     // The baselines: the newest turns that fit the budget, and the whole conversation.
     let costs: Vec<u32> = conv

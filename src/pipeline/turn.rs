@@ -208,7 +208,12 @@ impl TurnEngine {
         self.assemble_caching(session_key, current, queue, true)
     }
 
-    fn assemble_caching(
+    /// The token counter of the answering model.
+    pub(crate) fn tokens(&self) -> TokenCounter {
+        self.tokens
+    }
+
+    pub(crate) fn assemble_caching(
         &self,
         session_key: &str,
         current: &[CurrentMessage],

@@ -423,6 +423,35 @@ impl Runtime {
         )?))
     }
 
+    /// How long one uncached assembly of `key` takes around `message` as its next turn's
+    /// message (nothing is stored or sent): what a turn pays for its context, for the memory
+    /// benchmark (`loadtest --scenario locomo`).
+    pub(crate) fn time_assembly(
+        &self,
+        key: &str,
+        message: crate::inbound::InboundMessage,
+    ) -> Result<std::time::Duration, Error> {
+        let tokens = self.inner.engine.tokens().count(&message.text);
+        let current = crate::context::CurrentMessage {
+            inbox_seq: u64::MAX,
+            record: Arc::new(crate::store::InboxRecord {
+                accepted_at_ms: message.timestamp_ms,
+                message,
+                system_events: Vec::new(),
+                group_history: Vec::new(),
+            }),
+            tokens,
+        };
+        let started = std::time::Instant::now();
+        self.inner.engine.assemble_caching(
+            key,
+            std::slice::from_ref(&current),
+            crate::context::QueueInfo::default(),
+            false,
+        )?;
+        Ok(started.elapsed())
+    }
+
     /// Preflight decisions so far, by outcome.
     pub fn preflight_stats(&self) -> PreflightStats {
         self.inner.preflight.stats()
