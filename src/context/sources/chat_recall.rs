@@ -15,7 +15,7 @@
 //! current one. Bounded: at most `max_candidates` messages are read, `top_n` hits taken, each
 //! line cut to `max_snippet_chars`.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use jiff::tz::TimeZone;
 use serde::Deserialize;
@@ -36,6 +36,7 @@ use crate::store::{ChannelMessage, Scan};
 pub const RECALL_LABEL: &str = "Recalled from earlier in this chat";
 /// How the block introduces its lines.
 const RECALL_NOTE: &str = "oldest first; where lines disagree, the newer one is current";
+const HOUR_MS: u64 = 3_600_000;
 /// How much more a line counts when its sender is named in the question ("When did Caroline
 /// …"). The sender's name is also one of the line's terms, but a name said in half the chat
 /// weighs little in BM25 alone.
@@ -181,14 +182,28 @@ impl ContextSource for ChatRecallSource {
         }
         // Each message's terms, and how many of them are its own words (the rest: its
         // sender's name and its month and year).
+        // A chat has few senders and few days: each is analysed once per assembly.
         let mut own_terms = Vec::with_capacity(candidates.len());
+        let mut names: HashMap<&str, Vec<String>> = HashMap::new();
+        let mut months: HashMap<u64, Vec<String>> = HashMap::new();
         let docs: Vec<Vec<String>> = candidates
             .iter()
             .map(|m| {
                 let mut t = terms(&m.text);
                 own_terms.push(t.len());
-                t.extend(terms(&m.sender_name));
-                t.extend(date_terms(m.timestamp_ms, &self.zone));
+                t.extend_from_slice(
+                    names
+                        .entry(m.sender_name.as_str())
+                        .or_insert_with(|| terms(&m.sender_name)),
+                );
+                // Keyed by the hour (a ranking hint, not what is shown: in a zone offset by
+                // a half hour, a line said in the half hour around a month's turn may be
+                // indexed under the other month).
+                t.extend_from_slice(
+                    months
+                        .entry(m.timestamp_ms / HOUR_MS)
+                        .or_insert_with(|| date_terms(m.timestamp_ms, &self.zone)),
+                );
                 t
             })
             .collect();
