@@ -1,25 +1,54 @@
-//! Text analysis for ranking: the one way recall, retrieval and the summariser cut text into
-//! terms. English stemming ("moved", "moving" → `move`), the NLTK stop list and Unicode folding,
-//! from the `bm25` crate's tokenizer, so a question and the line that answers it meet on the
+//! Text analysis for ranking: the one way recall and retrieval cut text into terms. English
+//! Snowball stemming ("moved", "moving" → `move`), the NLTK stop list and Unicode folding, from
+//! the `bm25` crate's analyser and its stemmer, so a question and the line that answers it meet on the
 //! same terms even when their words differ in form.
 //!
 //! Also the one way a chat line is dated for the model (`chat_date`): who said what is not
 //! enough to answer "when" questions; the line must carry its day.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use bm25::{DefaultTokenizer, Language, Tokenizer};
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
+use rust_stemmers::{Algorithm, Stemmer};
 
+/// Folding, lower case, word splitting and the stop list; stemming is done here, memoised.
 static ANALYZER: LazyLock<DefaultTokenizer> = LazyLock::new(|| {
     DefaultTokenizer::builder()
         .language_mode(Language::English)
         .normalization(true)
-        .stemming(true)
+        .stemming(false)
         .stopwords(true)
         .build()
 });
+
+static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
+
+/// Most words whose stems one thread remembers; the memo is cleared when it is full. A chat's
+/// vocabulary is a few thousand words, so a recall over 1,000 messages stems each word once.
+pub const MAX_STEM_MEMO: usize = 50_000;
+
+thread_local! {
+    static STEMS: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
+}
+
+fn stem(word: String) -> String {
+    STEMS.with(|memo| {
+        let mut memo = memo.borrow_mut();
+        if let Some(s) = memo.get(&word) {
+            return s.clone();
+        }
+        let stemmed = STEMMER.stem(&word).into_owned();
+        if memo.len() >= MAX_STEM_MEMO {
+            memo.clear();
+        }
+        memo.insert(word, stemmed.clone());
+        stemmed
+    })
+}
 
 /// Longest text analysed, in bytes: ranking a message by its first 4 KiB is enough, and it
 /// bounds the work one hostile message can cause.
@@ -32,6 +61,7 @@ pub fn terms(text: &str) -> Vec<String> {
     ANALYZER
         .tokenize(text)
         .into_iter()
+        .map(stem)
         .filter(|t| t.chars().nth(1).is_some())
         .collect()
 }
