@@ -305,24 +305,38 @@ fn inbound(
     text: &str,
     addressed: bool,
 ) -> InboundMessage {
-    let (id, name) = PEOPLE[person % PEOPLE.len()];
+    let sender = PEOPLE[person % PEOPLE.len()];
+    let at = start_ms + i as u64 * SPACING_MS;
+    group_message(chat_id, format!("gm-{i}"), sender, text, at, addressed)
+}
+
+/// A Telegram group message of the scenarios: `sender` is (id, name); `addressed` mentions
+/// the bot.
+pub(crate) fn group_message(
+    chat_id: &str,
+    message_id: String,
+    sender: (&str, &str),
+    text: &str,
+    timestamp_ms: u64,
+    addressed: bool,
+) -> InboundMessage {
     InboundMessage {
         channel: "telegram".into(),
         account_id: "default".into(),
         chat_kind: ChatKind::Group,
         chat_id: chat_id.into(),
         thread_id: None,
-        message_id: format!("gm-{i}"),
+        message_id,
         sender: Sender {
-            id: id.into(),
-            name: name.into(),
+            id: sender.0.into(),
+            name: sender.1.into(),
             is_bot: false,
         },
         text: text.into(),
         mentions: Vec::new(),
         mentioned_bot: addressed,
         reply_to: None,
-        timestamp_ms: start_ms + i as u64 * SPACING_MS,
+        timestamp_ms,
         attachments: Vec::new(),
         kind: MessageKind::Message,
     }

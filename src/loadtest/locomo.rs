@@ -25,12 +25,12 @@ use jiff::tz::TimeZone;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::group_memory::{send, RecordingModel};
+use super::group_memory::{group_message, send, RecordingModel};
 use crate::compaction::ExtractiveSummarizer;
 use crate::config::Config;
 use crate::context::analysis::{chat_date, terms};
 use crate::error::Error;
-use crate::inbound::{untrusted, ChatKind, InboundMessage, MessageKind, Sender};
+use crate::inbound::untrusted;
 use crate::model::{Encoding, ModelRequest, TokenCounter};
 use crate::runtime::Runtime;
 
@@ -365,36 +365,6 @@ fn content_words(text: &str) -> HashSet<String> {
     terms(text).into_iter().collect()
 }
 
-fn inbound(
-    chat_id: &str,
-    id: String,
-    sender: (&str, &str),
-    text: &str,
-    ts: u64,
-    addressed: bool,
-) -> InboundMessage {
-    InboundMessage {
-        channel: "telegram".into(),
-        account_id: "default".into(),
-        chat_kind: ChatKind::Group,
-        chat_id: chat_id.into(),
-        thread_id: None,
-        message_id: id,
-        sender: Sender {
-            id: sender.0.into(),
-            name: sender.1.into(),
-            is_bot: false,
-        },
-        text: text.into(),
-        mentions: Vec::new(),
-        mentioned_bot: addressed,
-        reply_to: None,
-        timestamp_ms: ts,
-        attachments: Vec::new(),
-        kind: MessageKind::Message,
-    }
-}
-
 /// Writes one question's request, with its evidence and whether each line was found, to
 /// `<dir>/<conversation>-q<k>-<category>-<ok|miss>.txt` (for reading why a question missed).
 #[allow(clippy::too_many_arguments)]
@@ -445,7 +415,7 @@ async fn replay(
         .collect();
     for (i, t) in conv.turns.iter().enumerate() {
         let sender = (speaker_ids[t.speaker.as_str()].as_str(), t.speaker.as_str());
-        let m = inbound(
+        let m = group_message(
             &chat_id,
             format!("{}-t{i}", conv.name),
             sender,
@@ -467,7 +437,7 @@ async fn replay(
         ..LocomoFigures::default()
     };
     let first_request = model.requests().len();
-    let key = crate::inbound::SessionKeys::for_agent("main").key(&inbound(
+    let key = crate::inbound::SessionKeys::for_agent("main").key(&group_message(
         &chat_id,
         String::new(),
         ASKER,
@@ -480,7 +450,7 @@ async fn replay(
         let text = format!("@bot {}", q.text);
         let id = format!("{}-q{k}", conv.name);
         let ts = start_ms + k as u64 * QUESTION_SPACING_MS;
-        let question = inbound(&chat_id, id, ASKER, &text, ts, true);
+        let question = group_message(&chat_id, id, ASKER, &text, ts, true);
         if k > 0 {
             // What the question's turn pays for its context (the session exists from the
             // first question on).

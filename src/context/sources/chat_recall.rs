@@ -213,7 +213,8 @@ impl ContextSource for ChatRecallSource {
         for h in &mut hits {
             let by_named = candidates
                 .get(h.doc)
-                .is_some_and(|m| terms(&m.sender_name).iter().any(|t| query.contains(t)));
+                .and_then(|m| names.get(m.sender_name.as_str()))
+                .is_some_and(|name| name.iter().any(|t| query.contains(t)));
             if by_named {
                 h.score *= SPEAKER_BOOST;
             }
