@@ -109,21 +109,29 @@ async fn stats_keep_their_fields_and_gain_the_overview_ones() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::ACCEPTED);
     let url = server.base.clone();
-    let stats: Value = eventually_some(Duration::from_secs(60), "the turn to be counted", || {
-        let http = http.clone();
-        let url = url.clone();
-        async move {
-            let v: Value = http
-                .get(format!("{url}/v1/stats"))
-                .send()
-                .await
-                .ok()?
-                .json()
-                .await
-                .ok()?;
-            (v["turns"].as_u64()? >= 1 && v["queued_messages"] == 0).then_some(v)
-        }
-    })
+    let stats: Value = eventually_some(
+        Duration::from_secs(60),
+        "the turn and a janitor pass to be counted",
+        || {
+            let http = http.clone();
+            let url = url.clone();
+            async move {
+                let v: Value = http
+                    .get(format!("{url}/v1/stats"))
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                // The janitor's first pass runs beside the turn, not before it.
+                (v["turns"].as_u64()? >= 1
+                    && v["queued_messages"] == 0
+                    && v["janitor"]["passes"].as_u64()? >= 1)
+                    .then_some(v)
+            }
+        },
+    )
     .await;
     for field in [
         "sessions",
