@@ -371,6 +371,49 @@ async fn the_janitor_removes_empty_packs_and_compacts_mostly_dead_ones() {
     store.close().await.unwrap();
 }
 
+/// Compactions that fill a new pack and start another keep every session: the filled pack
+/// is new to the pass, yet it is not a pack the index never named.
+#[tokio::test]
+async fn compactions_spilling_over_new_packs_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    store.shared.packs.set_limits(5, u64::MAX);
+    let key = |i: u64| format!("s{i:03}");
+    for i in 0..25 {
+        turn(&store, &key(i), 1_000 + i, &format!("text {i}"));
+        freeze(&store, &key(i));
+    }
+    // Packs 1–4 keep two sessions of five each; pack 5 is full.
+    for pack in 0..4 {
+        for i in 0..3 {
+            assert!(store.delete_session(&key(pack * 5 + i)).unwrap().is_some());
+        }
+    }
+    let kept: Vec<u64> = (0..25).filter(|i| *i >= 20 || i % 5 >= 3).collect();
+    let before: Vec<_> = kept
+        .iter()
+        .map(|i| store.find_transcript(&key(*i), 0, 10).unwrap().unwrap())
+        .collect();
+    let tidied = store.tidy_cold().unwrap();
+    assert_eq!(tidied.packs_compacted, 4, "{tidied:?}");
+    assert_eq!(tidied.packs_removed, 0, "{tidied:?}");
+    let after: Vec<_> = kept
+        .iter()
+        .map(|i| store.find_transcript(&key(*i), 0, 10).unwrap().unwrap())
+        .collect();
+    assert_eq!(after, before);
+    assert_eq!(
+        cold_files(dir.path()),
+        (3, 0),
+        "pack 5, a full new one, the open one"
+    );
+    assert!(store
+        .doctor(crate::store::Depth::Full, false)
+        .unwrap()
+        .is_clean());
+    store.close().await.unwrap();
+}
+
 /// The janitor's deletion for the budget goes by whole packs, oldest first, and takes their
 /// sessions out of the index (the newer packs' sessions stay).
 #[tokio::test]

@@ -96,7 +96,6 @@ impl Store {
         let mut writer = self.shared.packs.writer();
         let current = writer.current();
         let packs = cold_index::packs(&self.inner().cold)?;
-        let known: HashSet<u64> = packs.iter().map(|(n, _)| *n).collect();
         let mut compactions = 0;
         for (n, info) in packs {
             if Some(n) == current {
@@ -124,6 +123,11 @@ impl Store {
                 compactions += 1;
             }
         }
+        // Known again: a compaction above may have filled and indexed packs of its own.
+        let known: HashSet<u64> = cold_index::packs(&self.inner().cold)?
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
         for (n, _) in self.pack_files()? {
             if !known.contains(&n) && Some(n) != writer.current() {
                 done.bytes_freed += self.remove_pack(&mut writer, n)?;
