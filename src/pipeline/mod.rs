@@ -102,7 +102,9 @@ impl TurnBackend {
     /// transcript. Costs an index lookup when the session is not cold. A thaw that fails is
     /// an error: the turn must not start a fresh session beside the cold one.
     async fn thaw_first(&self, key: &SessionKey) -> Result<(), crate::error::StoreError> {
-        if !self.store.may_be_cold(key) {
+        // Owed but no longer cold (deleted for the budget meanwhile): the thaw finds nothing
+        // and settles what admission counted.
+        if !self.store.may_be_cold(key) && !self.store.owes_thaw(key) {
             return Ok(());
         }
         let store = self.store.clone();

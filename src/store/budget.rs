@@ -425,7 +425,7 @@ impl StoreBudget {
 
         // 0. The cold tier's upkeep, at any fill (it loses no session): empty packs deleted,
         // mostly dead ones compacted, old-layout files moved into packs (`cold_tidy.rs`).
-        let tidied = self.store.tidy_cold()?;
+        let tidied = self.store.tidy_cold(over)?;
         disk_bytes = disk_bytes.saturating_sub(tidied.bytes_freed);
         report.bytes_freed += tidied.bytes_freed;
         let over = over && disk_bytes > usage.high_water_bytes;

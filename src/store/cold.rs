@@ -46,6 +46,10 @@ pub const COLD_DIR: &str = "cold";
 const BATCH: usize = 1_000;
 /// Largest value accepted when reading a segment: a stored value's own limit.
 const MAX_VALUE: usize = super::MAX_VALUE_BYTES;
+/// Most cold sessions whose owed thaw admission counts at once (each has a queued message,
+/// so `storage.max_queued_messages` usually bounds them first); past it a thaw is written
+/// without having been counted, as before the janitor's next measurement.
+pub(super) const MAX_OWED_THAWS: usize = 100_000;
 /// Times a thaw starts again when its session's frame moved while it read it (a compaction
 /// copied it to another pack, the janitor migrated an old-layout file).
 const THAW_ATTEMPTS: usize = 3;
@@ -405,6 +409,65 @@ impl Store {
     /// the commit checks that the frame read is still the session's. Runs on a blocking
     /// thread: the turn that needs the session awaits it, admission never does.
     pub fn thaw_session(&self, key: &str) -> Result<bool, StoreError> {
+        let thawed = self.thaw_attempts(key);
+        // A failed thaw is still owed: its turn tries again.
+        if thawed.is_ok() {
+            self.settle_thaw(key);
+        }
+        thawed
+    }
+
+    /// Counts the thaw that a message just queued for session `key` will cause, if the
+    /// session is cold: its turn writes the whole transcript back, and admission's disk
+    /// estimate must know before it accepts more. The caller holds the session's cold lock.
+    pub(super) fn owe_thaw(&self, key: &str) {
+        if !self.cold_used() {
+            return;
+        }
+        let entry = match cold_index::get(&self.inner().cold, key) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => return,
+            Err(error) => {
+                // Only the estimate misses it; the thaw itself reports the index.
+                tracing::warn!(session_key = %key, %error, "cannot count an owed thaw");
+                return;
+            }
+        };
+        let mut owed = self
+            .shared
+            .owed_thaws
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if owed.len() < MAX_OWED_THAWS && !owed.contains_key(key) {
+            let bytes = entry.record.bytes + entry.record.entries * TRANSCRIPT_KEY_BYTES;
+            owed.insert(key.to_string(), bytes);
+            self.shared.meter.owe_thaw(bytes);
+        }
+    }
+
+    /// Whether a queued message of session `key` owes a thaw (see [`Store::owe_thaw`]).
+    pub fn owes_thaw(&self, key: &str) -> bool {
+        self.shared
+            .owed_thaws
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(key)
+    }
+
+    /// Takes session `key`'s owed thaw off admission's estimate: thawed, or gone.
+    pub(super) fn settle_thaw(&self, key: &str) {
+        let settled = self
+            .shared
+            .owed_thaws
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+        if let Some(bytes) = settled {
+            self.shared.meter.settle_thaw(bytes);
+        }
+    }
+
+    fn thaw_attempts(&self, key: &str) -> Result<bool, StoreError> {
         for _ in 0..THAW_ATTEMPTS {
             let located = {
                 let _cold = self.shared.cold_locks.lock(key);
@@ -427,7 +490,7 @@ impl Store {
             let id = self.inner().next_id()?;
             let committed = self
                 .write_thawed_transcript(id, segment)
-                .and_then(|record| self.commit_thaw(key, record, id, &source));
+                .and_then(|record| self.commit_thaw(key, record, &source));
             match committed {
                 Ok(Thawed::Done(record)) => {
                     if let Source::Legacy(path) = &source {
@@ -496,7 +559,6 @@ impl Store {
         &self,
         key: &str,
         record: SessionRecord,
-        id: u64,
         source: &Source,
     ) -> Result<Thawed, StoreError> {
         let _cold = self.shared.cold_locks.lock(key);
@@ -542,7 +604,6 @@ impl Store {
                 })
             }
         }
-        debug_assert_eq!(record.id, id);
         self.shared.totals.replace(None, Some(&record));
         self.shared
             .meter

@@ -108,7 +108,7 @@ async fn a_frozen_session_thaws_with_its_transcript_and_seqs() {
     assert!(!store.thaw_session("a").unwrap(), "thawed once");
     turn(&store, "a", 5_000, "after");
     assert_eq!(whole_transcript(&store, "a").len(), 8);
-    let tidied = store.tidy_cold().unwrap();
+    let tidied = store.tidy_cold(false).unwrap();
     assert_eq!(tidied.packs_removed, 0, "the open pack stays");
     assert!(store
         .doctor(crate::store::Depth::Full, false)
@@ -166,7 +166,7 @@ async fn a_deleted_session_does_not_come_back_from_the_cold_tier() {
     let store = open(dir.path());
     assert!(store.find_session("a").unwrap().is_none());
     assert!(!store.thaw_session("a").unwrap());
-    store.tidy_cold().unwrap();
+    store.tidy_cold(false).unwrap();
     assert_eq!(cold_files(dir.path()), (0, 0), "the empty pack is gone");
     store.close().await.unwrap();
 }
@@ -216,6 +216,41 @@ async fn a_message_never_lands_beside_a_frozen_session() {
         texts(&whole_transcript(&store, "a")),
         ["old history", "old history", "new", "new"]
     );
+    store.close().await.unwrap();
+}
+
+/// Admission no longer thaws, so the thaw a queued message owes is counted in its disk
+/// estimate from the inbox write until the turn's thaw (or a delete) settles it: refusals must
+/// come before the thaws they would have let through.
+#[tokio::test]
+async fn an_owed_thaw_counts_until_it_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    for t in 0..20 {
+        turn(&store, "a", 1_000 + t, &"long text ".repeat(100));
+    }
+    turn(&store, "b", 2_000, "short");
+    freeze(&store, "a");
+    freeze(&store, "b");
+    let meter = &store.shared.meter;
+    let before = meter.pending_disk_bytes();
+    store.enqueue("a", record("1")).unwrap();
+    let one = meter.pending_disk_bytes() - before;
+    store.enqueue("a", record("2")).unwrap();
+    let two = meter.pending_disk_bytes() - before;
+    assert!(one > 40 * 1_000, "the thaw of ~40 KB is owed: {one}");
+    assert!(
+        two - one < 1_000,
+        "counted once per session: {one} then {two}"
+    );
+    assert!(store.owes_thaw("a"));
+    assert!(store.thaw_session("a").unwrap());
+    assert!(!store.owes_thaw("a"));
+    assert!(meter.pending_disk_bytes() - before < 1_000);
+    store.enqueue("b", record("3")).unwrap();
+    assert!(store.owes_thaw("b"));
+    store.delete_session("b").unwrap();
+    assert!(!store.owes_thaw("b"));
     store.close().await.unwrap();
 }
 
@@ -346,7 +381,7 @@ async fn the_janitor_removes_empty_packs_and_compacts_mostly_dead_ones() {
     let before: Vec<_> = (18..35)
         .map(|i| store.find_transcript(&key(i), 0, 10).unwrap().unwrap())
         .collect();
-    let tidied = store.tidy_cold().unwrap();
+    let tidied = store.tidy_cold(false).unwrap();
     assert_eq!(
         (tidied.packs_removed, tidied.packs_compacted),
         (1, 1),
@@ -363,7 +398,7 @@ async fn the_janitor_removes_empty_packs_and_compacts_mostly_dead_ones() {
         .collect();
     assert_eq!(after, before);
     assert!(store.thaw_session(&key(18)).unwrap());
-    assert_eq!(store.tidy_cold().unwrap().packs_removed, 0);
+    assert_eq!(store.tidy_cold(false).unwrap().packs_removed, 0);
     assert!(store
         .doctor(crate::store::Depth::Full, false)
         .unwrap()
@@ -394,7 +429,7 @@ async fn compactions_spilling_over_new_packs_lose_nothing() {
         .iter()
         .map(|i| store.find_transcript(&key(*i), 0, 10).unwrap().unwrap())
         .collect();
-    let tidied = store.tidy_cold().unwrap();
+    let tidied = store.tidy_cold(false).unwrap();
     assert_eq!(tidied.packs_compacted, 4, "{tidied:?}");
     assert_eq!(tidied.packs_removed, 0, "{tidied:?}");
     let after: Vec<_> = kept
@@ -469,7 +504,7 @@ async fn after_a_crash_sled_wins() {
         Some(false)
     );
     assert_eq!(
-        store.tidy_cold().unwrap().packs_removed,
+        store.tidy_cold(false).unwrap().packs_removed,
         1,
         "the orphan pack"
     );
@@ -548,10 +583,10 @@ async fn old_per_session_segments_stay_readable_and_move_into_packs() {
     assert!(store.delete_session(&key(4)).unwrap().is_some());
     assert_eq!(cold_files(dir.path()), (0, 10));
 
-    let tidied = store.tidy_cold().unwrap();
+    let tidied = store.tidy_cold(false).unwrap();
     assert_eq!(tidied.migrated, 10, "{tidied:?}");
     assert_eq!(cold_files(dir.path()), (1, 0));
-    store.tidy_cold().unwrap();
+    store.tidy_cold(false).unwrap();
     assert!(!store.legacy_cold(), "none left: reads stop looking");
     let listed = store.list_all_sessions(None, 100).unwrap();
     let cold: Vec<&str> = listed
@@ -593,7 +628,7 @@ async fn a_damaged_old_segment_is_left_in_place() {
     shared
         .cold_used
         .store(true, std::sync::atomic::Ordering::Release);
-    assert_eq!(store.tidy_cold().unwrap().migrated, 0);
+    assert_eq!(store.tidy_cold(false).unwrap().migrated, 0);
     assert!(path.exists());
     assert!(store.thaw_session("a").is_err());
     let report = store.doctor(crate::store::Depth::Full, false).unwrap();

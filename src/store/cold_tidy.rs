@@ -7,10 +7,11 @@
 //!   Every pass deletes the packs that hold no live session (and pack files the index never
 //!   named: a crash before their first frame was indexed) and compacts up to
 //!   [`MAX_COMPACTIONS_PER_PASS`] sealed packs whose live bytes are under [`COMPACT_BELOW`] of
-//!   their size: their live frames are copied as they are into the open pack (synced), the
-//!   index moved frame by frame, made durable, and only then the old pack deleted. None of
-//!   that loses a session, so it runs at any fill (and in warn mode); a compaction needs room
-//!   for at most half a pack ([`PACK_MAX_BYTES`](super::cold_pack::PACK_MAX_BYTES)` / 2`).
+//!   their size ([`COMPACT_UNDER_PRESSURE_BELOW`] over high water): their live frames are
+//!   copied as they are into the open pack (synced), the index moved frame by frame, made
+//!   durable, and only then the old pack deleted. None of that loses a session, so it runs at
+//!   any fill (and in warn mode); a compaction needs room for the live part of one pack (at
+//!   most [`PACK_MAX_BYTES`](super::cold_pack::PACK_MAX_BYTES), a 64th of the budget).
 //! * Old-layout files (`cold_legacy.rs`) move into packs at up to [`MIGRATE_PER_PASS`] a
 //!   pass, in batches of [`MIGRATE_BATCH`]: copied and synced, indexed, the index made
 //!   durable, and only then the files deleted.
@@ -33,8 +34,12 @@ use crate::error::StoreError;
 pub(super) const MIGRATE_PER_PASS: usize = 20_000;
 /// Old-layout files copied, synced and indexed together.
 pub(super) const MIGRATE_BATCH: usize = 1_000;
-/// A sealed pack whose live bytes are under this fraction of its size is compacted.
+/// A sealed pack whose live bytes are under this fraction of its size is compacted...
 pub(super) const COMPACT_BELOW: f64 = 0.5;
+/// ...or under this one while the data dir is over high water: a thaw or a delete leaves its
+/// frame as dead bytes (one file per session gave them back at once), and under pressure that
+/// room is worth the copy.
+pub(super) const COMPACT_UNDER_PRESSURE_BELOW: f64 = 0.8;
 /// Packs compacted per janitor pass.
 pub(super) const MAX_COMPACTIONS_PER_PASS: usize = 4;
 
@@ -84,8 +89,14 @@ fn tx_error(context: &'static str) -> impl Fn(TransactionError<StoreError>) -> S
 }
 
 impl Store {
-    /// One pass of upkeep (see the module doc). Runs on the janitor's blocking thread.
-    pub(super) fn tidy_cold(&self) -> Result<Tidied, StoreError> {
+    /// One pass of upkeep (see the module doc); `pressure`: the data dir is over high water.
+    /// Runs on the janitor's blocking thread.
+    pub(super) fn tidy_cold(&self, pressure: bool) -> Result<Tidied, StoreError> {
+        let compact_below = if pressure {
+            COMPACT_UNDER_PRESSURE_BELOW
+        } else {
+            COMPACT_BELOW
+        };
         let mut done = Tidied::default();
         if self.legacy_cold() {
             self.migrate_legacy(MIGRATE_PER_PASS, &mut done)?;
@@ -113,7 +124,7 @@ impl Store {
             let sealed = self.shared.packs.sealed(info.frames, len);
             if sealed
                 && compactions < MAX_COMPACTIONS_PER_PASS
-                && (info.live_bytes as f64) < COMPACT_BELOW * len as f64
+                && (info.live_bytes as f64) < compact_below * len as f64
             {
                 let before = disk_bytes_of(&path).unwrap_or(0);
                 if self.compact_pack(&mut writer, n)? {

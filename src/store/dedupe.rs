@@ -90,6 +90,7 @@ impl Store {
         self.shared
             .queued
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.owe_thaw(session_key);
         self.shared.meter.add_inbox(written);
         self.shared.ledger.enqueued();
         let ticket = inner.commit.ticket();

@@ -184,6 +184,10 @@ struct Shared {
     legacy_cold: std::sync::atomic::AtomicBool,
     /// The cold tier's pack files: the writer and the open readers (`cold_pack.rs`).
     packs: cold_pack::Packs,
+    /// Cold sessions with a queued message, and the bytes their thaw will write (counted in
+    /// admission's disk estimate until the thaw; see `cold.rs`); at most
+    /// `cold::MAX_OWED_THAWS`.
+    owed_thaws: std::sync::Mutex<std::collections::HashMap<String, u64>>,
     /// Tests: called by a thaw after reading its frame's header (`cold.rs`).
     #[cfg(test)]
     thaw_hook: std::sync::Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
@@ -420,6 +424,7 @@ impl Store {
                 cold_used: std::sync::atomic::AtomicBool::new(cold_used),
                 legacy_cold: std::sync::atomic::AtomicBool::new(legacy_cold),
                 packs,
+                owed_thaws: std::sync::Mutex::default(),
                 #[cfg(test)]
                 thaw_hook: std::sync::Mutex::new(None),
             }),
