@@ -371,8 +371,8 @@ async fn four_times_the_budget_stays_within_it() {
 /// retry: many messages are refused (507) while the disk is full. A refused message must write
 /// nothing — bringing its session back from the cold tier writes the whole transcript, and once
 /// that came before the budget check, refusals alone carried the data dir to 2–3× its budget
-/// — and a segment the janitor deletes while a message thaws it is not a server error. Then
-/// reads: a cold session is found and its transcript read from its segment, which stays as it
+/// — and a pack the janitor deletes while a turn thaws a session is not a server error. Then
+/// reads: a cold session is found and its transcript read from its pack, which stays as it
 /// is (no thaw, no write), and a DELETE removes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_messages_to_cold_sessions_write_nothing() {
@@ -447,10 +447,8 @@ async fn refused_messages_to_cold_sessions_write_nothing() {
     let reads_began = Instant::now();
     let before = settled_segments(&cold_dir).await;
     let settled_after = reads_began.elapsed();
-    let cold: Vec<&String> = keys
-        .iter()
-        .filter(|k| before.contains_key(&segment_name(k)))
-        .collect();
+    let listed = cold_sessions(&client, &server.url).await;
+    let cold: Vec<&String> = keys.iter().filter(|k| listed.contains(*k)).collect();
     assert!(
         cold.len() >= 10,
         "only {} cold sessions to read",
@@ -480,7 +478,12 @@ async fn refused_messages_to_cold_sessions_write_nothing() {
     assert_eq!(
         segments(&cold_dir),
         before,
-        "reads changed the cold tier (a thaw writes the whole transcript back)"
+        "reads changed the cold tier's files"
+    );
+    assert_eq!(
+        cold_sessions(&client, &server.url).await,
+        listed,
+        "reads thawed cold sessions (a thaw writes the whole transcript back)"
     );
     println!(
         "the cold tier settled in {settled_after:?}; {} cold sessions read in {:?}",
@@ -491,18 +494,33 @@ async fn refused_messages_to_cold_sessions_write_nothing() {
     let path = format!("{}/v1/sessions/{}", server.url, encode_key(gone));
     let r = client.delete(&path).send().await.unwrap();
     assert_eq!(r.status(), 200, "DELETE a cold session");
-    assert!(!segments(&cold_dir).contains_key(&segment_name(gone)));
+    assert!(!cold_sessions(&client, &server.url).await.contains(gone));
     assert_eq!(client.get(&path).send().await.unwrap().status(), 404);
 }
 
-/// A cold segment's file name: the server's stable 64-bit FNV-1a hash of the session key.
-fn segment_name(key: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.as_bytes() {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
+/// The keys `GET /v1/sessions` lists as cold (every page).
+async fn cold_sessions(client: &reqwest::Client, url: &str) -> std::collections::BTreeSet<String> {
+    let mut cold = std::collections::BTreeSet::new();
+    let mut after = String::new();
+    loop {
+        let r = client
+            .get(format!("{url}/v1/sessions"))
+            .query(&[("limit", "1000"), ("after", after.as_str())])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "GET /v1/sessions");
+        let page: Vec<serde_json::Value> = r.json().await.unwrap();
+        let Some(last) = page.last() else {
+            return cold;
+        };
+        after = last["session_key"].as_str().unwrap_or_default().to_string();
+        cold.extend(
+            page.iter()
+                .filter(|s| s["cold"] == true)
+                .filter_map(|s| s["session_key"].as_str().map(str::to_string)),
+        );
     }
-    format!("{hash:016x}.seg")
 }
 
 /// The cold tier's files: name → (size, modification time).
@@ -571,12 +589,12 @@ async fn check_regime(name: &str, budget: u64, config: &str, per_session: u64) {
     )
     .await;
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
-    // The cold tier is on by default: what it holds at the end (segments under `cold/`).
+    // The cold tier is on by default: what it holds at the end (packs under `cold/`).
     let cold = data.path().join("cold");
     let segments = std::fs::read_dir(&cold).map(|d| d.count()).unwrap_or(0);
     println!(
         "{name}: acked {} ({} answers 507) in {:.1} s; peak data dir {:.2} MiB of {:.2} MiB ({:.0}%); \
-         {segments} cold segments, {:.2} MiB at the end",
+         {segments} cold packs, {:.2} MiB at the end",
         out.acked,
         out.refused,
         out.elapsed.as_secs_f64(),

@@ -52,7 +52,7 @@ pub struct ReclaimReport {
     /// Of the sessions evicted, those moved into the cold tier (kept, compressed) rather than
     /// deleted.
     pub sessions_frozen: u64,
-    /// Cold-tier segment files deleted (each a whole cold session, oldest first).
+    /// Cold sessions deleted (with their pack files, oldest first).
     pub cold_deleted: u64,
 }
 

@@ -1,6 +1,15 @@
 //! The admission stage, run by the supervisor for every submitted message: derive its session
-//! key, thaw the session, let preflight decide, check the disk budget and the queue cap, write
-//! the message to the durable inbox, and name the lane it goes to (the session key).
+//! key, check the disk budget, let preflight decide, check the queue cap, write the message to
+//! the durable inbox, and name the lane it goes to (the session key).
+//!
+//! A cold session is not thawed here: that reads and writes its whole transcript, which would
+//! hold the supervisor (every other session's admission) for as long. The message goes to the
+//! inbox like any other; the turn that answers it thaws the session first, on a blocking
+//! thread (`TurnBackend::run_turn`). Order holds because the inbox, not the transcript, orders
+//! messages: the inbox entry is written under the session's cold lock, so the session is
+//! either still hot (a freeze sees the entry and keeps it) or already cold; every message
+//! admitted while its thaw runs waits in the inbox behind the lane's running turn, and the
+//! lane's turns are one at a time, so each reads the thawed transcript and commits after it.
 
 use std::sync::Arc;
 
@@ -110,14 +119,11 @@ impl Admitter {
             other => Refusal::Storage(other.to_string()),
         };
         // The disk budget holds here, not only in the janitor: past it nothing new is written
-        // (the check wakes the janitor, so the refusal lasts until a pass frees space). Before
-        // the thaw: bringing a cold session back writes its whole transcript, and a refused
-        // message must change nothing.
+        // (the check wakes the janitor, so the refusal lasts until a pass frees space). A
+        // refused message changes nothing, and a cold session stays cold.
         if let Some(reason) = store.disk_full() {
             return Err(Refusal::InsufficientStorage(reason));
         }
-        // A cold session comes back before anything reads it (preflight, history, the turn).
-        store.thaw_session(&key).map_err(storage)?;
         let mut admission = match self
             .preflight
             .decide(&event.message, explicit, now, store, event.id_origin)

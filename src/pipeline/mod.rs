@@ -4,12 +4,13 @@
 //! Runtime::submit(message)                 validate; refuse while closing (runtime/mod.rs)
 //!   ChannelHandle::submit → Supervisor     one mailbox, admissions in arrival order
 //!     Backend::admit → admission::Admitter::admit
-//!                                          session key → disk budget → thaw
+//!                                          session key → disk budget
 //!                                          → preflight (drop or accept) → queue cap → chat record
 //!                                          → durable inbox entry → route to the key's lane
 //!   wait for the group commit of the entry → Ack (or the refusal: Dropped is a 200)
 //! Lane (one per session)                   queue mode, debounce, cap, retries
-//!   Backend::run_turn → turn::TurnEngine::run
+//!   Backend::run_turn                      a cold session is thawed first (blocking pool)
+//!     → turn::TurnEngine::run
 //!                                          assemble context → model → tools, until an
 //!                                          answer (overflow: compact and retry)
 //!     delivery::Delivery::deliver          commit entries + consume inbox items in one
@@ -94,6 +95,26 @@ impl TurnBackend {
     }
 }
 
+impl TurnBackend {
+    /// Brings session `key` back from the cold tier before a turn reads or writes it, on the
+    /// blocking pool (the lane's turn task awaits it; admission never does). Messages that
+    /// arrive meanwhile wait in the inbox behind this turn, so they follow the thawed
+    /// transcript. Costs an index lookup when the session is not cold. A thaw that fails is
+    /// an error: the turn must not start a fresh session beside the cold one.
+    async fn thaw_first(&self, key: &SessionKey) -> Result<(), crate::error::StoreError> {
+        // Owed but no longer cold (deleted for the budget meanwhile): the thaw finds nothing
+        // and settles what admission counted.
+        if !self.store.may_be_cold(key) && !self.store.owes_thaw(key) {
+            return Ok(());
+        }
+        let store = self.store.clone();
+        let key = key.clone();
+        tokio::task::spawn_blocking(move || store.thaw_session(&key).map(|_| ()))
+            .await
+            .map_err(|_| crate::error::StoreError::Invariant("a thaw did not finish"))?
+    }
+}
+
 impl Backend for TurnBackend {
     type Event = InboundEvent;
     type Item = InboxItem;
@@ -152,6 +173,9 @@ impl Backend for TurnBackend {
                 .map_err(|e| TurnError::Failed(e.to_string()))?;
             return Ok(TurnReport::default());
         }
+        self.thaw_first(&key)
+            .await
+            .map_err(|e| TurnError::Failed(e.to_string()))?;
         let span = metrics::turn_span(&key, batch.items.len() + batch.dropped.len());
         let result = self
             .engine
@@ -185,6 +209,12 @@ impl Backend for TurnBackend {
         }
         metrics::turn_abandoned();
         tracing::error!(session_key = %key, %failure, "turn abandoned after retries");
+        // The notice is committed to the session: never beside a cold copy that failed to
+        // thaw (a fresh session would hide its history). The items stay in the inbox then.
+        if let Err(e) = self.thaw_first(&key).await {
+            tracing::error!(session_key = %key, error = %e, "the cold session could not be thawed; its messages stay in the inbox");
+            return;
+        }
         if let Err(e) = self
             .engine
             .abandon(&key, &batch, &failure.to_string())

@@ -4,6 +4,8 @@
 mod api_channel;
 mod builder;
 #[cfg(test)]
+mod cold_tests;
+#[cfg(test)]
 mod compaction_tests;
 mod ops;
 mod ports;
@@ -39,7 +41,7 @@ use crate::inbound::{
 use crate::metrics;
 use crate::pipeline::{now_ms, RunningTurns, TurnBackend, TurnEngine};
 use crate::replies::{Reply, ReplyHub, ReplyWaiter};
-use crate::store::{EntryKind, SessionRecord, Store};
+use crate::store::{EntryKind, FoundSession, Store};
 
 /// The acknowledgement of an accepted message: it is durable and will be answered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -101,18 +103,23 @@ pub struct SessionInfo {
     pub bytes: u64,
     /// Compactions so far.
     pub compaction_count: u32,
+    /// In the cold tier: its fields are as it was frozen; its next message thaws it (with a
+    /// new `session_id`).
+    pub cold: bool,
 }
 
 impl SessionInfo {
-    fn new(session_key: String, r: SessionRecord) -> Self {
+    fn new(found: FoundSession) -> Self {
+        let r = found.record;
         Self {
-            session_key,
+            session_key: found.session_key,
             session_id: r.id,
             updated_at_ms: r.updated_at_ms,
             entries: r.entries,
             tokens: r.tokens,
             bytes: r.bytes,
             compaction_count: r.compaction_count,
+            cold: found.cold,
         }
     }
 }
@@ -361,21 +368,18 @@ impl Runtime {
     /// One session, if it exists (a cold one is read from its segment, not thawed).
     pub fn session(&self, key: &str) -> Result<Option<SessionInfo>, Error> {
         let key = &normalize_session_key(key);
-        Ok(self
-            .inner
-            .store
-            .find_session(key)?
-            .map(|r| SessionInfo::new(key.to_string(), r)))
+        Ok(self.inner.store.find_session(key)?.map(SessionInfo::new))
     }
 
-    /// Sessions in key order after `after`, at most `limit`.
+    /// Sessions in key order after `after`, at most `limit`, hot and cold (a cold one from
+    /// the cold tier's index, read no further than the page).
     pub fn sessions(&self, after: Option<&str>, limit: usize) -> Result<Vec<SessionInfo>, Error> {
         Ok(self
             .inner
             .store
-            .list_sessions(after, limit)?
+            .list_all_sessions(after, limit)?
             .into_iter()
-            .map(|(k, r)| SessionInfo::new(k, r))
+            .map(SessionInfo::new)
             .collect())
     }
 

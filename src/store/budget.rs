@@ -15,8 +15,11 @@
 //!   beside the database; the database is rewritten; if the data dir is still over, sessions
 //!   are evicted in proportion to the overshoot and it is rewritten again.
 //! * **Cold sessions are deleted only when all of that leaves the data dir over high water**,
-//!   oldest first, as many as the overshoot, and never in the pass that froze them (a freeze
-//!   frees room inside sled, not on the disk). Every removal is counted per reason
+//!   by whole files oldest first (old-layout segments, then packs), as many bytes as the
+//!   overshoot, and never in the pass that froze them (a freeze frees room inside sled, not
+//!   on the disk). The cold tier's upkeep (empty packs deleted, mostly dead ones compacted,
+//!   old-layout files moved into packs: `cold_tidy.rs`) loses no session and runs in every
+//!   pass. Every removal is counted per reason
 //!   (`turnstile_evictions_total{reason}`) and a pass logs one line for all of them.
 //!
 //! sled never shrinks its file when keys are deleted: it reuses the space, so eviction slows
@@ -38,7 +41,7 @@ use turnstile_actors::{DiskBudget, DiskUsage, ReclaimReport};
 
 use super::evict::{Candidate, TRANSCRIPT_KEY_BYTES};
 use super::health::FLUSH_TIMEOUT;
-use super::{archive, cold, disk, Store};
+use super::{archive, disk, Store};
 use crate::config::{JanitorMode, StorageConfig};
 use crate::error::StoreError;
 
@@ -212,28 +215,21 @@ impl StoreBudget {
         (usage.high_water_bytes as f64 * (1.0 - cold).max(0.0)) as u64
     }
 
-    /// Deletes cold segments oldest first while the cold tier holds more than `keep` bytes or
-    /// `over` bytes are still to be freed. Returns the bytes deleted.
-    fn delete_cold(
-        &self,
-        keep: u64,
-        mut over: u64,
-        report: &mut ReclaimReport,
-    ) -> Result<u64, StoreError> {
-        let files = cold::list(self.store.data_dir())?;
-        let mut held: u64 = files.iter().map(|f| f.disk_bytes).sum();
+    /// Deletes cold files oldest first (old-layout files, then whole packs) until `over`
+    /// bytes are freed. Returns the bytes deleted.
+    fn delete_cold(&self, mut over: u64, report: &mut ReclaimReport) -> Result<u64, StoreError> {
         let mut freed = 0u64;
-        for file in files {
-            if held <= keep && over == 0 {
+        for file in self.store.cold_files_oldest_first()? {
+            if over == 0 {
                 break;
             }
-            self.store.delete_segment(&file)?;
-            tracing::debug!(path = %file.path.display(), bytes = file.disk_bytes, "deleted a cold session");
-            held = held.saturating_sub(file.disk_bytes);
-            over = over.saturating_sub(file.disk_bytes);
-            freed += file.disk_bytes;
-            report.cold_deleted += 1;
-            report.bytes_freed += file.disk_bytes;
+            let sessions = self.store.delete_cold_file(&file)?;
+            let bytes = file.disk_bytes();
+            tracing::debug!(?file, sessions, bytes, "deleted cold sessions");
+            over = over.saturating_sub(bytes);
+            freed += bytes;
+            report.cold_deleted += sessions;
+            report.bytes_freed += bytes;
         }
         Ok(freed)
     }
@@ -427,6 +423,13 @@ impl StoreBudget {
         // so the live-byte meter wakes the janitor for nothing; the disk estimate does.
         self.store.set_janitor_trigger(u64::MAX);
 
+        // 0. The cold tier's upkeep, at any fill (it loses no session): empty packs deleted,
+        // mostly dead ones compacted, old-layout files moved into packs (`cold_tidy.rs`).
+        let tidied = self.store.tidy_cold(over)?;
+        disk_bytes = disk_bytes.saturating_sub(tidied.bytes_freed);
+        report.bytes_freed += tidied.bytes_freed;
+        let over = over && disk_bytes > usage.high_water_bytes;
+
         // 1. Archives, oldest first.
         if over {
             let over_by = disk_bytes - usage.high_water_bytes;
@@ -538,7 +541,8 @@ impl StoreBudget {
             }
         }
         if enforce {
-            self.relieve_pressure(usage, measured_disk, rewrote, &mut progress, &mut report)?;
+            let changed = rewrote || tidied.bytes_freed > 0;
+            self.relieve_pressure(usage, measured_disk, changed, &mut progress, &mut report)?;
         }
         Ok(report)
     }
@@ -567,7 +571,7 @@ impl StoreBudget {
         &self,
         usage: &DiskUsage,
         measured_disk: u64,
-        rewrote: bool,
+        changed: bool,
         progress: &mut Progress,
         report: &mut ReclaimReport,
     ) -> Result<(), StoreError> {
@@ -577,7 +581,7 @@ impl StoreBudget {
                 Ok((usage.disk_bytes + real)
                     .saturating_sub(measured_disk.min(usage.disk_bytes + real)))
             };
-        let changed = rewrote
+        let changed = changed
             || report.sessions_evicted > 0
             || report.archives_deleted > 0
             || report.cold_deleted > 0;
@@ -618,7 +622,7 @@ impl StoreBudget {
                 && report.sessions_frozen == 0
             {
                 let over = disk_now - usage.high_water_bytes;
-                if self.delete_cold(u64::MAX, over, report)? > 0 {
+                if self.delete_cold(over, report)? > 0 {
                     disk_now = remeasure()?;
                     if disk_now > usage.high_water_bytes
                         && self.mostly_garbage()?

@@ -1,32 +1,40 @@
 //! The cold tier: sessions the janitor would evict for the disk budget are moved out of sled
-//! into one gzip-compressed segment file each, `<data_dir>/cold/<hash of the key>.seg`, and
-//! loaded back into sled on the session's next message (`Store::thaw_session`); reads and a
-//! delete use the segment in place (`cold_reads.rs`).
+//! into compressed frames of pack files (`cold_pack.rs`: `<data_dir>/cold/pack-<n>.seg`, up
+//! to 4,000 sessions a file), named by an index in sled (`cold_index.rs`), and loaded back
+//! into sled before the session's next turn reads it (`Store::thaw_session`, called by the
+//! turn, never by admission); reads, the listing and a delete use the index and the frame in
+//! place (`cold_reads.rs`); the janitor removes and compacts packs and migrates the old
+//! one-file-per-session layout (`cold_tidy.rs`, `cold_legacy.rs`).
 //!
 //! Why: sled holds a live byte in 2–4 disk bytes and a rewrite needs room for a second copy,
-//! so live data in sled is held to a fifth of the budget. A segment holds a transcript in
-//! less than its raw size and needs no rewrite, so giving part of the budget
-//! (`storage.cold_max_fraction`) to segments keeps several times more transcript text. The
-//! segments count in the budget like everything under the data dir; when they pass their
-//! share (or the data dir stays over high water) the oldest are deleted — that is eviction.
+//! so live data in sled is held to a fraction of the budget. A frame holds a transcript in
+//! less than its raw size and needs no rewrite, so the cold tier keeps several times more
+//! transcript text. Frames count in the budget like everything under the data dir; when
+//! nothing else brings the data dir under high water the oldest packs are deleted — that is
+//! eviction.
 //!
-//! A segment is a gzip stream of frames `[u32 LE length][value]`, each value in the store's
-//! codec: first a [`ColdHeader`], then `(seq, TranscriptEntry)` for every entry. It is written
-//! under a temporary name, synced and renamed before the session leaves sled, so a crash
-//! leaves the session in sled, in a segment, or (between the two) in both — and sled wins.
-//! What a cold session loses: its group-chat records (`channel_messages`, context for later
-//! turns, deleted as by an eviction) and its place in `GET /v1/sessions` until it is thawed.
+//! A frame's segment is a gzip stream of values `[u32 LE length][value]`, each in the
+//! store's codec: first a [`ColdHeader`], then `(seq, TranscriptEntry)` for every entry.
+//!
+//! Crash safety: a frame is appended and synced before one transaction removes the session
+//! from sled and names the frame in the index; a thaw writes the transcript under a fresh id
+//! (invisible) and then, in one transaction, the record and the index entry's removal. So a
+//! crash leaves a session in sled or in a pack — and if a copy is in both (an old layout's
+//! file, an index entry from before a crash of sled's tail), sled wins: the cold copy is
+//! dropped when next seen. What a cold session loses: its group-chat records
+//! (`channel_messages`, context for later turns, deleted as by an eviction).
 
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::sync::atomic::Ordering;
 
 use flate2::read::GzDecoder;
-use flate2::write::GzEncoder;
-use flate2::Compression;
 use serde::{Deserialize, Serialize};
-use sled::transaction::{ConflictableTransactionError, TransactionError, Transactional};
+use sled::transaction::{TransactionError, Transactional};
 
+use super::cold_index::{self, ColdEntry};
+use super::cold_legacy;
+use super::cold_pack::{pack_path, FrameLoc, FrameReader, Resume};
 use super::evict::{Evicted, TRANSCRIPT_KEY_BYTES};
 use super::{by_updated, decode, encode, keys, SessionRecord, Store, TranscriptEntry};
 use crate::error::StoreError;
@@ -34,39 +42,27 @@ use crate::error::StoreError;
 /// The cold tier's directory under the data dir.
 pub const COLD_DIR: &str = "cold";
 
-/// Most segment files listed in one janitor pass; bounds the listing's memory.
-const MAX_LISTED: usize = 100_000;
 /// Transcript entries read (when freezing) or written (when thawing) per batch.
 const BATCH: usize = 1_000;
-/// Largest frame accepted when reading a segment: a stored value's own limit.
-const MAX_FRAME: usize = super::MAX_VALUE_BYTES;
+/// Largest value accepted when reading a segment: a stored value's own limit.
+const MAX_VALUE: usize = super::MAX_VALUE_BYTES;
+/// Most cold sessions whose owed thaw admission counts at once (each has a queued message,
+/// so `storage.max_queued_messages` usually bounds them first); past it a thaw is written
+/// without having been counted, as before the janitor's next measurement.
+pub(super) const MAX_OWED_THAWS: usize = 100_000;
+/// Times a thaw starts again when its session's frame moved while it read it (a compaction
+/// copied it to another pack, the janitor migrated an old-layout file).
+const THAW_ATTEMPTS: usize = 3;
 
-/// The first frame of a segment.
+/// The first value of a segment.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) struct ColdHeader {
     pub(super) session_key: String,
     pub(super) record: SessionRecord,
 }
 
-/// One segment file.
-#[derive(Debug, Clone)]
-pub(super) struct ColdFile {
-    pub(super) path: PathBuf,
-    /// Bytes allocated on disk.
-    pub(super) disk_bytes: u64,
-    modified: SystemTime,
-}
-
-/// The segment path for `key`: a stable 64-bit FNV-1a hash, so nothing a user chose is in a
-/// file name. Two keys with the same hash cannot both be cold: the second is evicted instead.
-pub(super) fn path_of(data_dir: &Path, key: &str) -> PathBuf {
-    data_dir
-        .join(COLD_DIR)
-        .join(format!("{:016x}.seg", fnv1a(key)))
-}
-
-/// 64-bit FNV-1a: stable across builds and platforms (segment names are on disk).
-fn fnv1a(key: &str) -> u64 {
+/// 64-bit FNV-1a: stable across builds and platforms (old segment names are on disk).
+pub(super) fn fnv1a(key: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in key.as_bytes() {
         hash ^= u64::from(*b);
@@ -75,36 +71,69 @@ fn fnv1a(key: &str) -> u64 {
     hash
 }
 
-fn write_frame(out: &mut impl Write, value: &[u8], path: &Path) -> Result<(), StoreError> {
-    let len = u32::try_from(value.len()).map_err(|_| StoreError::Encode("frame too big".into()))?;
-    out.write_all(&len.to_le_bytes())
-        .and_then(|()| out.write_all(value))
-        .map_err(StoreError::file("write", path))
+/// Whether the cold tier's directory holds anything (when it cannot be listed: assumed so).
+pub(super) fn may_hold_files(data_dir: &Path) -> bool {
+    match std::fs::read_dir(data_dir.join(COLD_DIR)) {
+        Ok(mut entries) => entries.next().is_some(),
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
 }
 
-/// The next frame, or `None` at a clean end of the stream.
-fn read_frame(input: &mut impl Read, path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+fn write_value(out: &mut dyn Write, value: &[u8], origin: &Path) -> Result<(), StoreError> {
+    let len = u32::try_from(value.len()).map_err(|_| StoreError::Encode("value too big".into()))?;
+    out.write_all(&len.to_le_bytes())
+        .and_then(|()| out.write_all(value))
+        .map_err(StoreError::file("write", origin))
+}
+
+/// The next value, or `None` at a clean end of the stream.
+fn read_value(input: &mut impl Read, origin: &Path) -> Result<Option<Vec<u8>>, StoreError> {
     let mut len = [0u8; 4];
     match input.read_exact(&mut len) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(StoreError::file("read", path)(e)),
+        Err(e) => return Err(StoreError::file("read", origin)(e)),
     }
     let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_FRAME {
+    if len > MAX_VALUE {
         return Err(StoreError::Decode {
             tree: "cold",
-            reason: format!("a frame of {len} bytes in {}", path.display()),
+            reason: format!("a value of {len} bytes in {}", origin.display()),
         });
     }
     let mut value = vec![0u8; len];
     input
         .read_exact(&mut value)
-        .map_err(StoreError::file("read", path))?;
+        .map_err(StoreError::file("read", origin))?;
     Ok(Some(value))
 }
 
-/// Which of a segment's transcript entries [`read_segment`] returns.
+/// Writes session `key`'s segment (uncompressed: the caller compresses) from sled.
+pub(super) fn write_segment(
+    store: &Store,
+    key: &str,
+    record: &SessionRecord,
+    out: &mut dyn Write,
+    origin: &Path,
+) -> Result<(), StoreError> {
+    let header = ColdHeader {
+        session_key: key.to_string(),
+        record: record.clone(),
+    };
+    write_value(out, &encode(&header)?, origin)?;
+    let mut after = 0u64;
+    loop {
+        let page = store.transcript(record.id, after, BATCH)?;
+        let Some((last, _)) = page.last() else { break };
+        after = *last;
+        for entry in &page {
+            write_value(out, &encode(entry)?, origin)?;
+        }
+    }
+    Ok(())
+}
+
+/// Which of a segment's transcript entries [`Segment::entries`] returns.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Entries {
     /// None: the header only.
@@ -115,85 +144,139 @@ pub(super) enum Entries {
     After { after: u64, limit: usize },
 }
 
-/// Reads a segment's header and the transcript entries `which` asks for.
-pub(super) fn read_segment(
-    path: &Path,
-    which: Entries,
-) -> Result<(ColdHeader, Vec<(u64, TranscriptEntry)>), StoreError> {
-    let file = std::fs::File::open(path).map_err(StoreError::file("open", path))?;
-    let mut input = GzDecoder::new(BufReader::new(file));
-    let header = read_frame(&mut input, path)?.ok_or_else(|| StoreError::Decode {
-        tree: "cold",
-        reason: format!("empty segment {}", path.display()),
-    })?;
-    let header: ColdHeader = decode("cold", &header)?;
-    let (after, limit) = match which {
-        Entries::None => return Ok((header, Vec::new())),
-        Entries::All => (None, usize::MAX),
-        Entries::After { after, limit } => (Some(after), limit),
-    };
-    let mut out = Vec::new();
-    while out.len() < limit {
-        let Some(frame) = read_frame(&mut input, path)? else {
-            break;
+/// A segment being read: its header is read, its entries follow one by one.
+pub(super) struct Segment {
+    input: GzDecoder<BufReader<Box<dyn Read + Send>>>,
+    origin: PathBuf,
+    pub(super) header: ColdHeader,
+}
+
+impl Segment {
+    /// Reads the header of the gzip-compressed segment `input` (from `origin`, for errors).
+    pub(super) fn open(input: Box<dyn Read + Send>, origin: &Path) -> Result<Self, StoreError> {
+        let mut input = GzDecoder::new(BufReader::new(input));
+        let header = read_value(&mut input, origin)?.ok_or_else(|| StoreError::Decode {
+            tree: "cold",
+            reason: format!("an empty segment in {}", origin.display()),
+        })?;
+        let header: ColdHeader = decode("cold", &header)?;
+        Ok(Self {
+            input,
+            origin: origin.to_path_buf(),
+            header,
+        })
+    }
+
+    /// The next transcript entry.
+    pub(super) fn next_entry(&mut self) -> Result<Option<(u64, TranscriptEntry)>, StoreError> {
+        match read_value(&mut self.input, &self.origin)? {
+            Some(value) => Ok(Some(decode("cold", &value)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The entries `which` asks for.
+    pub(super) fn entries(
+        mut self,
+        which: Entries,
+    ) -> Result<(ColdHeader, Vec<(u64, TranscriptEntry)>), StoreError> {
+        let (after, limit) = match which {
+            Entries::None => return Ok((self.header, Vec::new())),
+            Entries::All => (None, usize::MAX),
+            Entries::After { after, limit } => (Some(after), limit),
         };
-        let (seq, entry): (u64, TranscriptEntry) = decode("cold", &frame)?;
-        if after.is_none_or(|after| seq > after) {
-            out.push((seq, entry));
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let Some((seq, entry)) = self.next_entry()? else {
+                break;
+            };
+            if after.is_none_or(|after| seq > after) {
+                out.push((seq, entry));
+            }
         }
+        Ok((self.header, out))
     }
-    Ok((header, out))
 }
 
-/// Segment files, oldest first (at most [`MAX_LISTED`]); leftover temporary files of an
-/// interrupted freeze are listed too, so they are deleted first.
-pub(super) fn list(data_dir: &Path) -> Result<Vec<ColdFile>, StoreError> {
-    let dir = data_dir.join(COLD_DIR);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(StoreError::file("list", &dir)(e)),
-    };
-    let mut out = Vec::new();
-    for entry in entries.take(MAX_LISTED) {
-        let entry = entry.map_err(StoreError::file("list", &dir))?;
-        let Ok(meta) = entry.metadata() else { continue };
-        if !meta.is_file() {
-            continue;
-        }
-        let temporary = entry.file_name().to_string_lossy().starts_with('.');
-        out.push(ColdFile {
-            path: entry.path(),
-            disk_bytes: super::disk::dir_disk_bytes_of_file(&meta),
-            modified: if temporary {
-                SystemTime::UNIX_EPOCH
-            } else {
-                meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)
-            },
-        });
-    }
-    out.sort_by_key(|f| f.modified);
-    Ok(out)
+/// Where a cold session was found, opened while its cold lock was held (so a janitor
+/// deleting the file afterwards does not take it from under the reader).
+pub(super) enum Located {
+    /// In a pack, named by the index.
+    Packed {
+        entry: ColdEntry,
+        frame: FrameReader,
+    },
+    /// In an old-layout file (which may hold another key with the same hash).
+    Legacy { path: PathBuf, file: std::fs::File },
 }
 
-/// Whether the cold tier's directory under `data_dir` holds anything (when it cannot be
-/// listed: assumed so).
-pub(super) fn may_hold_segments(data_dir: &Path) -> bool {
-    match std::fs::read_dir(data_dir.join(COLD_DIR)) {
-        Ok(mut entries) => entries.next().is_some(),
-        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+/// What a thaw's commit checks is still so: the frame it read is still the session's.
+enum Source {
+    Packed(FrameLoc),
+    Legacy(PathBuf),
+}
+
+/// What a thaw's transaction decided.
+#[derive(Clone, Copy)]
+enum Commit {
+    Done,
+    Moved,
+    Hot,
+}
+
+/// What a thaw's commit found.
+enum Thawed {
+    /// The session is in sled now, under the new id.
+    Done(SessionRecord),
+    /// Its cold copy moved or went: look again.
+    Moved,
+    /// It was in sled already (another thaw, or sled won over a stale cold copy).
+    Hot,
+}
+
+impl Located {
+    fn source(&self) -> Source {
+        match self {
+            Located::Packed { entry, .. } => Source::Packed(entry.loc),
+            Located::Legacy { path, .. } => Source::Legacy(path.clone()),
+        }
+    }
+
+    /// The session's segment; `None` when an old-layout file holds another key.
+    pub(super) fn open(self, key: &str, data_dir: &Path) -> Result<Option<Segment>, StoreError> {
+        let (segment, packed) = match self {
+            Located::Packed { entry, frame } => (
+                Segment::open(Box::new(frame), &pack_path(data_dir, entry.loc.pack))?,
+                true,
+            ),
+            Located::Legacy { path, file } => (Segment::open(Box::new(file), &path)?, false),
+        };
+        if segment.header.session_key == key {
+            return Ok(Some(segment));
+        }
+        if packed {
+            return Err(StoreError::Decode {
+                tree: "cold",
+                reason: format!(
+                    "the index names a frame of session {:?} for {key:?}",
+                    segment.header.session_key
+                ),
+            });
+        }
+        Ok(None)
     }
 }
 
 /// Stripes of [`ColdLocks`]: enough that unrelated sessions rarely wait for each other.
 const LOCK_STRIPES: usize = 64;
 
-/// Per-session locks, striped by the key's hash: a freeze holds its session's stripe from the
-/// inbox check until the session has left sled, and an inbox write holds it from the thaw
-/// until the entry is written. So a message either lands before a freeze starts (which then
-/// sees it and keeps the session) or after it ends (and thaws the session first) — never in
-/// between, where it would start a fresh session beside the cold one and its history would be
-/// lost when the stale segment is replaced.
+/// Per-session locks, striped by the key's hash, held only for lookups and commits (never
+/// across a frame's copy, so an inbox write never waits for a thaw or a freeze to read or
+/// write a transcript). A freeze checks under it that the session has no queued message and
+/// then leaves sled; an inbox write holds it while it writes the entry. So a message either
+/// lands before that check (and the session stays hot) or after the session has left sled —
+/// and then the turn that answers it thaws the session first (`pipeline::TurnBackend`).
+/// Never a turn reads a session while it is half frozen.
 pub(super) struct ColdLocks([std::sync::Mutex<()>; LOCK_STRIPES]);
 
 impl Default for ColdLocks {
@@ -217,22 +300,21 @@ impl ColdLocks {
 pub(super) struct Frozen {
     /// What left sled.
     pub(super) evicted: Evicted,
-    /// Bytes the segment file occupies on disk (now counted in the disk estimate).
+    /// Bytes the frame added to its pack (now counted in the disk estimate).
     pub(super) segment_bytes: u64,
 }
 
 impl Store {
     /// Moves session `key` into the cold tier, if it was not updated since
     /// `expected_updated_at` and has no queued messages. Returns what left sled, or `None` if
-    /// the session changed or has queued messages (or its hash is taken by another cold
-    /// session) and was kept.
+    /// the session changed or has queued messages and was kept (its frame is then dead bytes
+    /// in the pack). Only the janitor freezes.
     pub(super) fn freeze_session(
         &self,
         key: &str,
         expected_updated_at: u64,
     ) -> Result<Option<Frozen>, StoreError> {
-        let _cold = self.shared.cold_locks.lock(key);
-        // Under the lock: a message queued since the janitor looked keeps the session hot.
+        // A first look without the lock: the copy below runs without it.
         if !self.pending(key, 0, 1)?.is_empty() {
             return Ok(None);
         }
@@ -242,167 +324,278 @@ impl Store {
         if record.updated_at_ms != expected_updated_at {
             return Ok(None);
         }
-        let path = path_of(self.data_dir(), key);
-        if path.exists() {
-            match read_segment(&path, Entries::None) {
-                Ok((header, _)) if header.session_key != key => return Ok(None),
-                // A stale copy of this session (sled won): replaced below.
-                _ => {}
-            }
-        }
-        let segment_bytes = self.write_segment(key, &record, &path)?;
+        // Before the frame exists: from here on reads and turns look in the index.
+        self.shared.cold_used.store(true, Ordering::Release);
+        let origin = self.data_dir().join(COLD_DIR);
+        let loc = self.shared.packs.writer().append(
+            || self.resume_packs(),
+            |out| write_segment(self, key, &record, out, &origin),
+        )?;
+        let segment_bytes = loc.bytes();
         self.shared.meter.add_file(segment_bytes);
-        // A compaction (which does not take the cold lock, nor change `updated_at_ms`) may
-        // have replaced entries while they were written: the segment would pair the old
-        // record with the new transcript. Kept hot then; the next pass tries again.
-        if self.session(key)?.as_ref() != Some(&record) {
-            self.remove_segment(&path)?;
+        let cold = self.shared.cold_locks.lock(key);
+        // A message queued since the first look keeps the session hot. So does a compaction
+        // (which does not take the cold lock, nor change `updated_at_ms`) that replaced
+        // entries while they were copied: the frame would pair the old record with the new
+        // transcript. The next pass tries again.
+        if !self.pending(key, 0, 1)?.is_empty() || self.session(key)?.as_ref() != Some(&record) {
             return Ok(None);
         }
-        match self.evict_session(key, Some(expected_updated_at))? {
-            Some(evicted) => Ok(Some(Frozen {
-                evicted,
-                segment_bytes,
-            })),
-            None => {
-                self.remove_segment(&path)?;
-                Ok(None)
-            }
-        }
-    }
-
-    fn write_segment(
-        &self,
-        key: &str,
-        record: &SessionRecord,
-        path: &Path,
-    ) -> Result<u64, StoreError> {
-        // Before the file exists: from here on admissions look for segments.
-        self.shared
-            .cold_used
-            .store(true, std::sync::atomic::Ordering::Release);
-        let dir = self.data_dir().join(COLD_DIR);
-        std::fs::create_dir_all(&dir).map_err(StoreError::file("create", &dir))?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let tmp = dir.join(format!(".{name}.tmp"));
-        let file = std::fs::File::create(&tmp).map_err(StoreError::file("create", &tmp))?;
-        let mut out = GzEncoder::new(BufWriter::new(file), Compression::default());
-        let header = ColdHeader {
-            session_key: key.to_string(),
+        let entry = ColdEntry {
+            loc,
             record: record.clone(),
         };
-        write_frame(&mut out, &encode(&header)?, &tmp)?;
-        let mut after = 0u64;
-        loop {
-            let page = self.transcript(record.id, after, BATCH)?;
-            let Some((last, _)) = page.last() else { break };
-            after = *last;
-            for entry in &page {
-                write_frame(&mut out, &encode(entry)?, &tmp)?;
-            }
-        }
-        let buffered = out.finish().map_err(StoreError::file("compress", &tmp))?;
-        let file = buffered
-            .into_inner()
-            .map_err(|e| StoreError::file("write", &tmp)(e.into_error()))?;
-        file.sync_all().map_err(StoreError::file("sync", &tmp))?;
-        let bytes = file
-            .metadata()
-            .map(|m| super::disk::dir_disk_bytes_of_file(&m))
-            .map_err(StoreError::file("measure", &tmp))?;
-        std::fs::rename(&tmp, path).map_err(StoreError::file("rename", &tmp))?;
-        if let Ok(d) = std::fs::File::open(&dir) {
-            // The rename is durable before the session leaves sled.
-            d.sync_all().map_err(StoreError::file("sync", &dir))?;
-        }
-        Ok(bytes)
+        let left = self.evict_records(key, Some(expected_updated_at), Some(&entry))?;
+        drop(cold);
+        let Some(record) = left else {
+            return Ok(None);
+        };
+        let evicted = self.after_eviction(key, record)?;
+        Ok(Some(Frozen {
+            evicted,
+            segment_bytes,
+        }))
     }
 
-    /// Loads session `key` back from the cold tier into sled if it is cold (and not in sled
-    /// already). True when it was thawed. Costs one `stat` when the session is not cold.
-    pub fn thaw_session(&self, key: &str) -> Result<bool, StoreError> {
-        let _cold = self.shared.cold_locks.lock(key);
-        self.thaw_locked(key)
-    }
-
-    /// Thaws session `key` for an inbox write and returns its cold lock, to be held until the
-    /// entry is written (see [`ColdLocks`]).
-    pub(super) fn thaw_for_write(
-        &self,
-        key: &str,
-    ) -> Result<std::sync::MutexGuard<'_, ()>, StoreError> {
-        let cold = self.shared.cold_locks.lock(key);
-        self.thaw_locked(key)?;
-        Ok(cold)
+    /// Where the writer continues after a start: the newest pack the index knows.
+    pub(super) fn resume_packs(&self) -> Result<Resume, StoreError> {
+        Ok(Resume {
+            newest: cold_index::newest_pack(&self.inner().cold)?,
+        })
     }
 
     /// False while the cold tier is known to be empty (see `Shared::cold_used`).
     pub(super) fn cold_used(&self) -> bool {
-        self.shared
-            .cold_used
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.shared.cold_used.load(Ordering::Acquire)
     }
 
-    /// [`Store::thaw_session`] with the session's cold lock held.
-    fn thaw_locked(&self, key: &str) -> Result<bool, StoreError> {
+    /// Whether session `key` may be cold: named by the index, or an old-layout file for its
+    /// hash exists. A sled read (and a `stat` while old files remain); nothing while the tier
+    /// is known to be empty. A turn calls it before reading its session, and thaws only then.
+    pub fn may_be_cold(&self, key: &str) -> bool {
         if !self.cold_used() {
-            return Ok(false);
+            return false;
         }
-        let path = path_of(self.data_dir(), key);
-        if !path.exists() || self.session(key)?.is_some() {
-            return Ok(false);
-        }
-        // None also when the janitor deleted the segment since the check above (it keeps the
-        // cold tier within its share, oldest first): the session is gone for good.
-        let Some((record, entries)) = self.read_cold(key, Entries::All)? else {
-            return Ok(false);
-        };
-        let thawed = self.restore(key, record, entries)?;
-        self.remove_segment(&path)?;
-        if thawed {
-            tracing::info!(session_key = %key, "thawed a cold session");
-        }
-        Ok(thawed)
+        // An index that cannot be read: let the thaw find out and report it.
+        let indexed = cold_index::get(&self.inner().cold, key).map_or(true, |e| e.is_some());
+        indexed || (self.legacy_cold() && cold_legacy::path_of(self.data_dir(), key).exists())
     }
 
-    /// Writes a cold session back under a fresh id with its entries' own sequence numbers:
-    /// the transcript first (invisible until the record exists), then the record and index
-    /// entry in one transaction; if the key appeared meanwhile, the transcript goes again.
-    fn restore(
+    /// Where session `key`'s cold copy is, opened; the caller holds its cold lock.
+    pub(super) fn locate_cold(&self, key: &str) -> Result<Option<Located>, StoreError> {
+        if !self.cold_used() {
+            return Ok(None);
+        }
+        if let Some(entry) = cold_index::get(&self.inner().cold, key)? {
+            let frame = self.shared.packs.frame(entry.loc)?;
+            return Ok(Some(Located::Packed { entry, frame }));
+        }
+        if self.legacy_cold() {
+            let path = cold_legacy::path_of(self.data_dir(), key);
+            match std::fs::File::open(&path) {
+                Ok(file) => return Ok(Some(Located::Legacy { path, file })),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(StoreError::file("open", &path)(e)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Loads session `key` back from the cold tier into sled if it is cold (and not in sled
+    /// already). True when it was thawed.
+    ///
+    /// The transcript is read and written (under a fresh id, invisible until the record
+    /// exists) without the session's cold lock; only the lookup and the commit take it, and
+    /// the commit checks that the frame read is still the session's. Runs on a blocking
+    /// thread: the turn that needs the session awaits it, admission never does.
+    pub fn thaw_session(&self, key: &str) -> Result<bool, StoreError> {
+        let thawed = self.thaw_attempts(key);
+        // A failed thaw is still owed: its turn tries again.
+        if thawed.is_ok() {
+            self.settle_thaw(key);
+        }
+        thawed
+    }
+
+    /// Counts the thaw that a message just queued for session `key` will cause, if the
+    /// session is cold: its turn writes the whole transcript back, and admission's disk
+    /// estimate must know before it accepts more. The caller holds the session's cold lock.
+    pub(super) fn owe_thaw(&self, key: &str) {
+        if !self.cold_used() {
+            return;
+        }
+        let entry = match cold_index::get(&self.inner().cold, key) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => return,
+            Err(error) => {
+                // Only the estimate misses it; the thaw itself reports the index.
+                tracing::warn!(session_key = %key, %error, "cannot count an owed thaw");
+                return;
+            }
+        };
+        let mut owed = self
+            .shared
+            .owed_thaws
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if owed.len() < MAX_OWED_THAWS && !owed.contains_key(key) {
+            let bytes = entry.record.bytes + entry.record.entries * TRANSCRIPT_KEY_BYTES;
+            owed.insert(key.to_string(), bytes);
+            self.shared.meter.owe_thaw(bytes);
+        }
+    }
+
+    /// Whether a queued message of session `key` owes a thaw (see [`Store::owe_thaw`]).
+    pub fn owes_thaw(&self, key: &str) -> bool {
+        self.shared
+            .owed_thaws
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(key)
+    }
+
+    /// Takes session `key`'s owed thaw off admission's estimate: thawed, or gone.
+    pub(super) fn settle_thaw(&self, key: &str) {
+        let settled = self
+            .shared
+            .owed_thaws
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+        if let Some(bytes) = settled {
+            self.shared.meter.settle_thaw(bytes);
+        }
+    }
+
+    fn thaw_attempts(&self, key: &str) -> Result<bool, StoreError> {
+        for _ in 0..THAW_ATTEMPTS {
+            let located = {
+                let _cold = self.shared.cold_locks.lock(key);
+                if self.session(key)?.is_some() {
+                    // sled wins: a cold copy beside it is stale.
+                    self.drop_stale_cold(key)?;
+                    return Ok(false);
+                }
+                match self.locate_cold(key)? {
+                    Some(located) => located,
+                    None => return Ok(false),
+                }
+            };
+            let source = located.source();
+            let Some(segment) = located.open(key, self.data_dir())? else {
+                return Ok(false);
+            };
+            #[cfg(test)]
+            self.run_thaw_hook();
+            let id = self.inner().next_id()?;
+            let committed = self
+                .write_thawed_transcript(id, segment)
+                .and_then(|record| self.commit_thaw(key, record, &source));
+            match committed {
+                Ok(Thawed::Done(record)) => {
+                    if let Source::Legacy(path) = &source {
+                        self.remove_legacy(path)?;
+                    }
+                    tracing::info!(session_key = %key, entries = record.entries, "thawed a cold session");
+                    return Ok(true);
+                }
+                Ok(Thawed::Moved) => {
+                    self.delete_transcript(id)?;
+                }
+                Ok(Thawed::Hot) => {
+                    self.delete_transcript(id)?;
+                    return Ok(false);
+                }
+                Err(e) => {
+                    // Nothing names the transcript written so far; a leftover is the doctor's.
+                    let _ = self.delete_transcript(id);
+                    return Err(e);
+                }
+            }
+        }
+        Err(StoreError::Invariant(
+            "a cold session kept moving while it was thawed",
+        ))
+    }
+
+    /// Writes a segment's transcript under session id `id` with its entries' own sequence
+    /// numbers, in batches (each under the write gate, so a rewrite copies it). Returns the
+    /// segment's record under `id`.
+    fn write_thawed_transcript(
+        &self,
+        id: u64,
+        mut segment: Segment,
+    ) -> Result<SessionRecord, StoreError> {
+        loop {
+            let mut batch = sled::Batch::default();
+            let mut n = 0;
+            while n < BATCH {
+                let Some((seq, entry)) = segment.next_entry()? else {
+                    break;
+                };
+                batch.insert(&keys::transcript_key(id, seq), encode(&entry)?);
+                n += 1;
+            }
+            if n > 0 {
+                let _write = self.write_gate();
+                self.inner()
+                    .transcript
+                    .apply_batch(batch)
+                    .map_err(StoreError::sled("thawing a transcript"))?;
+            }
+            if n < BATCH {
+                break;
+            }
+        }
+        let mut record = segment.header.record;
+        record.id = id;
+        Ok(record)
+    }
+
+    /// The commit point of a thaw, under the session's cold lock: the record and its index
+    /// entry in sled and the cold copy's index entry gone, in one transaction — if the
+    /// session is not in sled and `source` is still its cold copy.
+    fn commit_thaw(
         &self,
         key: &str,
-        mut record: SessionRecord,
-        entries: Vec<(u64, TranscriptEntry)>,
-    ) -> Result<bool, StoreError> {
-        let write = self.write_gate();
-        let inner = self.inner();
-        let id = inner.next_id()?;
-        record.id = id;
-        for chunk in entries.chunks(BATCH) {
-            let mut batch = sled::Batch::default();
-            for (seq, e) in chunk {
-                batch.insert(&keys::transcript_key(id, *seq), encode(e)?);
+        record: SessionRecord,
+        source: &Source,
+    ) -> Result<Thawed, StoreError> {
+        let _cold = self.shared.cold_locks.lock(key);
+        if let Source::Legacy(path) = source {
+            if !path.exists() {
+                return Ok(Thawed::Moved);
             }
-            inner
-                .transcript
-                .apply_batch(batch)
-                .map_err(StoreError::sled("thawing a transcript"))?;
         }
         let encoded = encode(&record)?;
         let updated_at_ms = record.updated_at_ms;
-        let written = (&inner.sessions, &inner.by_updated).transaction(|(sessions, index)| {
-            if sessions.get(key)?.is_some() {
-                return Ok(false);
-            }
-            sessions.insert(key.as_bytes(), encoded.as_slice())?;
-            index.insert(by_updated::key(updated_at_ms, key), &[])?;
-            Ok::<_, ConflictableTransactionError<StoreError>>(true)
-        });
-        let written = match written {
-            Ok(w) => w,
+        let write = self.write_gate();
+        let inner = self.inner();
+        let outcome = (&inner.sessions, &inner.by_updated, &inner.cold).transaction(
+            |(sessions, index, cold)| {
+                if sessions.get(key)?.is_some() {
+                    cold_index::tx_remove(cold, key)?;
+                    return Ok(Commit::Hot);
+                }
+                let current = cold_index::tx_get(cold, key)?;
+                let same = match source {
+                    Source::Packed(loc) => current.as_ref().is_some_and(|e| e.loc == *loc),
+                    Source::Legacy(_) => current.is_none(),
+                };
+                if !same {
+                    return Ok(Commit::Moved);
+                }
+                cold_index::tx_remove(cold, key)?;
+                sessions.insert(key.as_bytes(), encoded.as_slice())?;
+                index.insert(by_updated::key(updated_at_ms, key), &[])?;
+                Ok(Commit::Done)
+            },
+        );
+        drop(write);
+        match outcome {
+            Ok(Commit::Done) => {}
+            Ok(Commit::Moved) => return Ok(Thawed::Moved),
+            Ok(Commit::Hot) => return Ok(Thawed::Hot),
             Err(TransactionError::Abort(e)) => return Err(e),
             Err(TransactionError::Storage(source)) => {
                 return Err(StoreError::Sled {
@@ -410,452 +603,88 @@ impl Store {
                     source,
                 })
             }
-        };
-        drop(write);
-        if written {
-            self.shared.totals.replace(None, Some(&record));
-            self.shared
-                .meter
-                .add(record.bytes + record.entries * TRANSCRIPT_KEY_BYTES);
-        } else {
-            self.delete_transcript(id)?;
         }
-        Ok(written)
+        self.shared.totals.replace(None, Some(&record));
+        self.shared
+            .meter
+            .add(record.bytes + record.entries * TRANSCRIPT_KEY_BYTES);
+        Ok(Thawed::Done(record))
     }
-}
 
-impl Store {
-    /// Deletes the cold copy of session `key`, if there is one (a deleted or plainly evicted
-    /// session must not come back from a stale segment).
-    pub(super) fn forget_cold(&self, key: &str) -> Result<(), StoreError> {
+    /// Drops session `key`'s cold copies (its index entry, an old-layout file of its own):
+    /// stale when the session is in sled, gone for good after an eviction. The caller holds
+    /// the session's cold lock.
+    pub(super) fn drop_stale_cold(&self, key: &str) -> Result<(), StoreError> {
         if !self.cold_used() {
             return Ok(());
         }
-        let path = path_of(self.data_dir(), key);
-        if !path.exists() {
-            return Ok(());
+        if cold_index::get(&self.inner().cold, key)?.is_some() {
+            let _write = self.write_gate();
+            let inner = self.inner();
+            let removed: Result<_, TransactionError<StoreError>> =
+                (&inner.cold,).transaction(|(cold,)| cold_index::tx_remove(cold, key).map(|_| ()));
+            removed.map_err(|e| match e {
+                TransactionError::Abort(e) => e,
+                TransactionError::Storage(source) => StoreError::Sled {
+                    context: "dropping a stale cold copy",
+                    source,
+                },
+            })?;
         }
-        match read_segment(&path, Entries::None) {
-            Ok((header, _)) if header.session_key != key => Ok(()),
-            _ => self.remove_segment(&path),
-        }
-    }
-
-    /// The doctor's check of the cold tier: every segment decodes to the end (header and
-    /// entries) and is named after its key. A damaged one is reported, never deleted (it may
-    /// be the only copy of a session).
-    pub(super) fn check_cold(&self, report: &mut super::DoctorReport) -> Result<(), StoreError> {
-        for file in list(self.data_dir())? {
-            let name = file
-                .path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if name.starts_with('.') {
-                // An interrupted freeze's leftover: the janitor deletes it.
-                continue;
-            }
-            let problem = match read_segment(&file.path, Entries::All) {
-                Ok((header, _)) if path_of(self.data_dir(), &header.session_key) != file.path => {
-                    Some(format!(
-                        "holds session {:?} under another name",
-                        header.session_key
-                    ))
+        if self.legacy_cold() {
+            let path = cold_legacy::path_of(self.data_dir(), key);
+            if let Ok(file) = std::fs::File::open(&path) {
+                let held = Located::Legacy {
+                    path: path.clone(),
+                    file,
                 }
-                Ok(_) => None,
-                Err(e) => Some(format!("does not decode: {e}")),
-            };
-            if let Some(problem) = problem {
-                report.cold_damaged += 1;
-                report.note("cold", name.as_bytes(), problem);
+                .open(key, self.data_dir());
+                // Another key's file (same hash) stays; a damaged one is the doctor's.
+                if let Ok(Some(_)) = held {
+                    self.remove_legacy(&path)?;
+                }
             }
         }
         Ok(())
     }
 
-    /// Deletes a segment file (the janitor's eviction from the cold tier).
-    pub(super) fn delete_segment(&self, file: &ColdFile) -> Result<(), StoreError> {
-        self.remove_segment(&file.path)
+    /// Deletes the cold copy of session `key`, if there is one (a deleted or plainly evicted
+    /// session must not come back from a stale copy).
+    pub(super) fn forget_cold(&self, key: &str) -> Result<(), StoreError> {
+        let _cold = self.shared.cold_locks.lock(key);
+        self.drop_stale_cold(key)
     }
 
-    /// Deletes a segment file, if it is there, and takes its size off the disk estimate.
-    pub(super) fn remove_segment(&self, path: &Path) -> Result<(), StoreError> {
-        let bytes = std::fs::symlink_metadata(path)
-            .map(|m| super::disk::dir_disk_bytes_of_file(&m))
-            .unwrap_or(0);
-        match std::fs::remove_file(path) {
-            Ok(()) => {
-                self.shared.meter.remove_file(bytes);
-                Ok(())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(StoreError::file("delete", path)(e)),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use turnstile_actors::DiskBudget;
-
-    use super::*;
-    use crate::config::{Durability, StorageConfig};
-    use crate::store::{EntryKind, StoreBudget, TurnCommit};
-
-    fn config(dir: &Path, max_disk_bytes: u64) -> StorageConfig {
-        StorageConfig {
-            data_dir: dir.to_path_buf(),
-            cache_capacity_bytes: 1 << 20,
-            durability: Durability::Batched,
-            prune_after_days: 0,
-            max_disk_bytes,
-            ..StorageConfig::default()
-        }
-    }
-
-    fn turn(store: &Store, key: &str, now_ms: u64, text: &str) {
-        let e = |kind| TranscriptEntry {
-            kind,
-            text: text.into(),
-            message_id: Some(format!("m{now_ms}")),
-            sender: None,
-            timestamp_ms: now_ms,
-            tokens: 2,
-            tool: None,
-            memo: Default::default(),
+    /// Tests: freezes session `key` now, as the janitor would. True when it left sled.
+    #[cfg(test)]
+    pub(crate) fn freeze_for_test(&self, key: &str) -> Result<bool, StoreError> {
+        let Some(record) = self.session(key)? else {
+            return Ok(false);
         };
-        store
-            .commit_turn(&TurnCommit {
-                session_key: key.to_string(),
-                entries: vec![e(EntryKind::User), e(EntryKind::Assistant)],
-                consumed: vec![],
-                now_ms,
-                channel_messages: vec![],
-                replica: None,
-            })
-            .unwrap();
+        Ok(self.freeze_session(key, record.updated_at_ms)?.is_some())
     }
 
-    fn whole_transcript(store: &Store, key: &str) -> Vec<(u64, TranscriptEntry)> {
-        let record = store.session(key).unwrap().expect("session in sled");
-        store.transcript(record.id, 0, usize::MAX).unwrap()
+    /// Tests: installs a function a thaw calls after reading its frame's header, before it
+    /// writes anything (a test holds a thaw there).
+    #[cfg(test)]
+    pub(crate) fn set_thaw_hook(&self, hook: impl Fn() + Send + Sync + 'static) {
+        *self
+            .shared
+            .thaw_hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(std::sync::Arc::new(hook));
     }
 
-    #[tokio::test]
-    async fn a_frozen_session_thaws_with_its_transcript_and_seqs() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&config(dir.path(), 64 << 20)).unwrap();
-        for t in 0..3 {
-            turn(&store, "a", 1_000 + t, &format!("hello {t}"));
-        }
-        turn(&store, "b", 2_000, "other");
-        let before = whole_transcript(&store, "a");
-        let updated = store.session("a").unwrap().unwrap().updated_at_ms;
-        let live = store.live_bytes();
-        assert!(
-            store.freeze_session("a", updated - 1).unwrap().is_none(),
-            "changed: kept"
-        );
-        let frozen = store.freeze_session("a", updated).unwrap().expect("frozen");
-        assert_eq!(frozen.evicted.entries_deleted, 6);
-        assert!(store.session("a").unwrap().is_none());
-        assert_eq!(store.live_bytes(), live - frozen.evicted.bytes);
-        assert_eq!(list(dir.path()).unwrap().len(), 1);
-
-        assert!(!store.thaw_session("b").unwrap(), "not cold");
-        assert!(store.thaw_session("a").unwrap());
-        assert_eq!(whole_transcript(&store, "a"), before);
-        assert_eq!(store.session("a").unwrap().unwrap().updated_at_ms, updated);
-        assert!(list(dir.path()).unwrap().is_empty(), "the segment is gone");
-        assert!(!store.thaw_session("a").unwrap(), "thawed once");
-        turn(&store, "a", 5_000, "after");
-        assert_eq!(whole_transcript(&store, "a").len(), 8);
-        assert!(store
-            .doctor(crate::store::Depth::Full, false)
-            .unwrap()
-            .is_clean());
-        store.close().await.unwrap();
-    }
-
-    /// Admissions skip the segment lookup while the tier is known empty; a store opened on a
-    /// data dir whose tier holds a segment must still look.
-    #[tokio::test]
-    async fn a_session_frozen_before_a_restart_thaws_after_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&config(dir.path(), 64 << 20)).unwrap();
-        assert!(!store.cold_used(), "nothing frozen yet");
-        turn(&store, "a", 1_000, "before the restart");
-        let before = whole_transcript(&store, "a");
-        store.freeze_session("a", 1_000).unwrap().expect("frozen");
-        assert!(store.cold_used());
-        store.close().await.unwrap();
-        drop(store);
-
-        let store = Store::open(&config(dir.path(), 64 << 20)).unwrap();
-        assert!(store.cold_used(), "the segment on disk counts");
-        assert!(store.session("a").unwrap().is_none());
-        assert!(store.thaw_session("a").unwrap());
-        assert_eq!(whole_transcript(&store, "a"), before);
-        store.close().await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_deleted_session_does_not_come_back_from_the_cold_tier() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&config(dir.path(), 64 << 20)).unwrap();
-        turn(&store, "a", 1_000, "secret");
-        store.freeze_session("a", 1_000).unwrap().expect("frozen");
-        assert!(
-            store.delete_session("a").unwrap().is_some(),
-            "a cold session is deleted"
-        );
-        assert!(list(dir.path()).unwrap().is_empty());
-        assert!(!store.thaw_session("a").unwrap());
-        assert!(store.session("a").unwrap().is_none());
-        store.close().await.unwrap();
-    }
-
-    /// The mid-freeze race, both ways round: a message queued before the freeze takes the
-    /// session's lock keeps it hot; one queued after it thaws the session before the entry
-    /// is written, so the next turn continues the old history.
-    #[tokio::test]
-    async fn a_message_never_lands_beside_a_frozen_session() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&config(dir.path(), 64 << 20)).unwrap();
-        turn(&store, "a", 1_000, "old history");
-        let (item, _) = store
-            .enqueue("a", crate::store::tests::record("1"))
-            .unwrap();
-        assert!(
-            store.freeze_session("a", 1_000).unwrap().is_none(),
-            "a queued message keeps the session in sled"
-        );
-        assert!(
-            list(dir.path()).unwrap().is_empty(),
-            "no segment left behind"
-        );
-        store
-            .commit_turn(&TurnCommit {
-                session_key: "a".to_string(),
-                entries: vec![],
-                consumed: vec![item.seq],
-                now_ms: 1_001,
-                channel_messages: vec![],
-                replica: None,
-            })
-            .unwrap();
-
-        store.freeze_session("a", 1_001).unwrap().expect("frozen");
-        store
-            .enqueue("a", crate::store::tests::record("2"))
-            .unwrap();
-        assert!(list(dir.path()).unwrap().is_empty(), "thawed by the write");
-        turn(&store, "a", 2_000, "new");
-        let texts: Vec<String> = whole_transcript(&store, "a")
-            .into_iter()
-            .map(|(_, e)| e.text)
-            .collect();
-        assert_eq!(texts, ["old history", "old history", "new", "new"]);
-        store.close().await.unwrap();
-    }
-
-    /// Segments count in admission's disk estimate the moment they are written, and come off
-    /// it when deleted.
-    #[tokio::test]
-    async fn segments_are_in_the_disk_estimate() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&config(dir.path(), 64 << 20)).unwrap();
-        turn(&store, "a", 1_000, "text");
-        let meter = &store.shared.meter;
-        let counted = meter.measure_begins();
-        meter.set_measured(1 << 20, counted);
-        let frozen = store.freeze_session("a", 1_000).unwrap().expect("frozen");
-        assert!(frozen.segment_bytes > 0);
-        assert_eq!(meter.disk_estimate(), (1 << 20) + frozen.segment_bytes);
-        let files = list(dir.path()).unwrap();
-        store.delete_segment(&files[0]).unwrap();
-        assert_eq!(meter.disk_estimate(), 1 << 20);
-        store.close().await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_damaged_segment_is_an_error_not_a_panic() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&config(dir.path(), 64 << 20)).unwrap();
-        turn(&store, "a", 1_000, "text");
-        store.freeze_session("a", 1_000).unwrap().expect("frozen");
-        let path = path_of(dir.path(), "a");
-        let mut bytes = std::fs::read(&path).unwrap();
-        bytes.truncate(bytes.len() / 2);
-        std::fs::write(&path, &bytes).unwrap();
-        assert!(store.thaw_session("a").is_err());
-        assert!(path.exists(), "kept for inspection, not deleted");
-        let report = store.doctor(crate::store::Depth::Full, false).unwrap();
-        assert_eq!(report.cold_damaged, 1, "{report}");
-        assert!(!report.is_clean());
-        store.close().await.unwrap();
-    }
-
-    /// English-like text: words of a fixed pseudo-random vocabulary (4,096 words of 2–9
-    /// letters), so compression is neither free (`"x".repeat`) nor impossible (random bytes).
-    fn prose(seed: &mut u64, bytes: usize) -> String {
-        let mut next = || {
-            *seed = seed
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            *seed >> 33
-        };
-        let mut out = String::with_capacity(bytes + 16);
-        while out.len() < bytes {
-            let mut word = next() % 4_096;
-            let len = 2 + (word % 8) as usize;
-            for _ in 0..len {
-                out.push((b'a' + (word % 26) as u8) as char);
-                word = word / 26 + 7 * len as u64;
-            }
-            out.push(if next() % 12 == 0 { '.' } else { ' ' });
-        }
-        out
-    }
-
-    /// Raw transcript text held (hot in sled + cold in segments) after writing `overload` ×
-    /// the budget through the janitor's passes, as a fraction of `max_disk_bytes`; and the data
-    /// dir's peak. `settings` makes the `[storage]` settings for a data dir.
-    async fn usable_ratio(overload: u64, settings: impl Fn(&Path) -> StorageConfig) -> Ratio {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = settings(dir.path());
-        let budget = cfg.max_disk_bytes;
-        let store = Store::open(&cfg).unwrap();
-        let janitor = StoreBudget::new(store.clone(), &cfg, Arc::new(|_: &str| false));
-        let mut seed = 7u64;
-        let mut written = 0u64;
-        let mut keys = Vec::new();
-        let mut peak = 0u64;
-        // Real time, so `prune_after_days` (on in the defaults) does not prune it all.
-        let mut t = super::super::dedupe::wall_clock_ms();
-        while written < budget * overload {
-            let key = format!("s{:06}", keys.len());
-            for _ in 0..4 {
-                let text = prose(&mut seed, 2_000);
-                written += 2 * text.len() as u64;
-                t += 1;
-                turn(&store, &key, t, &text);
-            }
-            keys.push(key);
-            if keys.len() % 16 == 0 {
-                let usage = janitor.usage().unwrap();
-                peak = peak.max(usage.disk_bytes);
-                janitor.reclaim(&usage, true).unwrap();
-                peak = peak.max(crate::store::dir_disk_bytes(dir.path()).unwrap());
-            }
-        }
-        let usage = janitor.usage().unwrap();
-        janitor.reclaim(&usage, true).unwrap();
-        let disk = crate::store::dir_disk_bytes(dir.path()).unwrap();
-        peak = peak.max(disk);
-        let mut held = 0u64;
-        let mut cold_text = 0u64;
-        for key in &keys {
-            let text = |entries: Vec<(u64, TranscriptEntry)>| -> u64 {
-                entries.iter().map(|(_, e)| e.text.len() as u64).sum()
-            };
-            if store.session(key).unwrap().is_some() {
-                held += text(whole_transcript(&store, key));
-            } else {
-                let path = path_of(dir.path(), key);
-                if path.exists() {
-                    let bytes = text(read_segment(&path, Entries::All).unwrap().1);
-                    held += bytes;
-                    cold_text += bytes;
-                }
-            }
-        }
-        let cold_disk: u64 = list(dir.path()).unwrap().iter().map(|f| f.disk_bytes).sum();
-        store.close().await.unwrap();
-        Ratio {
-            held: held as f64 / budget as f64,
-            peak: peak as f64 / budget as f64,
-            compression: cold_text as f64 / cold_disk.max(1) as f64,
-        }
-    }
-
-    /// What [`usable_ratio`] measured, as fractions of `max_disk_bytes`.
-    #[derive(Debug)]
-    struct Ratio {
-        held: f64,
-        peak: f64,
-        /// Raw text per disk byte in the cold tier.
-        compression: f64,
-    }
-
-    impl std::fmt::Display for Ratio {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(
-                f,
-                "raw transcript text held {:.0}% of max_disk_bytes, peak data dir {:.0}%, \
-                 cold tier {:.1} text bytes per disk byte",
-                self.held * 100.0,
-                self.peak * 100.0,
-                self.compression
-            )
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_cold_tier_holds_half_the_budget_in_raw_text() {
-        let r = usable_ratio(2, |dir| StorageConfig {
-            cold_max_fraction: 0.4,
-            ..config(dir, 32 << 20)
-        })
-        .await;
-        println!("cold tier on (0.4): {r}");
-        assert!(r.peak <= 1.1, "{r}");
-        assert!(r.held >= 0.5, "{r}");
-    }
-
-    /// Issue 14's target with nothing configured but the data dir and the budget: every other
-    /// `[storage]` setting (durability, cache, pruning, the cold tier's share) is the default.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_default_config_holds_half_the_budget_in_raw_text() {
-        let r = usable_ratio(2, |dir| defaults(dir, 32 << 20)).await;
-        println!("defaults: {r}");
-        assert!(r.peak <= 1.1, "{r}");
-        assert!(r.held >= 0.5, "{r}");
-    }
-
-    /// The default `[storage]` settings but for the data dir and the budget.
-    fn defaults(dir: &Path, max_disk_bytes: u64) -> StorageConfig {
-        StorageConfig {
-            data_dir: dir.to_path_buf(),
-            max_disk_bytes,
-            ..StorageConfig::default()
-        }
-    }
-
-    /// The measurement reported in docs/storage.md: the defaults, and the cold tier off and
-    /// at 0.4, 4× the budget (`cargo test --lib store::cold -- --ignored --nocapture`;
-    /// `TURNSTILE_BUDGET_MB`).
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "measurement"]
-    async fn measure_usable_ratio() {
-        let mb: u64 = std::env::var("TURNSTILE_BUDGET_MB")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(64);
-        let r = usable_ratio(4, |dir| defaults(dir, mb << 20)).await;
-        println!(
-            "{mb} MiB, defaults (cold_max_fraction = {}): {r}",
-            StorageConfig::default().cold_max_fraction
-        );
-        for fraction in [0.0, 0.4] {
-            let r = usable_ratio(4, |dir| StorageConfig {
-                cold_max_fraction: fraction,
-                ..config(dir, mb << 20)
-            })
-            .await;
-            println!("{mb} MiB, cold_max_fraction = {fraction}: {r}");
+    #[cfg(test)]
+    fn run_thaw_hook(&self) {
+        let hook = self
+            .shared
+            .thaw_hook
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(hook) = hook {
+            hook();
         }
     }
 }

@@ -46,8 +46,10 @@ impl Store {
         dedupe: Option<DedupeMark<'_>>,
     ) -> Result<(InboxItem, u64), StoreError> {
         self.check_writable()?;
-        // A cold session comes back first, and cannot start freezing until the entry is in.
-        let _cold = self.thaw_for_write(session_key)?;
+        // No thaw here: a cold session's turn thaws it. The cold lock (held only briefly by
+        // a freeze or a thaw) orders the entry against a freeze's last check: the session
+        // stays hot, or it is cold before the entry is written (see `cold::ColdLocks`).
+        let _cold = self.shared.cold_locks.lock(session_key);
         let _write = self.write_gate();
         let inner = self.inner();
         // Sequences start at 1: lanes treat 0 as "nothing seen yet".
@@ -88,6 +90,7 @@ impl Store {
         self.shared
             .queued
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.owe_thaw(session_key);
         self.shared.meter.add_inbox(written);
         self.shared.ledger.enqueued();
         let ticket = inner.commit.ticket();

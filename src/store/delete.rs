@@ -34,6 +34,8 @@ impl Store {
         // transcript first, even with the disk full); a stale cold copy of a hot session
         // (sled won after a crash) goes too, so it cannot come back.
         let cold = self.take_cold(session_key)?;
+        // Its queued messages go too: no thaw is owed any more.
+        self.settle_thaw(session_key);
         let deleted = self.delete_session_records(session_key)?;
         let deleted = deleted.or_else(|| {
             cold.map(|record| SessionDeletion {

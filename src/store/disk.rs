@@ -96,6 +96,9 @@ pub(super) struct UsageMeter {
     rewrite_reserve: AtomicU64,
     /// Logical bytes (keys and values) of the acknowledged messages in the inbox.
     pending: AtomicU64,
+    /// Logical bytes the thaws of cold sessions with acknowledged messages will write (their
+    /// turns thaw them; admission does not, see `cold.rs`).
+    owed_thaws: AtomicU64,
     hook: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
@@ -209,11 +212,27 @@ impl UsageMeter {
         self.pending.store(bytes, Ordering::Relaxed);
     }
 
-    /// Disk bytes the turns of the acknowledged messages in the inbox are expected to write.
+    /// Disk bytes the turns of the acknowledged messages in the inbox are expected to write,
+    /// thaws of their cold sessions included.
     pub(super) fn pending_disk_bytes(&self) -> u64 {
         self.pending
             .load(Ordering::Relaxed)
             .saturating_mul(PENDING_DISK_BYTES_PER_BYTE)
+            .saturating_add(
+                self.owed_thaws
+                    .load(Ordering::Relaxed)
+                    .saturating_mul(DISK_BYTES_PER_WRITTEN_BYTE),
+            )
+    }
+
+    /// Counts a thaw of `bytes` logical bytes that a queued message's turn will write.
+    pub(super) fn owe_thaw(&self, bytes: u64) {
+        self.owed_thaws.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Takes a thaw counted by [`UsageMeter::owe_thaw`] off (done, or no longer owed).
+    pub(super) fn settle_thaw(&self, bytes: u64) {
+        saturating_sub(&self.owed_thaws, bytes);
     }
 
     /// Room kept free for a rewrite's fresh copy.

@@ -9,6 +9,7 @@
 use sled::transaction::{ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
+use super::cold_index::{self, ColdEntry};
 use super::{by_updated, decode, keys, SessionRecord, Store};
 use crate::error::StoreError;
 
@@ -100,49 +101,81 @@ impl Store {
 
     /// Removes the session `key` and its transcript. With `expected_updated_at`, only if the
     /// session was not updated since (a turn that committed meanwhile wins). Returns `None`
-    /// if nothing was removed.
+    /// if nothing was removed. A stale cold copy of the session goes with it.
     pub fn evict_session(
         &self,
         key: &str,
         expected_updated_at: Option<u64>,
     ) -> Result<Option<Evicted>, StoreError> {
-        let write = self.write_gate();
+        let cold = self.shared.cold_locks.lock(key);
+        let removed = self.evict_records(key, expected_updated_at, None)?;
+        drop(cold);
+        match removed {
+            Some(record) => self.after_eviction(key, record).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The commit point of an eviction: the session's record and index entry go in one
+    /// transaction with its cold index entry — set to `cold` (a freeze), or removed (a
+    /// stale cold copy must not outlive an eviction). Returns the record removed. The caller
+    /// holds the session's cold lock.
+    pub(super) fn evict_records(
+        &self,
+        key: &str,
+        expected_updated_at: Option<u64>,
+        cold: Option<&ColdEntry>,
+    ) -> Result<Option<SessionRecord>, StoreError> {
+        let _write = self.write_gate();
         let inner = self.inner();
-        let removed = (&inner.sessions, &inner.by_updated).transaction(|(sessions, index)| {
-            let Some(bytes) = sessions.get(key)? else {
-                return Ok(None);
-            };
-            let record: SessionRecord =
-                decode("sessions", &bytes).map_err(ConflictableTransactionError::Abort)?;
-            if expected_updated_at.is_some_and(|t| t != record.updated_at_ms) {
-                return Ok(None);
-            }
-            sessions.remove(key.as_bytes())?;
-            index.remove(by_updated::key(record.updated_at_ms, key))?;
-            Ok(Some(record))
-        });
-        let record = match removed {
-            Ok(Some(r)) => r,
-            Ok(None) => return Ok(None),
-            Err(TransactionError::Abort(e)) => return Err(e),
-            Err(TransactionError::Storage(source)) => {
-                return Err(StoreError::Sled {
-                    context: "evicting a session",
-                    source,
-                })
-            }
-        };
-        drop(write);
+        let removed = (&inner.sessions, &inner.by_updated, &inner.cold).transaction(
+            |(sessions, index, cold_tree)| {
+                let Some(bytes) = sessions.get(key)? else {
+                    return Ok(None);
+                };
+                let record: SessionRecord =
+                    decode("sessions", &bytes).map_err(ConflictableTransactionError::Abort)?;
+                if expected_updated_at.is_some_and(|t| t != record.updated_at_ms) {
+                    return Ok(None);
+                }
+                sessions.remove(key.as_bytes())?;
+                index.remove(by_updated::key(record.updated_at_ms, key))?;
+                match cold {
+                    Some(entry) => cold_index::tx_insert(cold_tree, key, entry)?,
+                    None => {
+                        cold_index::tx_remove(cold_tree, key)?;
+                    }
+                }
+                Ok(Some(record))
+            },
+        );
+        match removed {
+            Ok(r) => Ok(r),
+            Err(TransactionError::Abort(e)) => Err(e),
+            Err(TransactionError::Storage(source)) => Err(StoreError::Sled {
+                context: "evicting a session",
+                source,
+            }),
+        }
+    }
+
+    /// What follows an eviction's commit point: the totals, the transcript and chat records
+    /// (in bounded batches), the live-byte meter.
+    pub(super) fn after_eviction(
+        &self,
+        key: &str,
+        record: SessionRecord,
+    ) -> Result<Evicted, StoreError> {
         self.shared.totals.replace(Some(&record), None);
         let entries_deleted = self.delete_transcript(record.id)?;
         let chat_bytes = self.delete_channel_messages(key)?;
         let bytes = record.bytes + record.entries * TRANSCRIPT_KEY_BYTES + chat_bytes;
         self.shared.meter.sub(bytes);
-        Ok(Some(Evicted {
+        Ok(Evicted {
             record,
             entries_deleted,
             bytes,
-        }))
+        })
     }
 
     /// Deletes every transcript entry of session `id`, in bounded batches.

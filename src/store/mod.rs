@@ -12,9 +12,11 @@
 //!
 //! Disk budget, repair and interchange live in their own files: `disk` (measuring, the live
 //! byte meter), `evict` (removing whole sessions), `archive` (compressed JSONL of evicted
-//! sessions), `cold` (the cold tier: evicted sessions as compressed segments, thawed on
-//! use), `cold_reads` (reads, exports and deletes of a cold session in place, without a
-//! thaw), `budget` (the janitor's [`StoreBudget`] and admission's `disk_full`), `doctor`
+//! sessions), `cold` (the cold tier: evicted sessions as compressed frames in packs,
+//! `cold_pack`, named by the `cold` tree, `cold_index`; thawed by their next turn),
+//! `cold_reads` (reads, exports, deletes and the listing of cold sessions in place, without a
+//! thaw), `cold_tidy` (the janitor's upkeep of packs), `cold_legacy` (the old
+//! one-file-per-session layout, read and migrated), `budget` (the janitor's [`StoreBudget`] and admission's `disk_full`), `doctor`
 //! (checks, repair, quarantine), `migrate` (schema migrations on open), `compact` (a prefix
 //! replaced by a summary), `export` and `import_openclaw`, `delete` (one session, on request).
 //!
@@ -32,7 +34,13 @@ mod channel;
 mod channel_state;
 mod codec;
 mod cold;
+mod cold_index;
+mod cold_legacy;
+mod cold_pack;
 mod cold_reads;
+#[cfg(test)]
+mod cold_tests;
+mod cold_tidy;
 mod committer;
 mod compact;
 mod contain;
@@ -71,7 +79,8 @@ pub use budget::{Liveness, StoreBudget};
 pub use channel::{walk_back, Scan, MAX_CHAT_SCAN};
 pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
 pub use cold::COLD_DIR;
-pub use cold_reads::SessionPage;
+pub use cold_pack::MAX_OPEN_PACKS;
+pub use cold_reads::{FoundSession, SessionPage};
 pub use committer::{TurnCommitter, COMMIT_QUEUE, GATHER_YIELDS, INLINE_COMMIT_TURNS};
 pub use compact::{SummarySwap, SwapOutcome, MAX_COMPACTED_ENTRIES};
 pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
@@ -168,9 +177,20 @@ struct Shared {
     /// so a message never lands in a session while it moves to the cold tier (see `cold.rs`).
     cold_locks: cold::ColdLocks,
     /// False while the cold tier is known to be empty (nothing under its directory at open,
-    /// no segment written since): then a message's admission skips the segment lookup, a
-    /// file-system call per message.
+    /// no frame written since): then a turn skips the index lookup.
     cold_used: std::sync::atomic::AtomicBool,
+    /// True while old-layout segment files may remain (`cold_legacy.rs`): reads look for
+    /// them; the janitor clears it once it finds none.
+    legacy_cold: std::sync::atomic::AtomicBool,
+    /// The cold tier's pack files: the writer and the open readers (`cold_pack.rs`).
+    packs: cold_pack::Packs,
+    /// Cold sessions with a queued message, and the bytes their thaw will write (counted in
+    /// admission's disk estimate until the thaw; see `cold.rs`); at most
+    /// `cold::MAX_OWED_THAWS`.
+    owed_thaws: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    /// Tests: called by a thaw after reading its frame's header (`cold.rs`).
+    #[cfg(test)]
+    thaw_hook: std::sync::Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
 }
 
 /// One generation of the database: the sled instance, its trees and its group commit.
@@ -184,6 +204,8 @@ struct StoreInner {
     dedupe: sled::Tree,
     channel_messages: sled::Tree,
     channel_state: sled::Tree,
+    /// The cold tier's index (`cold_index.rs`).
+    cold: sled::Tree,
     commit: GroupCommit,
     /// Added to sled's `generate_id`, so ids keep increasing across generations.
     id_base: u64,
@@ -246,6 +268,7 @@ impl StoreInner {
             dedupe: open("dedupe")?,
             channel_messages: open("channel_messages")?,
             channel_state: open(channel_state::TREE)?,
+            cold: open(cold_index::TREE)?,
             id_base: rewrite::id_base(&db)?,
             tails: tails::TailCache::new(config.transcript_cache_bytes),
             commit: GroupCommit::start_for_store(
@@ -375,7 +398,9 @@ impl Store {
             // Leftovers of an interrupted rewrite or of a retired generation.
             generations::remove_stale(&data_dir, &inner.dir);
         }
-        let cold_used = cold::may_hold_segments(&data_dir);
+        let cold_used = cold::may_hold_files(&data_dir) || !cold_index::is_empty(&inner.cold);
+        let legacy_cold = cold_legacy::may_exist(&data_dir);
+        let packs = cold_pack::Packs::new(&data_dir, config.max_disk_bytes);
         let store = Self {
             shared: Arc::new(Shared {
                 current: RwLock::new(Arc::new(inner)),
@@ -397,6 +422,11 @@ impl Store {
                 after_copy: std::sync::Mutex::new(None),
                 cold_locks: cold::ColdLocks::default(),
                 cold_used: std::sync::atomic::AtomicBool::new(cold_used),
+                legacy_cold: std::sync::atomic::AtomicBool::new(legacy_cold),
+                packs,
+                owed_thaws: std::sync::Mutex::default(),
+                #[cfg(test)]
+                thaw_hook: std::sync::Mutex::new(None),
             }),
         };
         store.start_recovery_probe();

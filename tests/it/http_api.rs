@@ -202,3 +202,128 @@ async fn many_sessions_at_once_keep_order() {
     }
     server.stop().await;
 }
+
+/// Issue 39: `GET /v1/sessions` lists cold sessions too (from the cold tier's index, marked
+/// `"cold": true`, with their record's fields), in key order among the hot ones and across
+/// pages; `GET /v1/sessions/{key}` says the same, and the next message thaws the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_sessions_are_listed_with_the_hot_ones() {
+    use turnstile::store::{EntryKind, Store, StoreBudget, TranscriptEntry, TurnCommit};
+    use turnstile_actors::{DiskBudget, DiskUsage};
+
+    let dir = data_dir();
+    let chats = ["c1", "c2", "c3", "c4", "c5"];
+    let cold_chats = ["c1", "c3", "c5"];
+    {
+        // A store whose janitor moved three idle sessions into the cold tier.
+        let mut storage = turnstile::Config::with_data_dir(dir.path()).storage;
+        storage.max_disk_bytes = 1 << 20;
+        let store = Store::open(&storage).expect("opening the store");
+        let commit = |chat: &str, now_ms: u64| {
+            let entry = |kind| TranscriptEntry {
+                kind,
+                text: format!("{chat} {}", "padding ".repeat(16_000)),
+                message_id: Some(format!("{chat}-m1")),
+                sender: None,
+                timestamp_ms: now_ms,
+                tokens: 5,
+                tool: None,
+                memo: Default::default(),
+            };
+            store
+                .commit_turn(&TurnCommit {
+                    session_key: group_key(chat),
+                    entries: vec![entry(EntryKind::User), entry(EntryKind::Assistant)],
+                    consumed: vec![],
+                    now_ms,
+                    channel_messages: vec![],
+                    replica: None,
+                })
+                .expect("committing a turn");
+        };
+        // Real times: `prune_after_days` (on by default) would delete sessions from 1970.
+        let now = crate::support::now_ms();
+        for (i, chat) in cold_chats.iter().enumerate() {
+            commit(chat, now - 60_000 + i as u64);
+        }
+        let janitor = StoreBudget::new(
+            store.clone(),
+            &storage,
+            std::sync::Arc::new(|_: &str| false),
+        );
+        let limit = storage.max_disk_bytes;
+        janitor
+            .reclaim(
+                &DiskUsage {
+                    disk_bytes: limit,
+                    limit_bytes: limit,
+                    high_water_bytes: limit * 8 / 10,
+                },
+                true,
+            )
+            .expect("a janitor pass");
+        for chat in cold_chats {
+            let found = store.find_session(&group_key(chat)).unwrap();
+            assert!(found.is_some_and(|f| f.cold), "{chat} was frozen");
+        }
+        for (i, chat) in ["c2", "c4"].iter().enumerate() {
+            commit(chat, now + i as u64);
+        }
+        store.close().await.expect("closing the store");
+    }
+
+    let server = start_server_with(dir, |_| {}).await;
+    let sessions = server.sessions().await;
+    let listed: Vec<(&str, bool)> = sessions
+        .iter()
+        .map(|s| (s["session_key"].as_str().unwrap_or(""), s["cold"] == true))
+        .collect();
+    let keys: Vec<String> = chats.iter().map(|c| group_key(c)).collect();
+    let want: Vec<(&str, bool)> = keys
+        .iter()
+        .zip(chats)
+        .map(|(k, c)| (k.as_str(), cold_chats.contains(&c)))
+        .collect();
+    assert_eq!(listed, want, "{sessions:?}");
+    for (session, key) in sessions.iter().zip(&keys) {
+        assert_session_object(session, key, 2);
+    }
+    // Pages: two at a time, after the last key of the page before.
+    let mut paged = Vec::new();
+    let mut after = String::new();
+    loop {
+        let path = if after.is_empty() {
+            "/v1/sessions?limit=2".to_string()
+        } else {
+            format!("/v1/sessions?limit=2&after={}", encode_key(&after))
+        };
+        let (status, page) = server.get(&path).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let page = page.as_array().expect("a page").clone();
+        let Some(last) = page.last() else { break };
+        after = last["session_key"].as_str().unwrap_or("").to_string();
+        paged.extend(page);
+    }
+    assert_eq!(paged, sessions);
+    let (status, shown) = server.session(&keys[0]).await;
+    assert_eq!(status, StatusCode::OK, "{shown}");
+    assert_eq!(shown, sessions[0], "GET of a cold session");
+
+    // The next message thaws it: listed hot, its history and the new turn in order.
+    server.send(&Msg::group("c1", "c1-m2", "@bot again")).await;
+    let api = &server.api;
+    let key = &keys[0];
+    eventually(PATIENCE, "the thawed session's turn", || async move {
+        let (_, s) = api.session(key).await;
+        if s["cold"] == false && s["entries"] == 4 {
+            Ok(())
+        } else {
+            Err(s.to_string())
+        }
+    })
+    .await;
+    let transcript = server.transcript(key).await.expect("the session exists");
+    let ids: Vec<Option<&str>> = transcript.iter().map(|e| e.message_id.as_deref()).collect();
+    assert_eq!(ids, [Some("c1-m1"), Some("c1-m1"), Some("c1-m2"), None]);
+    server.stop().await;
+}
