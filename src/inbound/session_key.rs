@@ -15,7 +15,13 @@
 //! - Phone-number peers on phone channels (`whatsapp`, `signal`, `sms`) are E.164:
 //!   `whatsapp:+1 (555) 123-4567` → `+15551234567` (see [`peer_id`]).
 //! - The agent id is normalised with [`normalize_id`], the account id too (empty → `default`);
-//!   channel, chat, thread and peer ids are trimmed; the whole key is lowercased.
+//!   channel, chat, thread and peer ids are trimmed; the whole key is lowercased, so ids are
+//!   told apart without regard to case (as the platforms' own ids are).
+//! - Keys are injective: in a channel, chat, thread or peer id, the key's separator `:` is
+//!   written `%3a` and `%` itself `%25` ([`key_part`]), so a chat id such as `room:thread:t1`
+//!   cannot name the thread `t1` of the chat `room`. The ids real platforms use (numbers,
+//!   Slack's `C0123ABC`, WhatsApp's `…@g.us`, phone numbers) contain neither and keep their
+//!   OpenClaw keys.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -236,16 +242,18 @@ impl SessionKeys {
         }
         let agent = &self.agent;
         let channel = channel_name(&msg.channel);
+        let channel = key_part(&channel);
         let thread = msg
             .thread_id
             .as_deref()
             .map(str::trim)
-            .filter(|t| !t.is_empty());
+            .filter(|t| !t.is_empty())
+            .map(key_part);
         let (mut key, thread) = match msg.chat_kind {
             ChatKind::Direct => (self.direct_key(&channel, msg), thread),
             kind => {
                 let chat = msg.chat_id.trim();
-                let chat = if chat.is_empty() { "unknown" } else { chat };
+                let chat = key_part(if chat.is_empty() { "unknown" } else { chat });
                 match thread {
                     Some(topic) if channel == "telegram" => (
                         format!(
@@ -263,7 +271,7 @@ impl SessionKeys {
         };
         if let Some(thread) = thread {
             key.push_str(":thread:");
-            key.push_str(thread);
+            key.push_str(&thread);
         }
         key.to_lowercase()
     }
@@ -277,6 +285,7 @@ impl SessionKeys {
         if let Some(canonical) = self.linked(channel, &peer) {
             peer = canonical.to_string();
         }
+        let peer = key_part(&peer);
         if peer.is_empty() {
             return format!("agent:{agent}:main");
         }
@@ -301,6 +310,23 @@ impl SessionKeys {
             .or_else(|| self.links.get(&format!("{channel}:{peer}")))
             .map(String::as_str)
     }
+}
+
+/// An id as written inside a session key: `%` as `%25` and the separator `:` as `%3a`, all
+/// else unchanged (see the module's rules). Borrowed when there is nothing to escape.
+pub(crate) fn key_part(id: &str) -> std::borrow::Cow<'_, str> {
+    if !id.contains([':', '%']) {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut out = String::with_capacity(id.len() + 8);
+    for c in id.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            ':' => out.push_str("%3a"),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The session key of `msg` for `agent_id`, with every other `[session]` setting at its

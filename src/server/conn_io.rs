@@ -15,13 +15,13 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
@@ -48,9 +48,17 @@ pub(super) struct Activity {
     /// request ends, so the idle deadline starts even if no byte ever comes. A std `Mutex`:
     /// held only to swap a waker, never across an await.
     parked_read: Mutex<Option<Waker>>,
+    /// Set when the accept loop takes this connection's place for a newer one: its socket then
+    /// answers `503` (unless a response was begun) before it closes.
+    evicted: AtomicBool,
 }
 
 impl Activity {
+    /// Marks the connection as closed for a newer one (see [`Activity::evicted`]).
+    pub(super) fn evict(&self) {
+        self.evicted.store(true, Ordering::SeqCst);
+    }
+
     /// Marks a request in flight until the returned guard drops.
     pub(super) fn begin(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
@@ -89,10 +97,30 @@ enum Phase {
     Busy,
 }
 
+/// Most sockets at once that are closing slowly (see [`linger`]); past it a socket closes at
+/// once, and a client with unread request bytes may see a reset instead of its answer.
+pub(super) const MAX_LINGERING: usize = 256;
+
+/// How long a closing socket keeps reading (and discarding) what the client still sends.
+const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// Most bytes a closing socket reads and discards.
+const LINGER_BYTES: usize = 1 << 20;
+
+/// Sockets closing slowly now (bounded by [`MAX_LINGERING`]).
+static LINGERING: AtomicUsize = AtomicUsize::new(0);
+
 /// The socket handed to hyper.
 #[derive(Debug)]
 pub(super) struct ConnIo {
-    stream: TcpStream,
+    /// `None` only once dropped (the drop may hand the socket to [`linger`]).
+    stream: Option<TcpStream>,
+    /// Whether any response byte was written: an evicted connection that wrote none answers
+    /// `503` as it closes.
+    wrote: bool,
+    /// A response saying `connection: close` was written: what the client still sends is the
+    /// rest of a refused body, not a request, and gets no `408`/`414` of its own.
+    last_response: bool,
     activity: Arc<Activity>,
     bounds: ReadBounds,
     phase: Phase,
@@ -108,7 +136,9 @@ impl ConnIo {
         let now = Instant::now();
         let armed = now + bounds.idle;
         Self {
-            stream,
+            stream: Some(stream),
+            wrote: false,
+            last_response: false,
             activity,
             bounds,
             phase: Phase::Idle(now),
@@ -130,7 +160,7 @@ impl ConnIo {
 
     /// Accounts for `bytes` just read; `Err` when the request line is over its bound.
     fn saw(&mut self, bytes: &[u8]) -> io::Result<()> {
-        if bytes.is_empty() {
+        if bytes.is_empty() || self.last_response {
             return Ok(());
         }
         if let Phase::Idle(_) = self.phase {
@@ -204,7 +234,9 @@ impl ConnIo {
     /// and nothing else is being written on it (the client is mid-request), so the few hundred
     /// bytes fit the empty send buffer. A client that cannot take them just sees the close.
     fn answer(&self, error: ApiError) {
-        let _ = self.stream.try_write(&error.to_http1_bytes());
+        if let Some(stream) = &self.stream {
+            let _ = stream.try_write(&error.to_http1_bytes());
+        }
     }
 }
 
@@ -217,7 +249,10 @@ impl AsyncRead for ConnIo {
         let this = self.get_mut();
         this.update_phase();
         let before = buf.filled().len();
-        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+        let Some(stream) = this.stream.as_mut() else {
+            return Poll::Ready(Err(gone()));
+        };
+        match Pin::new(stream).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => Poll::Ready(this.saw(&buf.filled()[before..])),
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
@@ -289,7 +324,11 @@ impl AsyncWrite for ConnIo {
         if let Some(n) = this.replace_automatic_error(buf) {
             return Poll::Ready(Ok(n));
         }
-        Pin::new(&mut this.stream).poll_write(cx, buf)
+        this.note_written(buf);
+        let Some(stream) = this.stream.as_mut() else {
+            return Poll::Ready(Err(gone()));
+        };
+        Pin::new(stream).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -304,20 +343,115 @@ impl AsyncWrite for ConnIo {
                 return Poll::Ready(Ok(n));
             }
         }
-        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
+            this.note_written(first);
+        }
+        let Some(stream) = this.stream.as_mut() else {
+            return Poll::Ready(Err(gone()));
+        };
+        Pin::new(stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        self.stream.as_ref().is_some_and(|s| s.is_write_vectored())
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        match self.get_mut().stream.as_mut() {
+            Some(stream) => Pin::new(stream).poll_flush(cx),
+            None => Poll::Ready(Err(gone())),
+        }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        match self.get_mut().stream.as_mut() {
+            Some(stream) => Pin::new(stream).poll_shutdown(cx),
+            None => Poll::Ready(Ok(())),
+        }
     }
+}
+
+impl ConnIo {
+    /// Records that a response is being written, and whether it is the connection's last.
+    fn note_written(&mut self, bytes: &[u8]) {
+        self.wrote = true;
+        if bytes.starts_with(b"HTTP/1.") && closes_connection(bytes) {
+            self.last_response = true;
+        }
+    }
+}
+
+/// Whether the response head at the start of `bytes` says `connection: close`.
+fn closes_connection(bytes: &[u8]) -> bool {
+    let head_end = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(bytes.len());
+    bytes[..head_end]
+        .split(|b| *b == b'\n')
+        .any(|line| line.trim_ascii().eq_ignore_ascii_case(b"connection: close"))
+}
+
+fn gone() -> io::Error {
+    io::Error::new(io::ErrorKind::NotConnected, "the socket was handed over")
+}
+
+impl Drop for ConnIo {
+    /// Closes the socket so that the client can read what it was sent. Closing a socket whose
+    /// client's bytes were not all read (a refused body, an over-long request line, a request
+    /// sent on a connection that is evicted) makes the kernel send a reset, which can reach
+    /// the client before it reads the answer; so such a socket lingers (see [`linger`]). An
+    /// evicted connection that had not begun a response is answered `503` first.
+    fn drop(&mut self) {
+        let Some(stream) = self.stream.take() else {
+            return;
+        };
+        let evicted = self.activity.evicted.load(Ordering::SeqCst);
+        if evicted && !self.wrote {
+            metrics::http_rejected("over_capacity");
+            let refusal = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "over_capacity",
+                "too many connections; retry",
+            )
+            .with_retry_after(1);
+            let _ = stream.try_write(&refusal.to_http1_bytes());
+        }
+        let mut probe = [0u8; 1];
+        let unread = matches!(stream.try_read(&mut probe), Ok(n) if n > 0);
+        if !(unread || evicted) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if LINGERING.fetch_add(1, Ordering::SeqCst) >= MAX_LINGERING {
+            LINGERING.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        runtime.spawn(async move {
+            linger(stream).await;
+            LINGERING.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+}
+
+/// Ends the sending side (the client reads everything it was sent, then end of file) and
+/// reads and discards what the client still sends, for at most [`LINGER_TIME`] and
+/// [`LINGER_BYTES`], then closes.
+async fn linger(mut stream: TcpStream) {
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut buf = [0u8; 4096];
+        let mut read = 0;
+        while read < LINGER_BYTES {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => read += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER_TIME, drain).await;
 }
 
 #[cfg(test)]

@@ -196,9 +196,13 @@ impl ApiError {
     /// which answers before (or instead of) a request reaching the router.
     pub(super) fn to_http1_bytes(&self) -> Vec<u8> {
         let body = self.body().to_string();
+        let retry_after = self
+            .retry_after_secs
+            .map(|secs| format!("retry-after: {secs}\r\n"))
+            .unwrap_or_default();
         let mut out = format!(
             "HTTP/1.1 {} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-             connection: close\r\n\r\n",
+             {retry_after}connection: close\r\n\r\n",
             self.status.as_u16(),
             self.status.canonical_reason().unwrap_or("Error"),
             body.len()

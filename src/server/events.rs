@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{select_with_strategy, PollNext};
 use futures_util::{Stream, StreamExt};
@@ -12,6 +12,7 @@ use serde::Deserialize;
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
 use tokio_stream::wrappers::BroadcastStream;
 
+use super::query::StrictQuery;
 use super::AppState;
 use crate::inbound::normalize_session_key;
 
@@ -26,7 +27,7 @@ pub(super) struct EventsQuery {
 
 pub(super) async fn stream(
     State(state): State<AppState>,
-    Query(q): Query<EventsQuery>,
+    StrictQuery(q): StrictQuery<EventsQuery>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let filter = q.session_key.as_deref().map(normalize_session_key);
     let mut closing = state.closing.clone();

@@ -2,7 +2,8 @@
 //! at most `max_connections` at once. Past the cap a connection takes one of the
 //! `health_connections`, which answer only the probes (every other path: `503`, then close);
 //! when those are all taken the oldest is closed for the newcomer, so a flood of idle
-//! connections cannot keep `/healthz` from answering. When `closing` turns true the loop stops
+//! connections cannot keep `/healthz` from answering — with a `503` of its own unless it had
+//! begun a response, so no client is left without an answer (`ConnIo`'s drop). When `closing` turns true the loop stops
 //! accepting, asks every connection to finish its request and close, and returns once all have.
 
 use std::collections::VecDeque;
@@ -117,6 +118,7 @@ async fn serve_connection(
     let activity = Arc::new(Activity::default());
     let probes_only = matches!(slot, Slot::Health { .. });
     let io = TokioIo::new(ConnIo::new(stream, Arc::clone(&activity), read));
+    let evictable = Arc::clone(&activity);
     let service = service_fn(move |mut request: Request<Incoming>| {
         let in_flight = activity.begin();
         request.extensions_mut().insert(ConnectInfo(peer));
@@ -157,7 +159,11 @@ async fn serve_connection(
                 draining = true;
                 connection.as_mut().graceful_shutdown();
             }
-            () = until_evicted(&mut evicted) => return,
+            () = until_evicted(&mut evicted) => {
+                // The socket answers `503` as it closes, unless a response was begun.
+                evictable.evict();
+                return;
+            }
         }
     }
 }

@@ -20,6 +20,7 @@ mod limits;
 mod listen;
 mod messages;
 mod openai;
+mod query;
 mod sessions;
 mod stats;
 mod ui;

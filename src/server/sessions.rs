@@ -1,11 +1,12 @@
 //! Session inspection: list, show, transcript, context dump.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::error::ApiError;
+use super::query::StrictQuery;
 use super::AppState;
 use crate::runtime::{SessionInfo, TranscriptItem};
 
@@ -26,7 +27,7 @@ fn page(limit: Option<usize>) -> usize {
 
 pub(super) async fn list(
     State(state): State<AppState>,
-    Query(q): Query<ListQuery>,
+    StrictQuery(q): StrictQuery<ListQuery>,
 ) -> Result<Json<Vec<SessionInfo>>, ApiError> {
     Ok(Json(
         state.runtime.sessions(q.after.as_deref(), page(q.limit))?,
@@ -53,7 +54,7 @@ pub(super) struct TranscriptQuery {
 pub(super) async fn transcript(
     State(state): State<AppState>,
     Path(key): Path<String>,
-    Query(q): Query<TranscriptQuery>,
+    StrictQuery(q): StrictQuery<TranscriptQuery>,
 ) -> Result<Json<Vec<TranscriptItem>>, ApiError> {
     state
         .runtime

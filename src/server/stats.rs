@@ -5,13 +5,14 @@
 //!
 //! Fields are only ever added to `/v1/stats`, never renamed: scripts read it.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use super::history::{Reading, Recent, HISTORY_SAMPLES, RECENT_WINDOW, SAMPLE_INTERVAL};
+use super::query::StrictQuery;
 use super::AppState;
 use crate::runtime::Stats;
 
@@ -128,7 +129,7 @@ pub(super) struct HistoryQuery {
 
 pub(super) async fn history(
     State(state): State<AppState>,
-    Query(q): Query<HistoryQuery>,
+    StrictQuery(q): StrictQuery<HistoryQuery>,
 ) -> Json<HistoryView> {
     let samples = state.history.samples_after(q.after_ms.unwrap_or(0));
     Json(HistoryView {

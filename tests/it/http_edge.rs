@@ -405,3 +405,114 @@ fn edge_settings_are_checked() {
         (5000, 256)
     );
 }
+
+/// A flood of connections past the cap and the probes' reserve: every connection that sends a
+/// request gets an answer (`202`, or `503 over_capacity` with `Retry-After`), none a silent
+/// close — a connection closed for a newer one answers `503` first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_cap_every_request_is_answered() {
+    const CAP: usize = 8;
+    const RESERVE: usize = 4;
+    const CLIENTS: usize = 40;
+    let server = edge_server(|c| {
+        c.server.max_connections = CAP;
+        c.server.health_connections = RESERVE;
+        c.server.idle_timeout_ms = 600_000;
+        c.server.header_read_timeout_ms = 600_000;
+    })
+    .await;
+    let addr = addr_of(&server);
+    // All connect first, then all send: the earliest extra ones are closed for later ones
+    // before they sent anything.
+    let mut streams = Vec::new();
+    for _ in 0..CLIENTS {
+        streams.push(TcpStream::connect(addr).await.expect("connecting"));
+    }
+    let mut clients = tokio::task::JoinSet::new();
+    for (i, mut stream) in streams.into_iter().enumerate() {
+        let message = Msg::group("flood", &format!("flood-{i}"), "hello")
+            .json()
+            .to_string();
+        let post = format!(
+            "POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{message}",
+            message.len()
+        );
+        clients.spawn(async move {
+            // A connection already answered and half-closed may refuse the write; its answer
+            // is still there to read.
+            let _ = stream.write_all(post.as_bytes()).await;
+            read_until_closed(&mut stream, "a flooding client").await
+        });
+    }
+    let (mut accepted, mut refused) = (0, 0);
+    while let Some(answer) = clients.join_next().await {
+        let answer = answer.expect("a client task");
+        if answer.starts_with("HTTP/1.1 202 ") {
+            accepted += 1;
+        } else {
+            assert_json_error(&answer, 503, "over_capacity");
+            assert!(
+                answer.to_ascii_lowercase().contains("retry-after: 1"),
+                "{answer}"
+            );
+            refused += 1;
+        }
+    }
+    assert_eq!(accepted + refused, CLIENTS);
+    assert!(accepted >= 1, "{accepted} accepted, {refused} refused");
+    server.stop().await;
+}
+
+/// A body over the limit sent whole without `Expect`: the client still reads its `413`
+/// (the server reads on past the answer before closing, rather than resetting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_body_sent_whole_still_reads_its_413() {
+    let server = edge_server(|_| {}).await;
+    let addr = addr_of(&server);
+    let body = "x".repeat(MAX_BODY * 16);
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    for _ in 0..5 {
+        let mut stream = TcpStream::connect(addr).await.expect("connecting");
+        let _ = stream.write_all(request.as_bytes()).await;
+        let answer = read_until_closed(&mut stream, "an oversized body").await;
+        assert_json_error(&answer, 413, "payload_too_large");
+    }
+    server.stop().await;
+}
+
+/// Query strings whose escapes are not UTF-8 are refused, not read as U+FFFD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_strings_that_are_not_utf8_are_400() {
+    let server = edge_server(|_| {}).await;
+    let http = reqwest::Client::new();
+    for path in [
+        "/v1/sessions?after=%FF",
+        "/v1/events?session_key=%FF",
+        "/v1/sessions/x/transcript?after=1&%C3=2",
+        "/v1/stats/history?x=%FF",
+    ] {
+        let r = http
+            .get(format!("{}{path}", server.api.base))
+            .send()
+            .await
+            .expect("sending");
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{path}");
+        let body: Value = r.json().await.expect("a JSON error");
+        assert_eq!(body["error"]["code"], "bad_request", "{path}: {body}");
+    }
+    let fine = http
+        .get(format!(
+            "{}/v1/sessions?after=agent%3Amain",
+            server.api.base
+        ))
+        .send()
+        .await
+        .expect("sending");
+    assert_eq!(fine.status(), StatusCode::OK);
+    server.stop().await;
+}

@@ -359,3 +359,133 @@ fn user_ids_map_to_distinct_keys_that_survive_normalising() {
     assert_eq!(keys[0], "alice-oa", "lower-case ids keep their key");
     assert_eq!(keys[1], "%43ase%55ser");
 }
+
+/// The ids of the property test: the key's separators and words, escapes, case and white
+/// space variants, and ids that spell out another id's key parts, so near-collisions (`a` in
+/// thread `b` against `a:thread:b`) meet often.
+const IDS: [&str; 20] = [
+    "a",
+    "b",
+    "A",
+    " a",
+    "",
+    ":",
+    "%",
+    "%3a",
+    "a%3ab",
+    "a:b",
+    "a:thread:b",
+    "b:thread:a",
+    "a:topic:b",
+    "direct:a",
+    "group:a",
+    "thread",
+    "direct",
+    "group",
+    "main",
+    "telegram",
+];
+
+/// What a message's session must be told apart by under `scope` (ids compared trimmed and
+/// without regard to case, as documented): two messages share a session exactly when these
+/// are equal.
+fn identity(keys: &SessionKeys, m: &InboundMessage) -> Vec<String> {
+    let norm = |s: &str| s.trim().to_lowercase();
+    let channel = channel_name(&m.channel);
+    let thread = m
+        .thread_id
+        .as_deref()
+        .map(norm)
+        .filter(|t| !t.is_empty())
+        .unwrap_or_default();
+    match m.chat_kind {
+        ChatKind::Direct => {
+            let peer = peer_id(&channel, &m.sender.id);
+            // The shared main session, which no peer id can name.
+            let main = || vec!["\0main".to_string()];
+            let mut who = match keys.dm_scope {
+                _ if peer.is_empty() => main(),
+                DmScope::Main => main(),
+                DmScope::PerPeer => vec![peer],
+                DmScope::PerChannelPeer => vec![channel, peer],
+                DmScope::PerAccountChannelPeer => {
+                    vec![channel, normalize_id(&m.account_id, "default"), peer]
+                }
+            };
+            who.insert(0, "direct".into());
+            who.push(thread);
+            who
+        }
+        kind => {
+            let chat = norm(&m.chat_id);
+            let chat = if chat.is_empty() {
+                "unknown".into()
+            } else {
+                chat
+            };
+            vec![kind.as_str().into(), channel, chat, thread]
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+    /// Distinct (channel, account, kind, chat, thread, peer) never share a key; equal ones
+    /// always do. Each case keys 64 messages built from the same few pieces, so near-misses
+    /// (`room` + thread `t1` against `room:thread:t1`) meet within a case.
+    #[test]
+    fn keys_are_injective(
+        messages in proptest::collection::vec(
+            (
+                proptest::collection::vec(0usize..IDS.len(), 5),
+                0usize..3,
+                proptest::bool::ANY,
+            ),
+            64,
+        ),
+        scope in 0usize..4,
+    ) {
+        let dm_scope = [
+            DmScope::Main,
+            DmScope::PerPeer,
+            DmScope::PerChannelPeer,
+            DmScope::PerAccountChannelPeer,
+        ][scope];
+        let keys = SessionKeys::new(&SessionConfig { dm_scope, ..Default::default() }).unwrap();
+        let mut seen: HashMap<String, Vec<String>> = HashMap::new();
+        for (ids, kind, thread) in &messages {
+            let kind = [ChatKind::Direct, ChatKind::Group, ChatKind::Channel][*kind];
+            let mut m = msg(IDS[ids[0]], kind, IDS[ids[2]], IDS[ids[4]]);
+            m.account_id = IDS[ids[1]].into();
+            m.thread_id = thread.then(|| IDS[ids[3]].into());
+            let who = identity(&keys, &m);
+            let key = keys.key(&m);
+            if let Some(before) = seen.get(&key) {
+                proptest::prop_assert_eq!(before, &who, "both keyed {}", key);
+            }
+            seen.insert(key, who);
+        }
+        let identities: std::collections::HashSet<&Vec<String>> = seen.values().collect();
+        proptest::prop_assert_eq!(identities.len(), seen.len(), "one identity, two keys: {:?}", seen);
+    }
+}
+
+#[test]
+fn a_chat_id_cannot_name_another_chats_thread() {
+    let keys = SessionKeys::for_agent("main");
+    let threaded = thread(group("webhook", "room"), "t1");
+    let lookalike = group("webhook", "room:thread:t1");
+    assert_eq!(
+        keys.key(&threaded),
+        "agent:main:webhook:group:room:thread:t1"
+    );
+    assert_eq!(
+        keys.key(&lookalike),
+        "agent:main:webhook:group:room%3athread%3at1"
+    );
+    assert_eq!(
+        keys.key(&group("webhook", "50%")),
+        "agent:main:webhook:group:50%25"
+    );
+}
