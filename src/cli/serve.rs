@@ -25,7 +25,26 @@ pub(crate) async fn serve(
     }
     let auth = turnstile::server::Auth::from_config(&config.server);
     turnstile::server::check_exposure(config.server.listen, &auth, &config.server.api_key_env)?;
-    let listener = tokio::net::TcpListener::bind(config.server.listen)
+    let needed = turnstile::server::socket::fds_needed(&config.server);
+    match turnstile::server::socket::raise_fd_limit(needed) {
+        Ok(turnstile::server::socket::FdLimit::Short { limit, needed }) => tracing::warn!(
+            limit,
+            needed,
+            "the file-descriptor limit is below what [server] max_connections + \
+             health_connections need: connections past it fail to be accepted; raise the \
+             hard limit (ulimit -Hn, LimitNOFILE=) or lower max_connections"
+        ),
+        Ok(turnstile::server::socket::FdLimit::Raised { from, to }) => {
+            tracing::info!(
+                from,
+                to,
+                "raised the file-descriptor limit for the connection settings"
+            )
+        }
+        Ok(turnstile::server::socket::FdLimit::Enough { .. }) => {}
+        Err(e) => tracing::warn!(error = %e, "could not read or raise the file-descriptor limit"),
+    }
+    let listener = turnstile::server::socket::bind(config.server.listen, &config.server)
         .await
         .with_context(|| format!("binding {}", config.server.listen))?;
     let addr = listener.local_addr()?;

@@ -22,6 +22,7 @@ mod messages;
 mod openai;
 mod query;
 mod sessions;
+pub mod socket;
 mod stats;
 mod ui;
 
