@@ -16,6 +16,8 @@
 //! ```
 //!
 //! # Layout
+//! - `clock`: `now_ms`, the one wall clock (re-exported from `turnstile-actors`; follows
+//!   tokio's virtual time in tests).
 //! - `config`: `turnstile.toml`, every key with its default.
 //! - `error`: the error types.
 //! - `cluster`: several nodes over NATS JetStream — placement of session keys in partitions
@@ -41,6 +43,7 @@
 
 pub mod channels;
 pub mod cluster;
+pub use turnstile_actors::clock;
 pub mod compaction;
 pub mod config;
 pub mod context;
