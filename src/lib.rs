@@ -19,6 +19,8 @@
 //! - `clock`: `now_ms`, the one wall clock (re-exported from `turnstile-actors`; follows
 //!   tokio's virtual time in tests).
 //! - `config`: `turnstile.toml`, every key with its default.
+//! - `backoff`: the one back-off (exponential, capped, jittered) and `Retry-After`, for the
+//!   model client, its limiter and the channels.
 //! - `error`: the error types.
 //! - `cluster`: several nodes over NATS JetStream — placement of session keys in partitions
 //!   (always), partition leases and membership (feature `cluster`).
@@ -41,6 +43,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+mod backoff;
 pub mod channels;
 pub mod cluster;
 pub use turnstile_actors::clock;

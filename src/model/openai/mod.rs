@@ -11,9 +11,7 @@
 //! - `wire`: complete answers, and assembling streamed chunks.
 //! - `sse`: splitting a Server-Sent Events stream into payloads.
 //! - `errors`: what an error answer means, and the limits it states.
-//! - `backoff`: retry delays and `Retry-After`.
 
-mod backoff;
 mod client;
 mod errors;
 mod request_json;
