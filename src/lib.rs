@@ -37,6 +37,7 @@
 //! - `metrics`: Prometheus metrics and per-turn timing, behind one-line functions.
 //! - `secret`: secrets from the environment, redacted when printed, compared in constant time.
 //! - `server`: the axum HTTP API, with auth and rate limits.
+//! - `sse`: the one Server-Sent Events parser (model streams, `/v1/events` readers).
 //! - `tools`: tools the embedding application registers, run in a turn's tool loop.
 //! - `loadtest`: bounded load against a server or an in-process runtime, with latency
 //!   histograms (with the default `cli` feature, like the binary and its dependencies).
@@ -62,6 +63,7 @@ pub mod replies;
 pub mod runtime;
 pub mod secret;
 pub mod server;
+pub mod sse;
 pub mod store;
 pub mod tools;
 
