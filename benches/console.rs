@@ -11,6 +11,7 @@ use axum::http::{Request, StatusCode};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use tokio::sync::watch;
 use tower::ServiceExt;
+use turnstile::clock::now_ms;
 use turnstile::loadtest::{self, InProcessTarget, LoadSpec};
 use turnstile::server::{app_with_auth, Auth};
 use turnstile::Runtime;
@@ -38,13 +39,6 @@ async fn get(app: &axum::Router, uri: &str) -> usize {
         .await
         .expect("a body")
         .len()
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 fn overview(c: &mut Criterion) {

@@ -16,7 +16,11 @@
 //! ```
 //!
 //! # Layout
+//! - `clock`: `now_ms`, the one wall clock (re-exported from `turnstile-actors`; follows
+//!   tokio's virtual time in tests).
 //! - `config`: `turnstile.toml`, every key with its default.
+//! - `backoff`: the one back-off (exponential, capped, jittered) and `Retry-After`, for the
+//!   model client, its limiter and the channels.
 //! - `error`: the error types.
 //! - `cluster`: several nodes over NATS JetStream — placement of session keys in partitions
 //!   (always), partition leases and membership (feature `cluster`).
@@ -33,14 +37,17 @@
 //! - `metrics`: Prometheus metrics and per-turn timing, behind one-line functions.
 //! - `secret`: secrets from the environment, redacted when printed, compared in constant time.
 //! - `server`: the axum HTTP API, with auth and rate limits.
+//! - `sse`: the one Server-Sent Events parser (model streams, `/v1/events` readers).
 //! - `tools`: tools the embedding application registers, run in a turn's tool loop.
 //! - `loadtest`: bounded load against a server or an in-process runtime, with latency
 //!   histograms (with the default `cli` feature, like the binary and its dependencies).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+mod backoff;
 pub mod channels;
 pub mod cluster;
+pub use turnstile_actors::clock;
 pub mod compaction;
 pub mod config;
 pub mod context;
@@ -56,6 +63,7 @@ pub mod replies;
 pub mod runtime;
 pub mod secret;
 pub mod server;
+pub mod sse;
 pub mod store;
 pub mod tools;
 

@@ -87,24 +87,16 @@ async fn collect_replies(
         .unwrap();
     assert_eq!(response.status(), 200, "opening /v1/events");
     tokio::spawn(async move {
-        let mut buffer = String::new();
+        let mut parser = turnstile::sse::SseParser::default();
+        let mut events = turnstile::sse::SseEvents::default();
+        let mut lines = Vec::new();
         while let Ok(Some(chunk)) = response.chunk().await {
-            buffer.push_str(&String::from_utf8_lossy(&chunk));
-            while let Some(end) = buffer.find("\n\n") {
-                let event: String = buffer.drain(..end + 2).collect();
-                let mut kind = "";
-                let mut data = String::new();
-                for line in event.lines() {
-                    if let Some(k) = line.strip_prefix("event:") {
-                        kind = k.trim();
-                    } else if let Some(d) = line.strip_prefix("data:") {
-                        data.push_str(d.trim_start());
-                    }
-                }
+            parser.push(&chunk, &mut lines).unwrap();
+            for event in lines.drain(..).filter_map(|l| events.line(l)) {
                 let mut set = answered.lock().unwrap();
-                match kind {
+                match event.event.as_deref().map(str::trim).unwrap_or_default() {
                     "reply" => {
-                        let v: serde_json::Value = serde_json::from_str(&data).unwrap();
+                        let v: serde_json::Value = serde_json::from_str(&event.data).unwrap();
                         for id in v["in_reply_to"].as_array().into_iter().flatten() {
                             set.insert(id.as_str().unwrap_or_default().to_string());
                         }

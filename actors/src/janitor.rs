@@ -149,7 +149,7 @@ impl<D: DiskBudget> Janitor<D> {
         .map_err(|e| format!("janitor pass panicked: {e}"))
         .and_then(|r| r);
         status.passes += 1;
-        status.last_pass_at_ms = Some(now_ms());
+        status.last_pass_at_ms = Some(crate::clock::now_ms());
         match outcome {
             Ok((usage, report)) => {
                 status.last_usage = Some(usage);
@@ -177,14 +177,6 @@ impl<D: DiskBudget> Janitor<D> {
             }
         }
     }
-}
-
-/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it).
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 impl<D: DiskBudget> Actor for Janitor<D> {

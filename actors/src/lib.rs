@@ -24,6 +24,8 @@
 //! - `compactor`: the [`Compactor`] actor — session compactions off the lanes, bounded and
 //!   deduplicated per key.
 //! - `handle`: [`SupervisorHandle`], the cheap-clone handle callers use; no `ActorRef` leaks.
+//! - `clock`: [`clock::now_ms`], the one wall clock of both crates (tokio's virtual time in
+//!   tests).
 //!
 //! # Back-pressure
 //! ractor mailboxes are unbounded. Bounds live in two places: the [`Backend::admit`] call
@@ -34,6 +36,7 @@
 
 mod backend;
 mod channel;
+pub mod clock;
 mod compactor;
 mod error;
 mod handle;

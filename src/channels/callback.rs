@@ -12,11 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
-use reqwest::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use sha2::Sha256;
 use turnstile_actors::Channel;
 
-use super::retry::backoff;
 use crate::config::CallbackConfig;
 use crate::error::{ConfigError, Error};
 use crate::metrics;
@@ -135,12 +134,7 @@ impl CallbackChannel {
         if status.is_success() {
             return Ok(());
         }
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let retry_after = crate::backoff::retry_after(response.headers());
         Err((format!("receiver answered {status}"), retry_after))
     }
 }
@@ -184,7 +178,10 @@ impl Channel for CallbackChannel {
             }
             metrics::delivery_retry(CALLBACK_CHANNEL);
             tracing::warn!(session_key = %reply.session_key, attempt, %error, "callback delivery failed; retrying");
-            let pause = retry_after.map_or_else(|| backoff(initial, max, attempt), |r| r.min(max));
+            let pause = retry_after.map_or_else(
+                || crate::backoff::jittered(initial, max, attempt - 1),
+                |r| r.min(max),
+            );
             tokio::time::sleep(pause).await;
         }
     }

@@ -6,7 +6,7 @@
 //!
 //! The API channel is the runtime's own (`runtime/api_channel.rs`); the router that picks the
 //! channel for a reply lives in `crate::replies`, below both.
-//! - `retry.rs`: back-off shared by the channels.
+//! - `retry.rs`: the pause between retries (delays from `crate::backoff`).
 
 pub mod callback;
 mod retry;

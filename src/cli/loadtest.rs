@@ -237,13 +237,7 @@ pub(crate) async fn loadtest(args: LoadtestArgs) -> anyhow::Result<()> {
         max_duration: std::time::Duration::from_secs(args.max_seconds),
         drain: std::time::Duration::from_secs(args.drain_seconds),
         progress: !args.json,
-        run_id: format!(
-            "lt{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis())
-                .unwrap_or(0)
-        ),
+        run_id: format!("lt{}", turnstile::clock::now_ms()),
     };
     let report = if args.in_process {
         let temp = match &args.data_dir {

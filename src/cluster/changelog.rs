@@ -19,8 +19,9 @@ use futures_util::future::BoxFuture;
 use super::names::log_subject;
 use super::record::LogRecord;
 use super::{partition_of, Partition};
+use crate::clock::now_ms;
 use crate::metrics;
-use crate::pipeline::{now_ms, ReplicatedTurn, Replication, ReplicationError};
+use crate::pipeline::{ReplicatedTurn, Replication, ReplicationError};
 use crate::store::ReplicaMarks;
 
 /// How long a node remembers that a message was answered (the marks live in its `dedupe`

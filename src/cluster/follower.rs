@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use super::changelog::{Changelog, ANSWERED_MARK_TTL_MS};
 use super::names::{partition_of_subject, LOG_SUBJECTS};
 use super::record::LogRecord;
-use crate::pipeline::now_ms;
+use crate::clock::now_ms;
 use crate::runtime::Runtime;
 use crate::store::ReplicaMarks;
 

@@ -22,6 +22,7 @@ use std::ops::Range;
 
 use crate::compaction::identifiers::{self, Identifier, IdentifierKind};
 use crate::compaction::retention::{self, Retained};
+use crate::context::analysis::is_stop_word;
 use crate::model::TokenCounter;
 
 /// Longest sentence kept whole, in bytes; longer ones are split at whitespace.
@@ -59,16 +60,13 @@ const FACT_BONUS: f64 = 2.0;
 /// chosen before it (so near-duplicates do not crowd out other facts).
 const REDUNDANCY_PENALTY: f64 = 0.6;
 
-/// Words that carry no meaning for ranking, chat filler included.
-const STOPWORDS: &[&str] = &[
-    "a", "about", "also", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "cool",
-    "could", "did", "do", "does", "for", "from", "get", "good", "got", "great", "guess", "had",
-    "haha", "has", "have", "he", "hello", "her", "hi", "his", "how", "i", "if", "in", "into", "is",
-    "it", "its", "just", "let's", "like", "lol", "me", "my", "nice", "no", "now", "of", "oh", "ok",
-    "okay", "on", "one", "or", "our", "really", "she", "so", "some", "sounds", "sure", "thank",
-    "thanks", "that", "the", "their", "them", "then", "there", "these", "they", "think", "this",
-    "to", "too", "very", "was", "we", "well", "were", "what", "when", "which", "who", "will",
-    "with", "would", "yeah", "yep", "yes", "you", "your",
+/// Chat filler that carries no meaning for ranking and is not on the stop list
+/// (`context::analysis::is_stop_word`, NLTK's English list, which is for prose): greetings,
+/// acknowledgements, interjections and hedges ("ok thanks!", "lol yeah I guess").
+const CHAT_FILLER: &[&str] = &[
+    "also", "cool", "could", "get", "good", "got", "great", "guess", "haha", "hello", "hi",
+    "let's", "like", "lol", "nice", "oh", "ok", "okay", "one", "really", "sounds", "sure", "thank",
+    "thanks", "think", "well", "would", "yeah", "yep", "yes",
 ];
 
 /// A sentence with fewer content words than this, no identifier and no cue word says nothing
@@ -696,7 +694,7 @@ fn words(text: &str) -> Vec<String> {
     text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '\''))
         .filter(|w| w.chars().count() >= 2)
         .map(str::to_lowercase)
-        .filter(|w| !STOPWORDS.contains(&w.as_str()))
+        .filter(|w| !is_stop_word(w) && !CHAT_FILLER.contains(&w.as_str()))
         .collect()
 }
 

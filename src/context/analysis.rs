@@ -7,7 +7,7 @@
 //! enough to answer "when" questions; the line must carry its day.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
 use bm25::{DefaultTokenizer, Language, Tokenizer};
@@ -24,6 +24,22 @@ static ANALYZER: LazyLock<DefaultTokenizer> = LazyLock::new(|| {
         .stopwords(true)
         .build()
 });
+
+/// The one stop list: NLTK's English list, from the `stop-words` crate as the analyser's own
+/// (`bm25` builds its list from the same crate and language; the words are ASCII, so its
+/// folding leaves them as they are).
+static STOP_WORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
+    stop_words::get(stop_words::LANGUAGE::English)
+        .iter()
+        .copied()
+        .collect()
+});
+
+/// Whether `word` (lower case) is on the stop list [`terms`] drops: for callers that cut text
+/// their own way (the extractive summariser).
+pub fn is_stop_word(word: &str) -> bool {
+    STOP_WORDS.contains(word)
+}
 
 static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
 
@@ -118,6 +134,10 @@ mod tests {
         assert_eq!(terms("When did Caroline move?"), vec!["carolin", "move"]);
         assert_eq!(terms("She moved from Sweden"), vec!["move", "sweden"]);
         assert_eq!(terms("the a of"), Vec::<String>::new());
+        assert!(["the", "a", "of", "not", "don't"]
+            .iter()
+            .all(|w| is_stop_word(w)));
+        assert!(!is_stop_word("sweden"));
         assert_eq!(terms("Café"), vec!["cafe"]);
     }
 

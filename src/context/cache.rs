@@ -5,11 +5,13 @@
 //! unchanged); a turn's own assembly is not cached (`ContextEngine::assemble_for_turn`), and
 //! the engine drops a session's entry when its turn commits.
 
-use std::collections::HashMap;
+use std::hash::RandomState;
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lru::LruCache;
 use serde::Serialize;
 
 use super::dump::Assembly;
@@ -57,11 +59,16 @@ struct Entry {
     at: Instant,
 }
 
+/// Session key → its last assembly, oldest insertion first: a lookup only peeks, so the entry
+/// evicted from a full cache is the one stored longest ago. Std's randomly keyed hasher: the
+/// keys come from clients.
+type Entries = LruCache<String, Entry, RandomState>;
+
 /// At most `capacity` sessions' last assemblies.
 pub struct AssemblyCache {
     capacity: usize,
     max_age: Duration,
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<Entries>,
     hits: AtomicU64,
     misses: AtomicU64,
 }
@@ -72,13 +79,16 @@ impl AssemblyCache {
         Self {
             capacity,
             max_age,
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::new(LruCache::with_hasher(
+                NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
+                RandomState::new(),
+            )),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         // Every critical section is a single map operation, so a poisoned map is consistent.
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -87,7 +97,7 @@ impl AssemblyCache {
     pub fn get(&self, session: &str, key: &CacheKey) -> Option<Arc<Assembly>> {
         let found = self
             .lock()
-            .get(session)
+            .peek(session)
             .filter(|e| e.key == *key && e.at.elapsed() <= self.max_age)
             .map(|e| Arc::clone(&e.assembly));
         let counter = if found.is_some() {
@@ -104,28 +114,20 @@ impl AssemblyCache {
         if self.capacity == 0 {
             return;
         }
-        let mut map = self.lock();
-        if map.len() >= self.capacity && !map.contains_key(session) {
-            // O(capacity), only on inserting into a full cache.
-            let oldest = map.iter().min_by_key(|(_, e)| e.at).map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                map.remove(&k);
-            }
-        }
-        map.insert(
-            session.to_string(),
-            Entry {
-                key,
-                assembly,
-                at: Instant::now(),
-            },
-        );
+        let entry = Entry {
+            key,
+            assembly,
+            at: Instant::now(),
+        };
+        // Dropped after the lock, like an invalidated one.
+        let replaced = self.lock().push(session.to_string(), entry);
+        drop(replaced);
     }
 
     /// Forgets `session` (its transcript changed).
     pub fn invalidate(&self, session: &str) {
         // Dropped after the lock: an assembly holds every block of a context.
-        let removed = self.lock().remove(session);
+        let removed = self.lock().pop(session);
         drop(removed);
     }
 

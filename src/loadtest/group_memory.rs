@@ -388,9 +388,7 @@ pub async fn run(spec: &GroupMemorySpec, mut config: Config) -> Result<GroupMemo
     // The chat ends now: its last message is not in the future, its first about 40 minutes
     // ago (so the group preset's TTL rules apply as they would to a real chat).
     let total = (script.lines.len() + script.facts.len()) as u64;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let now_ms = crate::clock::now_ms();
     let start_ms = now_ms.saturating_sub(total * SPACING_MS);
     let counter = TokenCounter::new(Encoding::Cl100k);
     let mut baseline = 0u32;

@@ -426,7 +426,7 @@ async fn replay(
         send(runtime, m).await?;
     }
     let by_id: HashMap<&str, &Turn> = conv.turns.iter().map(|t| (t.id.as_str(), t)).collect();
-    let now_ms = crate::pipeline::now_ms();
+    let now_ms = crate::clock::now_ms();
     let start_ms = now_ms.saturating_sub(conv.questions.len() as u64 * QUESTION_SPACING_MS);
     let mut fig = LocomoFigures {
         name: conv.name.clone(),

@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use crate::inbound::InboundMessage;
 use crate::inbound::Refusal;
 use crate::runtime::{Runtime, SubmitError};
+use crate::sse::{SseEvents, SseParser};
 
 /// Replies buffered between the reply reader and the bookkeeping task.
 const REPLY_BUFFER: usize = 4_096;
@@ -114,29 +115,19 @@ impl Target for HttpTarget {
         };
         tokio::spawn(async move {
             let mut body = response.bytes_stream();
-            let mut buffer = String::new();
-            // The current event's name: a streaming turn's `delta` events are not answers.
-            let mut event = String::new();
+            let mut parser = SseParser::default();
+            let mut events = SseEvents::default();
+            let mut lines = Vec::new();
             while let Some(Ok(chunk)) = body.next().await {
-                buffer.push_str(&String::from_utf8_lossy(&chunk));
-                while let Some(end) = buffer.find('\n') {
-                    let line: String = buffer.drain(..=end).collect();
-                    let line = line.trim_end();
-                    if line.is_empty() {
-                        event.clear();
+                if parser.push(&chunk, &mut lines).is_err() {
+                    return;
+                }
+                for event in lines.drain(..).filter_map(|l| events.line(l)) {
+                    // A streaming turn's `delta` events are not answers.
+                    if event.event.as_deref().map(str::trim) == Some("delta") {
                         continue;
                     }
-                    if let Some(name) = line.strip_prefix("event:") {
-                        event = name.trim().to_string();
-                        continue;
-                    }
-                    let Some(data) = line.strip_prefix("data:") else {
-                        continue;
-                    };
-                    if event == "delta" {
-                        continue;
-                    }
-                    let Ok(v) = serde_json::from_str::<serde_json::Value>(data.trim()) else {
+                    let Ok(v) = serde_json::from_str::<serde_json::Value>(&event.data) else {
                         continue;
                     };
                     let ids = v["in_reply_to"]

@@ -17,9 +17,10 @@
 //! The store is in memory (it re-learns after a restart in a few turns), bounded to
 //! [`MAX_CALIBRATED_MODELS`] models, and a cheap-clone handle.
 
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use foldhash::HashMap;
+use lru::LruCache;
 
 use crate::error::ModelError;
 
@@ -64,24 +65,23 @@ impl Default for Calibration {
     }
 }
 
-#[derive(Debug)]
-struct Entry {
-    calibration: Calibration,
-    touched: u64,
-}
-
-#[derive(Debug)]
-struct Inner {
-    models: HashMap<String, Entry>,
-    clock: u64,
-    capacity: usize,
-}
+/// Model name → calibration, least recently updated first (reads only peek). hashbrown's
+/// default (foldhash) hasher: model names come from the configuration.
+type Models = LruCache<String, Calibration>;
 
 /// The calibration of every model in use. Clones share the same store.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CalibrationStore {
     // A std mutex: every critical section is a few map operations, never across an await.
-    inner: Arc<Mutex<Inner>>,
+    inner: Arc<Mutex<Models>>,
+}
+
+impl std::fmt::Debug for CalibrationStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CalibrationStore")
+            .field("models", &self.len())
+            .finish()
+    }
 }
 
 impl Default for CalibrationStore {
@@ -98,35 +98,15 @@ impl CalibrationStore {
 
     /// An empty store holding at most `capacity` models (at least one).
     pub fn with_capacity(capacity: usize) -> Self {
+        let capacity = NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN);
         Self {
-            inner: Arc::new(Mutex::new(Inner {
-                models: HashMap::default(),
-                clock: 0,
-                capacity: capacity.max(1),
-            })),
+            inner: Arc::new(Mutex::new(LruCache::new(capacity))),
         }
     }
 
     fn update(&self, model: &str, change: impl FnOnce(&mut Calibration)) {
-        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        inner.clock += 1;
-        let clock = inner.clock;
-        if !inner.models.contains_key(model) && inner.models.len() >= inner.capacity {
-            let oldest = inner
-                .models
-                .iter()
-                .min_by_key(|(_, e)| e.touched)
-                .map(|(name, _)| name.clone());
-            if let Some(oldest) = oldest {
-                inner.models.remove(&oldest);
-            }
-        }
-        let entry = inner.models.entry(model.to_string()).or_insert(Entry {
-            calibration: Calibration::default(),
-            touched: clock,
-        });
-        entry.touched = clock;
-        change(&mut entry.calibration);
+        let mut models = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        change(models.get_or_insert_mut_ref(model, Calibration::default));
     }
 
     fn sample(calibration: &mut Calibration, ours: u32, server: u32) {
@@ -220,8 +200,8 @@ impl CalibrationStore {
 
     /// What is known about `model`.
     pub fn get(&self, model: &str) -> Option<Calibration> {
-        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        inner.models.get(model).map(|e| e.calibration)
+        let models = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        models.peek(model).copied()
     }
 
     /// Server tokens per our token for `model` (1.0 when unknown).
@@ -246,8 +226,10 @@ impl CalibrationStore {
 
     /// Models currently remembered.
     pub fn len(&self) -> usize {
-        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        inner.models.len()
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Whether nothing is remembered.

@@ -165,9 +165,11 @@ impl State {
             }
             Outcome::RateLimited(retry_after) => {
                 self.streak = self.streak.saturating_add(1);
-                let backoff = settings
-                    .base_pause
-                    .saturating_mul(2u32.saturating_pow(self.streak.saturating_sub(1).min(31)));
+                let backoff = crate::backoff::doubling(
+                    settings.base_pause,
+                    settings.max_pause,
+                    self.streak.saturating_sub(1),
+                );
                 let pause = retry_after.unwrap_or(backoff).min(settings.max_pause);
                 let until = now + pause;
                 self.paused_until = Some(self.paused_until.map_or(until, |u| u.max(until)));

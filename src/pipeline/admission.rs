@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use turnstile_actors::{DropPolicy, QueueItem, QueueMode, QueuePolicy, SessionKey};
 
-use super::turn::now_ms;
+use crate::clock::now_ms;
 use crate::config::{Config, DropSetting, QueueConfig, QueueModeSetting};
 use crate::context::chatter_before;
 use crate::error::StoreError;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::compaction::Compaction;
 use super::replication::{ReplicatedTurn, ReplicationError, ReplicationSlot};
-use super::turn::now_ms;
+use crate::clock::now_ms;
 use crate::context::ContextEngine;
 use crate::error::Error;
 use crate::model::ToolCall;

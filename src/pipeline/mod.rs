@@ -55,7 +55,6 @@ pub use requests::{
     ClientToolResult, RequestExtras, Requests, MAX_RECENT_REQUESTS, RECENT_REQUEST_TTL_MS,
 };
 pub(crate) use running::RunningTurns;
-pub(crate) use turn::now_ms;
 pub use turn::TurnEngine;
 
 use crate::inbound::{InboundEvent, Preflight, Refusal};

@@ -14,6 +14,7 @@ use super::batch::queue_info;
 use super::compaction::{Compaction, MAX_OVERFLOW_COMPACTIONS};
 use super::delivery::{Delivery, ReplyMeta};
 use super::failure::{failure_kind, strip_urls};
+use crate::clock::now_ms;
 use crate::config::Config;
 use crate::context::processors::CLEARED_TOOL_RESULT;
 use crate::context::{
@@ -86,13 +87,6 @@ pub const MAX_REMEMBERED_FAILURES: usize = 10_000;
 /// Most text deltas of one model call buffered between the model client and the fan-out; the
 /// fan-out never waits, so this only smooths bursts.
 pub const MODEL_DELTA_BUFFER: usize = 32;
-
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
 
 /// What the tool loop adds to a turn: the entries to store, the final answer, and the
 /// messages steered into the turn while it ran (consumed with it).

@@ -31,6 +31,7 @@ pub use ports::{ChannelPort, DeltaTaker};
 pub use replica::Ingress;
 pub use requests::{StoredAnswer, MAX_ANSWER_SCAN};
 
+use crate::clock::now_ms;
 use crate::config::Config;
 use crate::context::{Assembly, CacheStats};
 use crate::error::Error;
@@ -39,7 +40,7 @@ use crate::inbound::{
     PreflightStats, Refusal,
 };
 use crate::metrics;
-use crate::pipeline::{now_ms, RunningTurns, TurnBackend, TurnEngine};
+use crate::pipeline::{RunningTurns, TurnBackend, TurnEngine};
 use crate::replies::{Reply, ReplyHub, ReplyWaiter};
 use crate::store::{EntryKind, FoundSession, Store};
 

@@ -108,7 +108,7 @@ impl Runtime {
         Ok(self
             .inner
             .store
-            .replica_answered(session_key, message_id, crate::pipeline::now_ms())?)
+            .replica_answered(session_key, message_id, crate::clock::now_ms())?)
     }
 
     /// The highest changelog sequence applied on this node for `partition`.
@@ -136,7 +136,7 @@ impl Runtime {
                 session_key: key,
                 entries,
                 consumed: Vec::new(),
-                now_ms: crate::pipeline::now_ms(),
+                now_ms: crate::clock::now_ms(),
                 channel_messages: Vec::new(),
                 replica: Some(marks),
             })

@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::clock::now_ms;
 use crate::metrics::{self, LatencySnapshot};
 use crate::runtime::Runtime;
 
@@ -236,14 +237,6 @@ pub(super) async fn run(
         let reading = Reading::take(&runtime, history.last_evictions()).await;
         history.record(reading);
     }
-}
-
-/// Wall-clock milliseconds since the Unix epoch (0 if the clock is before it).
-pub(super) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -23,11 +23,11 @@ use futures_util::stream as futures_stream;
 use super::chat_request;
 use super::error::{body_bytes, ApiError};
 use super::AppState;
+use crate::clock::now_ms;
 use crate::inbound::{
     user_session_key, ChatKind, DropReason, IdOrigin, InboundMessage, MessageKind, Sender,
     OPENAI_API_CHANNEL,
 };
-use crate::pipeline::now_ms;
 use crate::replies::Reply;
 use crate::runtime::{Admitted, Runtime, StoredAnswer};
 

@@ -42,6 +42,7 @@ use turnstile_actors::{DiskBudget, DiskUsage, ReclaimReport};
 use super::evict::{Candidate, TRANSCRIPT_KEY_BYTES};
 use super::health::FLUSH_TIMEOUT;
 use super::{archive, disk, Store};
+use crate::clock::now_ms;
 use crate::config::{JanitorMode, StorageConfig};
 use crate::error::StoreError;
 
@@ -889,11 +890,4 @@ impl Store {
             estimate, limit
         ))
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }

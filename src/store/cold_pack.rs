@@ -17,6 +17,7 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
+use std::num::NonZeroUsize;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
+use lru::LruCache;
 use serde::{Deserialize, Serialize};
 
 use super::cold::COLD_DIR;
@@ -106,8 +108,9 @@ pub(super) struct Resume {
 pub(super) struct Packs {
     data_dir: PathBuf,
     writer: Mutex<Option<OpenPack>>,
-    /// Open read handles, least recently used first; at most [`MAX_OPEN_PACKS`].
-    readers: Mutex<Vec<(u64, Arc<File>)>>,
+    /// Open read handles by pack number, least recently used first; at most
+    /// [`MAX_OPEN_PACKS`].
+    readers: Mutex<LruCache<u64, Arc<File>>>,
     /// [`PACK_MAX_FRAMES`] and [`PACK_MAX_BYTES`] (tests lower them).
     max_frames: AtomicU64,
     max_bytes: AtomicU64,
@@ -128,7 +131,9 @@ impl Packs {
         Self {
             data_dir: data_dir.to_path_buf(),
             writer: Mutex::new(None),
-            readers: Mutex::new(Vec::new()),
+            readers: Mutex::new(LruCache::new(
+                NonZeroUsize::new(MAX_OPEN_PACKS).unwrap_or(NonZeroUsize::MIN),
+            )),
             max_frames: AtomicU64::new(PACK_MAX_FRAMES),
             max_bytes: AtomicU64::new(max_bytes),
         }
@@ -157,18 +162,12 @@ impl Packs {
     /// A read handle on pack `n`, from the bounded set of open ones.
     pub(super) fn reader(&self, n: u64) -> Result<Arc<File>, StoreError> {
         let mut readers = self.readers.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = readers.iter().position(|(p, _)| *p == n) {
-            let entry = readers.remove(i);
-            let file = Arc::clone(&entry.1);
-            readers.push(entry);
-            return Ok(file);
+        if let Some(file) = readers.get(&n) {
+            return Ok(Arc::clone(file));
         }
         let path = pack_path(&self.data_dir, n);
         let file = Arc::new(File::open(&path).map_err(StoreError::file("open", &path))?);
-        if readers.len() >= MAX_OPEN_PACKS {
-            readers.remove(0);
-        }
-        readers.push((n, Arc::clone(&file)));
+        readers.push(n, Arc::clone(&file));
         Ok(file)
     }
 
@@ -186,7 +185,7 @@ impl Packs {
         self.readers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .retain(|(p, _)| *p != n);
+            .pop(&n);
     }
 
     /// A reader of the gzip member at `loc` (its length prefix checked against the index).

@@ -672,7 +672,7 @@ async fn usable_ratio(overload: u64, settings: impl Fn(&Path) -> StorageConfig) 
     let mut keys = Vec::new();
     let mut peak = 0u64;
     // Real time, so `prune_after_days` (on in the defaults) does not prune it all.
-    let mut t = super::dedupe::wall_clock_ms();
+    let mut t = crate::clock::now_ms();
     while written < budget * overload {
         let key = format!("s{:06}", keys.len());
         for _ in 0..4 {

@@ -29,13 +29,6 @@ pub struct DedupeMark<'a> {
     pub now_ms: u64,
 }
 
-pub(super) fn wall_clock_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 impl Store {
     /// Like [`Store::enqueue`], and when `dedupe` is given, remembers its key too, before the
     /// group-commit ticket is taken (so the ticket covers both).

@@ -34,6 +34,7 @@ use sled::Transactional;
 
 use super::evict::TRANSCRIPT_KEY_BYTES;
 use super::{by_updated, encode, keys, EntryKind, SessionRecord, Store, ToolInfo, TranscriptEntry};
+use crate::clock::now_ms;
 use crate::error::StoreError;
 use crate::inbound::{check_session_key, normalize_session_key};
 
@@ -217,13 +218,6 @@ pub fn import_openclaw(
         }
     }
     Ok(report)
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 /// `<dir>/<session_id>.jsonl`, if `session_id` is a plain file-name stem.

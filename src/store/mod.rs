@@ -370,7 +370,7 @@ impl Store {
         self.shared.meter.set_live(report.live_bytes);
         self.shared.totals.set(&report.totals);
         let _ = self.shared.open_report.set(report);
-        self.prune_dedupe(dedupe::wall_clock_ms(), DEDUPE_PRUNE_ON_OPEN)?;
+        self.prune_dedupe(crate::clock::now_ms(), DEDUPE_PRUNE_ON_OPEN)?;
         Ok(())
     }
 

@@ -251,10 +251,7 @@ async fn age_count_and_emptiness_rules_apply_below_high_water() {
     cfg.max_sessions = Some(3);
     cfg.prune_after_days = 1;
     let store = Store::open(&cfg).unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let now = crate::clock::now_ms();
     turn(&store, "ancient", 1_000, "x");
     for i in 0..5u64 {
         turn(&store, &format!("recent{i}"), now - 10_000 + i, "x");
@@ -503,10 +500,7 @@ async fn openclaw_import_keeps_keys_order_times_and_summaries() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&config(dir.path())).unwrap();
     let count = |t: &str| t.split_whitespace().count() as u32;
-    let before_import = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
+    let before_import = crate::clock::now_ms();
     let report = import_openclaw(&store, &fixtures(), &count).unwrap();
     assert_eq!(report.sessions_imported, 2, "{report}");
     assert_eq!(

@@ -15,10 +15,10 @@
 //! [`MAX_TAIL_ENTRIES`] per session. Entries are shared (`Arc`), so a replay copies pointers,
 //! not texts.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use foldhash::HashMap;
+use lru::LruCache;
 
 use super::{EntrySender, SessionRecord, ToolInfo, TranscriptEntry};
 
@@ -57,16 +57,22 @@ struct Tail {
     /// No older entry exists.
     complete: bool,
     bytes: u64,
-    used: u64,
 }
 
-#[derive(Default)]
 struct Tails {
-    by_id: HashMap<u64, Tail>,
-    /// Least recently used first: (use tick, session id).
-    lru: BTreeMap<u64, u64>,
+    /// By session id, least recently used first. Bounded in bytes, not in tails:
+    /// [`Tails::shrink`] drops the least recently used until `bytes` fits.
+    by_id: LruCache<u64, Tail>,
     bytes: u64,
-    tick: u64,
+}
+
+impl Default for Tails {
+    fn default() -> Self {
+        Self {
+            by_id: LruCache::unbounded(),
+            bytes: 0,
+        }
+    }
 }
 
 /// What [`TailCache::replay`] found.
@@ -133,7 +139,7 @@ impl TailCache {
         }
         let mut guard = self.lock();
         let tails = &mut *guard;
-        let Some(tail) = tails.by_id.get_mut(&stamp.id) else {
+        let Some(tail) = tails.by_id.peek_mut(&stamp.id) else {
             return Replay::Miss;
         };
         if tail.stamp != stamp {
@@ -152,10 +158,7 @@ impl TailCache {
         }
         let oldest = tail.entries.front().map_or(stamp.next_seq, |(seq, _)| *seq);
         let complete = tail.complete;
-        tails.tick += 1;
-        tails.lru.remove(&tail.used);
-        tail.used = tails.tick;
-        tails.lru.insert(tail.used, stamp.id);
+        tails.by_id.promote(&stamp.id);
         if stopped || complete {
             Replay::Done(out)
         } else {
@@ -170,7 +173,7 @@ impl TailCache {
             return None;
         }
         let tails = self.lock();
-        let tail = tails.by_id.get(&stamp.id)?;
+        let tail = tails.by_id.peek(&stamp.id)?;
         (tail.stamp == stamp && tail.complete).then(|| tail.entries.front().cloned())
     }
 
@@ -218,7 +221,7 @@ impl TailCache {
             tails.put(after, entries, true, self.max_bytes);
             return;
         };
-        let Some(tail) = tails.by_id.get_mut(&after.id) else {
+        let Some(tail) = tails.by_id.peek_mut(&after.id) else {
             return;
         };
         if tail.stamp != before {
@@ -269,25 +272,21 @@ impl Tails {
         if bytes > max_bytes {
             return;
         }
-        self.tick += 1;
-        self.lru.insert(self.tick, stamp.id);
         self.bytes += bytes;
-        self.by_id.insert(
+        self.by_id.push(
             stamp.id,
             Tail {
                 stamp,
                 entries,
                 complete,
                 bytes,
-                used: self.tick,
             },
         );
         self.shrink(max_bytes);
     }
 
     fn remove(&mut self, id: u64) {
-        if let Some(old) = self.by_id.remove(&id) {
-            self.lru.remove(&old.used);
+        if let Some(old) = self.by_id.pop(&id) {
             self.bytes -= old.bytes;
         }
     }
@@ -295,12 +294,10 @@ impl Tails {
     /// Drops least recently used tails until the cache fits `max_bytes`.
     fn shrink(&mut self, max_bytes: u64) {
         while self.bytes > max_bytes {
-            let Some((_, id)) = self.lru.pop_first() else {
+            let Some((_, old)) = self.by_id.pop_lru() else {
                 break;
             };
-            if let Some(old) = self.by_id.remove(&id) {
-                self.bytes -= old.bytes;
-            }
+            self.bytes -= old.bytes;
         }
     }
 }

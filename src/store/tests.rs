@@ -157,7 +157,7 @@ fn mark(key: &str, now_ms: u64, ttl: u64) -> DedupeMark<'_> {
 async fn dedupe_keys_are_written_with_the_inbox_entry_and_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&config(dir.path())).unwrap();
-    let now = super::dedupe::wall_clock_ms();
+    let now = crate::clock::now_ms();
     let (item, ticket) = store
         .enqueue_deduped("k", record("1"), Some(mark("t|d|main|c||1", now, 60_000)))
         .unwrap();

@@ -71,13 +71,8 @@ pub fn session_key(chat: &str) -> String {
     format!("agent:main:test:group:{chat}")
 }
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+/// Milliseconds since the Unix epoch: the library's one clock.
+pub use turnstile::clock::now_ms;
 
 /// An InboundMessage JSON for `POST /v1/messages`.
 pub fn channel_message(channel: &str, chat_id: &str, id: &str, text: &str) -> Value {

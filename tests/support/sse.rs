@@ -1,10 +1,12 @@
 //! A Server-Sent Events reader over a response body, for `/v1/events` and streamed
-//! completions.
+//! completions: the library's parser (`turnstile::sse`) over a byte stream.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
+use turnstile::sse::{SseEvents, SseParser};
 
 use super::wait::PATIENCE;
 
@@ -25,15 +27,24 @@ impl SseEvent {
     }
 }
 
+impl From<turnstile::sse::SseEvent> for SseEvent {
+    fn from(e: turnstile::sse::SseEvent) -> Self {
+        Self {
+            event: e.event,
+            data: e.data,
+        }
+    }
+}
+
 type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Vec<u8>>> + Send>>;
 
 /// Reads events from a streaming response body (the `text/event-stream` format: `field: value`
 /// lines, events separated by a blank line, `:` comments ignored).
 pub struct SseStream {
     body: ByteStream,
-    buf: Vec<u8>,
-    event: Option<String>,
-    data: Vec<String>,
+    parser: SseParser,
+    events: SseEvents,
+    ready: VecDeque<SseEvent>,
 }
 
 impl SseStream {
@@ -45,44 +56,34 @@ impl SseStream {
     pub fn from_bytes(body: impl Stream<Item = reqwest::Result<Vec<u8>>> + Send + 'static) -> Self {
         Self {
             body: Box::pin(body),
-            buf: Vec::new(),
-            event: None,
-            data: Vec::new(),
+            parser: SseParser::default(),
+            events: SseEvents::default(),
+            ready: VecDeque::new(),
         }
     }
 
     /// The next event, or `None` once the server ended the stream.
     pub async fn next(&mut self) -> Option<SseEvent> {
         loop {
-            while let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
-                let raw: Vec<u8> = self.buf.drain(..=end).collect();
-                let line = String::from_utf8(raw).expect("SSE is UTF-8");
-                let line = line.trim_end_matches(['\n', '\r']);
-                if line.is_empty() {
-                    if self.event.is_some() || !self.data.is_empty() {
-                        return Some(SseEvent {
-                            event: self.event.take(),
-                            data: std::mem::take(&mut self.data).join("\n"),
-                        });
-                    }
-                    continue;
-                }
-                if line.starts_with(':') {
-                    continue;
-                }
-                let (field, value) = line.split_once(':').unwrap_or((line, ""));
-                let value = value.strip_prefix(' ').unwrap_or(value);
-                match field {
-                    "event" => self.event = Some(value.to_string()),
-                    "data" => self.data.push(value.to_string()),
-                    _ => {}
-                }
+            if let Some(event) = self.ready.pop_front() {
+                return Some(event);
             }
-            match self.body.next().await {
-                Some(Ok(bytes)) => self.buf.extend_from_slice(&bytes),
+            let bytes = match self.body.next().await {
+                Some(Ok(bytes)) => bytes,
                 Some(Err(e)) => panic!("reading an event stream: {e}"),
                 None => return None,
-            }
+            };
+            let mut lines = Vec::new();
+            self.parser
+                .push(&bytes, &mut lines)
+                .expect("an event stream line within the library's bound");
+            let events = &mut self.events;
+            self.ready.extend(
+                lines
+                    .into_iter()
+                    .filter_map(|l| events.line(l))
+                    .map(SseEvent::from),
+            );
         }
     }
 

@@ -30,7 +30,6 @@ pub use chunk::{split_message, MAX_MESSAGE_UTF16};
 pub use convert::{split_chat_id, to_inbound, BotIdentity, TELEGRAM};
 pub use preview::{Draft, Throttle, MAX_PREVIEWS, PREVIEW_MAX_AGE};
 
-use super::retry::backoff;
 use crate::config::TelegramConfig;
 use crate::error::{ConfigError, Error};
 use crate::metrics;
@@ -117,7 +116,7 @@ impl TelegramChannel {
                     retry_after: Some(secs),
                     ..
                 } => Duration::from_secs(*secs).min(max),
-                _ => backoff(initial, max, attempt),
+                _ => crate::backoff::jittered(initial, max, attempt - 1),
             };
             tokio::time::sleep(pause).await;
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::api::{ApiError, BotApi, Update};
 use super::convert::{to_inbound, BotIdentity};
 use super::TelegramChannel;
-use crate::channels::retry::{backoff, pause_unless_stopped};
+use crate::channels::retry::pause_unless_stopped;
 use crate::config::TelegramConfig;
 use crate::error::Error;
 use crate::inbound::Refusal;
@@ -40,10 +40,10 @@ impl Poller {
     }
 
     fn pause(&self, failures: u32) -> Duration {
-        backoff(
+        crate::backoff::jittered(
             Duration::from_millis(self.config.retry_backoff_ms),
             Duration::from_millis(self.config.max_retry_backoff_ms),
-            failures,
+            failures.saturating_sub(1),
         )
     }
 

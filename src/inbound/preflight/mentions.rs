@@ -7,9 +7,12 @@
 //! reporting what they delivered (`Preflight::record_bot_message`); the threads from the
 //! replies the runtime published (`Preflight::record_reply`).
 
+use std::hash::RandomState;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
-use super::lru::LruMap;
+use lru::LruCache;
+
 use super::policy::{IdSet, Rules};
 use crate::inbound::session_key::{channel_name, normalize_id};
 use crate::inbound::{ChatKind, InboundMessage};
@@ -47,32 +50,51 @@ fn thread_ref(msg: &InboundMessage) -> Option<String> {
     Some(format!("{}|{thread}", chat_ref(msg)))
 }
 
+/// Keys seen, least recently used forgotten first. Std's randomly keyed hasher: the ids come
+/// from chats.
+type Seen = LruCache<Arc<str>, (), RandomState>;
+
+fn seen(capacity: usize) -> Seen {
+    LruCache::with_hasher(
+        NonZeroUsize::new(capacity).unwrap_or(NonZeroUsize::MIN),
+        RandomState::new(),
+    )
+}
+
 /// What the bot said where, for implicit mentions. Bounded by [`MAX_BOT_MESSAGE_IDS`] and
 /// [`MAX_BOT_THREADS`].
-#[derive(Debug)]
 pub(super) struct BotActivity {
-    messages: LruMap<Arc<str>, ()>,
-    threads: LruMap<Arc<str>, ()>,
+    messages: Seen,
+    threads: Seen,
+}
+
+impl std::fmt::Debug for BotActivity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BotActivity")
+            .field("messages", &self.messages.len())
+            .field("threads", &self.threads.len())
+            .finish()
+    }
 }
 
 impl BotActivity {
     pub(super) fn new() -> Self {
         Self {
-            messages: LruMap::new(MAX_BOT_MESSAGE_IDS),
-            threads: LruMap::new(MAX_BOT_THREADS),
+            messages: seen(MAX_BOT_MESSAGE_IDS),
+            threads: seen(MAX_BOT_THREADS),
         }
     }
 
     /// Remembers that the bot sent `message_id` in chat `chat` (a [`chat_ref`]).
     pub(super) fn bot_message(&mut self, chat: &str, message_id: &str) {
         let key: Arc<str> = Arc::from(format!("{chat}|{}", message_id.trim()));
-        self.messages.get_or_insert_with(key, || ());
+        self.messages.get_or_insert(key, || ());
     }
 
     /// Remembers that the bot answered `msg` (in its thread, if it has one).
     pub(super) fn answered(&mut self, msg: &InboundMessage) {
         if let Some(thread) = thread_ref(msg) {
-            self.threads.get_or_insert_with(Arc::from(thread), || ());
+            self.threads.get_or_insert(Arc::from(thread), || ());
         }
     }
 
@@ -80,12 +102,12 @@ impl BotActivity {
     pub(super) fn implicit_mention(&mut self, msg: &InboundMessage) -> bool {
         if let Some(reply_to) = msg.reply_to.as_deref() {
             let key = format!("{}|{}", chat_ref(msg), reply_to.trim());
-            if self.messages.get_mut(key.as_str()).is_some() {
+            if self.messages.get(key.as_str()).is_some() {
                 return true;
             }
         }
         match thread_ref(msg) {
-            Some(thread) => self.threads.get_mut(thread.as_str()).is_some(),
+            Some(thread) => self.threads.get(thread.as_str()).is_some(),
             None => false,
         }
     }

@@ -29,7 +29,6 @@
 
 mod dedupe;
 mod group_history;
-mod lru;
 mod mentions;
 mod policy;
 mod system_events;

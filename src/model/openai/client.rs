@@ -17,11 +17,11 @@ use futures_util::future::BoxFuture;
 use hyper_util::client::proxy::matcher::Matcher;
 use reqwest::header::{HeaderValue, CONTENT_TYPE};
 
-use super::backoff::{self, RetryPolicy};
 use super::settings::OpenAiSettings;
 use super::sse::{SseDecoder, SseEvent};
 use super::transport::{Answer, Transport};
 use super::{errors, request_json, wire};
+use crate::backoff::{self, RetryPolicy};
 use crate::config::ModelConfig;
 use crate::error::{ConfigError, ModelError};
 use crate::model::{

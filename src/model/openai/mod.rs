@@ -9,11 +9,9 @@
 //!   proxies.
 //! - `request_json`: the request body, written straight into its bytes.
 //! - `wire`: complete answers, and assembling streamed chunks.
-//! - `sse`: splitting a Server-Sent Events stream into payloads.
+//! - `sse`: a model stream's payloads and errors, over the crate's SSE parser (`crate::sse`).
 //! - `errors`: what an error answer means, and the limits it states.
-//! - `backoff`: retry delays and `Retry-After`.
 
-mod backoff;
 mod client;
 mod errors;
 mod request_json;
@@ -25,8 +23,8 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
+pub use crate::sse::MAX_SSE_LINE_BYTES;
 pub use client::{OpenAiModel, MAX_ERROR_BODY_BYTES, MAX_RESPONSE_BYTES};
 pub use settings::{ApiKey, OpenAiSettings};
-pub use sse::MAX_SSE_LINE_BYTES;
 pub use transport::MAX_IDLE_MODEL_CONNECTIONS;
 pub use wire::{MAX_REPLY_BYTES, MAX_TOOL_CALLS};

@@ -1,18 +1,14 @@
-//! Decoding a Server-Sent Events stream into payloads.
+//! A model's event stream as payloads, over the crate's one SSE parser (`crate::sse`).
 //!
 //! OpenAI-compatible servers put one JSON object on each `data:` line, so payloads are taken
 //! line by line (a `data:` line is never continued on the next one in practice, and taking
 //! each alone tolerates servers that omit the blank line between events). Errors arrive as a
 //! `data:` payload holding `{"error":…}`, as an `event: error` followed by `data:`, or — from
 //! llama.cpp — as a non-standard `error:` line; the last two are reported as
-//! [`SseEvent::Error`]. Written by hand rather than with an SSE crate because only this subset
-//! is needed and it must stay bounded: a line longer than [`MAX_SSE_LINE_BYTES`] is an error.
+//! [`SseEvent::Error`]. A line longer than [`crate::sse::MAX_SSE_LINE_BYTES`] is an error.
 
 use crate::error::ModelError;
-
-/// Longest line accepted from a stream. A streamed chunk is a few hundred bytes; a line this
-/// long means a broken or hostile server.
-pub const MAX_SSE_LINE_BYTES: usize = 1 << 20;
+use crate::sse::{SseLine, SseParser};
 
 /// One payload of a stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,9 +22,9 @@ pub(crate) enum SseEvent {
 /// Turns bytes, as they arrive, into [`SseEvent`]s.
 #[derive(Debug, Default)]
 pub(crate) struct SseDecoder {
-    buf: Vec<u8>,
-    /// How much of `buf` is known to hold no newline.
-    scanned: usize,
+    parser: SseParser,
+    /// Lines parsed and not yet taken (kept to reuse its allocation).
+    lines: Vec<SseLine>,
     /// The `event:` name of the event being read.
     event: Option<String>,
 }
@@ -36,59 +32,35 @@ pub(crate) struct SseDecoder {
 impl SseDecoder {
     /// Feeds `bytes`, appending every completed payload to `out`.
     pub(crate) fn push(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) -> Result<(), ModelError> {
-        self.buf.extend_from_slice(bytes);
-        let mut start = 0;
-        while let Some(offset) = self.buf[start + self.scanned..]
-            .iter()
-            .position(|b| *b == b'\n')
-        {
-            let end = start + self.scanned + offset;
-            let line = String::from_utf8_lossy(&self.buf[start..end]).into_owned();
-            self.line(&line, out);
-            start = end + 1;
-            self.scanned = 0;
-        }
-        self.buf.drain(..start);
-        self.scanned = self.buf.len();
-        if self.buf.len() > MAX_SSE_LINE_BYTES {
-            return Err(ModelError::Protocol(format!(
-                "stream line longer than {MAX_SSE_LINE_BYTES} bytes"
-            )));
-        }
-        Ok(())
+        let parsed = self.parser.push(bytes, &mut self.lines);
+        self.take_lines(out);
+        parsed.map_err(|e| ModelError::Protocol(e.to_string()))
     }
 
     /// Ends the stream: a last line without a newline still counts.
     pub(crate) fn finish(&mut self, out: &mut Vec<SseEvent>) {
-        if !self.buf.is_empty() {
-            let line = String::from_utf8_lossy(&self.buf).into_owned();
-            self.buf.clear();
-            self.scanned = 0;
-            self.line(&line, out);
-        }
+        self.parser.finish(&mut self.lines);
+        self.take_lines(out);
     }
 
-    fn line(&mut self, line: &str, out: &mut Vec<SseEvent>) {
-        let line = line.strip_suffix('\r').unwrap_or(line);
-        if line.is_empty() {
-            self.event = None;
-            return;
-        }
-        if line.starts_with(':') {
-            return;
-        }
-        let (field, value) = match line.split_once(':') {
-            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-            None => (line, ""),
-        };
-        match field {
-            "data" if self.event.as_deref() == Some("error") => {
-                out.push(SseEvent::Error(value.to_string()))
+    fn take_lines(&mut self, out: &mut Vec<SseEvent>) {
+        for line in self.lines.drain(..) {
+            let (name, value) = match line {
+                SseLine::Blank => {
+                    self.event = None;
+                    continue;
+                }
+                SseLine::Field { name, value } => (name, value),
+            };
+            match name.as_str() {
+                "data" if self.event.as_deref() == Some("error") => {
+                    out.push(SseEvent::Error(value))
+                }
+                "data" => out.push(SseEvent::Data(value)),
+                "event" => self.event = Some(value.trim().to_string()),
+                "error" => out.push(SseEvent::Error(value)),
+                _ => {}
             }
-            "data" => out.push(SseEvent::Data(value.to_string())),
-            "event" => self.event = Some(value.trim().to_string()),
-            "error" => out.push(SseEvent::Error(value.to_string())),
-            _ => {}
         }
     }
 }
@@ -96,6 +68,7 @@ impl SseDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sse::MAX_SSE_LINE_BYTES;
 
     fn decode(chunks: &[&[u8]]) -> Vec<SseEvent> {
         let mut d = SseDecoder::default();

@@ -1,15 +1,33 @@
-//! Retry timing: exponential back-off with jitter, and the server's `Retry-After` hints.
+//! The one back-off: exponential delays capped at a maximum, with "equal jitter" for retries,
+//! and the server's `Retry-After` hints. Used by the model client (retries of one request), the
+//! model limiter (pauses after 429s in a row, unjittered), and the channels (delivery and
+//! polling retries).
 //!
-//! Jitter spreads retries of many sessions that failed together (a 429 burst) so they do not
-//! return together. It needs no cryptographic randomness: a hash of the clock and a counter,
-//! keyed by std's per-process random `RandomState`, is unpredictable enough.
+//! Jitter spreads retries of many sessions that failed together (a 429 burst, a receiver that
+//! went down) so they do not return together. It needs no cryptographic randomness: its one
+//! source is `fastrand` (a per-thread generator seeded randomly).
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use reqwest::header::HeaderMap;
+
+/// Largest exponent of the doubling: `base * 2^31` is past any cap a setting can name.
+const MAX_DOUBLINGS: u32 = 31;
+
+/// `base * 2^step`, capped at `max` (no jitter): the limiter's pause after `step + 1` 429s in
+/// a row.
+pub(crate) fn doubling(base: Duration, max: Duration, step: u32) -> Duration {
+    base.saturating_mul(2u32.saturating_pow(step.min(MAX_DOUBLINGS)))
+        .min(max)
+}
+
+/// The delay before retry number `retry` (0 for the first retry): [`doubling`], of which a
+/// random half is taken away ("equal jitter"), so it lies in `[full / 2, full]`.
+pub(crate) fn jittered(base: Duration, max: Duration, retry: u32) -> Duration {
+    let full = doubling(base, max, retry);
+    let half = full / 2;
+    half + half.mul_f64(fastrand::f64())
+}
 
 /// When and how often to retry one model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,29 +41,10 @@ pub(crate) struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The delay before retry number `retry` (0 for the first retry): `base * 2^retry`, capped
-    /// at `max`, of which a random half is taken away ("equal jitter").
+    /// The delay before retry number `retry` (0 for the first retry): see [`jittered`].
     pub(crate) fn delay(&self, retry: u32) -> Duration {
-        let full = self
-            .base
-            .saturating_mul(2u32.saturating_pow(retry.min(31)))
-            .min(self.max);
-        let half = full / 2;
-        half + half.mul_f64(jitter_fraction())
+        jittered(self.base, self.max, retry)
     }
-}
-
-/// A number in `[0, 1)`, different on every call.
-fn jitter_fraction() -> f64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let seed = COUNTER.fetch_add(1, Ordering::Relaxed) ^ (u64::from(nanos) << 20);
-    let hash = RandomState::new().hash_one(seed);
-    // The top 53 bits fill an f64 mantissa exactly.
-    (hash >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// The delay the server asks for: `retry-after-ms` (OpenAI; milliseconds), else `Retry-After`
@@ -101,6 +100,31 @@ mod tests {
         let samples: std::collections::HashSet<Duration> =
             (0..20).map(|_| policy.delay(3)).collect();
         assert!(samples.len() > 1, "jitter must vary");
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        // The channels' retries: attempt 1 is retry 0.
+        let (i, m) = (Duration::from_millis(100), Duration::from_millis(1_000));
+        for _ in 0..50 {
+            let first = jittered(i, m, 0);
+            assert!(
+                first >= Duration::from_millis(50) && first <= i,
+                "{first:?}"
+            );
+            let third = jittered(i, m, 2);
+            assert!(third >= Duration::from_millis(200) && third <= Duration::from_millis(400));
+            assert!(jittered(i, m, 39) <= m);
+        }
+    }
+
+    #[test]
+    fn doubling_has_no_jitter() {
+        let (b, m) = (Duration::from_millis(100), Duration::from_secs(1));
+        assert_eq!(doubling(b, m, 0), b);
+        assert_eq!(doubling(b, m, 2), Duration::from_millis(400));
+        assert_eq!(doubling(b, m, 40), m);
+        assert_eq!(doubling(b, Duration::MAX, u32::MAX), b * (1 << 31));
     }
 
     #[test]
