@@ -171,16 +171,11 @@ impl SessionCompactor {
                 self.remember_no_gain(span_id);
                 return Ok(Some(unchanged));
             }
-            let summary = TranscriptEntry {
-                kind: EntryKind::Summary,
+            let summary = TranscriptEntry::summary(
                 text,
-                message_id: None,
-                sender: None,
-                timestamp_ms: plan.span.last().map_or(0, |(_, e)| e.timestamp_ms),
                 tokens,
-                tool: None,
-                memo: Default::default(),
-            };
+                plan.span.last().map_or(0, |(_, e)| e.timestamp_ms),
+            );
             let remove: Vec<u64> = plan
                 .previous
                 .iter()

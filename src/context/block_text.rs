@@ -188,20 +188,10 @@ str_like!(MessageId);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::EntryKind;
 
     #[test]
     fn shared_and_owned_text_read_and_compare_alike() {
-        let entry = Arc::new(TranscriptEntry {
-            kind: EntryKind::User,
-            text: "hello".into(),
-            message_id: None,
-            sender: None,
-            timestamp_ms: 0,
-            tokens: 1,
-            tool: None,
-            memo: Default::default(),
-        });
+        let entry = Arc::new(TranscriptEntry::user("hello", 1, 0));
         let shared = BlockText::Entry(Arc::clone(&entry));
         let owned = BlockText::from("hello");
         assert_eq!(shared, owned);
@@ -216,16 +206,7 @@ mod tests {
 
     #[test]
     fn an_entry_id_is_shared_and_reads_like_an_owned_one() {
-        let entry = Arc::new(TranscriptEntry {
-            kind: EntryKind::User,
-            text: "hello".into(),
-            message_id: Some("m-1".into()),
-            sender: None,
-            timestamp_ms: 0,
-            tokens: 1,
-            tool: None,
-            memo: Default::default(),
-        });
+        let entry = Arc::new(TranscriptEntry::user("hello", 1, 0).with_message_id("m-1"));
         let shared = MessageId::of_entry(&entry).expect("the entry has an id");
         assert_eq!(Arc::strong_count(&entry), 2, "shared, not copied");
         assert_eq!(shared, MessageId::from("m-1"));
@@ -233,25 +214,13 @@ mod tests {
         assert_eq!(shared.as_str(), "m-1");
         assert_eq!(serde_json::to_string(&shared).unwrap(), "\"m-1\"");
         assert_eq!(format!("{shared:?} {shared}"), "\"m-1\" m-1");
-        let anonymous = Arc::new(TranscriptEntry {
-            message_id: None,
-            ..(*entry).clone()
-        });
+        let anonymous = Arc::new(TranscriptEntry::user("hello", 1, 0));
         assert!(MessageId::of_entry(&anonymous).is_none());
     }
 
     #[test]
     fn a_history_message_sends_its_entrys_text_without_copying_it() {
-        let entry = Arc::new(TranscriptEntry {
-            kind: EntryKind::Assistant,
-            text: "an earlier answer".into(),
-            message_id: None,
-            sender: None,
-            timestamp_ms: 0,
-            tokens: 3,
-            tool: None,
-            memo: Default::default(),
-        });
+        let entry = Arc::new(TranscriptEntry::assistant("an earlier answer", 3, 0));
         let block = crate::context::sources::entry_block(7, &entry);
         let messages = crate::context::render::messages(std::slice::from_ref(&block));
         assert_eq!(messages.len(), 1);

@@ -27,7 +27,7 @@ use crate::model::{
     MESSAGE_OVERHEAD_TOKENS,
 };
 use crate::replies::{DeltaFanout, ReplyErrorKind, ReplyHub, ReplyUsage};
-use crate::store::{EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry};
+use crate::store::{InboxItem, Store, ToolInfo, TranscriptEntry};
 use crate::tools::{call_message, repair_tool_messages, result_message, ToolRegistry};
 
 use super::requests::{place_tool_results, ClientToolResult, RequestExtras, Requests};
@@ -246,19 +246,9 @@ impl TurnEngine {
         items
             .map(|item| {
                 let m = &item.record.message;
-                TranscriptEntry {
-                    kind: EntryKind::User,
-                    text: m.text.clone(),
-                    message_id: Some(m.message_id.clone()),
-                    sender: Some(Box::new(EntrySender {
-                        id: m.sender.id.clone(),
-                        name: m.sender.name.clone(),
-                    })),
-                    timestamp_ms: m.timestamp_ms,
-                    tokens: self.tokens.count(&m.text),
-                    tool: None,
-                    memo: Default::default(),
-                }
+                TranscriptEntry::user(m.text.clone(), self.tokens.count(&m.text), m.timestamp_ms)
+                    .with_message_id(m.message_id.clone())
+                    .with_sender(m.sender.id.clone(), m.sender.name.clone())
             })
             .collect()
     }
@@ -388,16 +378,7 @@ impl TurnEngine {
             0 if !answer.text.is_empty() => self.tokens.count(&answer.text),
             n => n,
         };
-        let reply = TranscriptEntry {
-            kind: EntryKind::Assistant,
-            tokens,
-            text: answer.text,
-            message_id: None,
-            sender: None,
-            timestamp_ms: now_ms(),
-            tool: None,
-            memo: Default::default(),
-        };
+        let reply = TranscriptEntry::assistant(answer.text, tokens, now_ms());
         let report = TurnReport {
             steered: answer.steered.iter().map(|i| i.seq).collect(),
         };
@@ -582,20 +563,16 @@ impl TurnEngine {
                     + self.tokens.count(&call.name)
                     + self.tokens.count(&call.arguments);
                 prompt_tokens = prompt_tokens.saturating_add(tokens + MESSAGE_OVERHEAD_TOKENS);
-                entries.push(TranscriptEntry {
-                    kind: EntryKind::ToolCall,
-                    text: text.to_string(),
-                    message_id: None,
-                    sender: None,
-                    timestamp_ms: now,
+                entries.push(TranscriptEntry::tool_call(
+                    text,
                     tokens,
-                    tool: Some(Box::new(ToolInfo {
+                    now,
+                    ToolInfo {
                         call_id: call.id.clone(),
                         name: call.name.clone(),
                         arguments: call.arguments.clone(),
-                    })),
-                    memo: Default::default(),
-                });
+                    },
+                ));
             }
             request.messages.push(call_message(&reply.text, &calls));
             let client_calls: Vec<ToolCall> =
@@ -608,20 +585,13 @@ impl TurnEngine {
                 prompt_tokens = prompt_tokens.saturating_add(tokens + MESSAGE_OVERHEAD_TOKENS);
                 results.push((call.id.clone(), tokens, round));
                 request.messages.push(result_message(&call.id, &output));
-                entries.push(TranscriptEntry {
-                    kind: EntryKind::ToolResult,
-                    text: output,
-                    message_id: None,
-                    sender: None,
-                    timestamp_ms: now,
+                entries.push(TranscriptEntry::tool_result(
+                    output,
                     tokens,
-                    tool: Some(Box::new(ToolInfo {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: String::new(),
-                    })),
-                    memo: Default::default(),
-                });
+                    now,
+                    call.id.clone(),
+                    call.name.clone(),
+                ));
             }
             if !client_calls.is_empty() {
                 let usage = ReplyUsage::new(
@@ -685,19 +655,10 @@ impl TurnEngine {
         let now = now_ms();
         results
             .iter()
-            .map(|(message_id, r)| TranscriptEntry {
-                kind: EntryKind::ToolResult,
-                tokens: self.tokens.count(&r.content),
-                text: r.content.clone(),
-                message_id: Some(message_id.clone()),
-                sender: None,
-                timestamp_ms: now,
-                tool: Some(Box::new(ToolInfo {
-                    call_id: r.call_id.clone(),
-                    name: String::new(),
-                    arguments: String::new(),
-                })),
-                memo: Default::default(),
+            .map(|(message_id, r)| {
+                let tokens = self.tokens.count(&r.content);
+                TranscriptEntry::tool_result(r.content.clone(), tokens, now, r.call_id.clone(), "")
+                    .with_message_id(message_id.clone())
             })
             .collect()
     }
@@ -740,16 +701,8 @@ impl TurnEngine {
             "Sorry, this message could not be answered ({}).",
             strip_urls(reason)
         );
-        let notice = TranscriptEntry {
-            kind: EntryKind::Assistant,
-            tokens: self.tokens.count(&text),
-            text,
-            message_id: None,
-            sender: None,
-            timestamp_ms: now_ms(),
-            tool: None,
-            memo: Default::default(),
-        };
+        let tokens = self.tokens.count(&text);
+        let notice = TranscriptEntry::assistant(text, tokens, now_ms());
         self.delivery
             .deliver(
                 session_key,

@@ -115,15 +115,10 @@ mod tests {
     use crate::store::ToolInfo;
 
     fn entry(kind: EntryKind, text: &str, message_id: Option<&str>) -> TranscriptEntry {
-        TranscriptEntry {
-            kind,
-            text: text.into(),
-            message_id: message_id.map(str::to_string),
-            sender: None,
-            timestamp_ms: 0,
-            tokens: 1,
-            tool: None,
-            memo: Default::default(),
+        let entry = TranscriptEntry::new(kind, text, 1, 0);
+        match message_id {
+            Some(id) => entry.with_message_id(id),
+            None => entry,
         }
     }
 

@@ -72,16 +72,8 @@ fn record(id: &str) -> InboxRecord {
 }
 
 fn entry(kind: EntryKind, text: String) -> TranscriptEntry {
-    TranscriptEntry {
-        tokens: text.len() as u32,
-        kind,
-        text,
-        message_id: None,
-        sender: None,
-        timestamp_ms: 1,
-        tool: None,
-        memo: Default::default(),
-    }
+    let tokens = text.len() as u32;
+    TranscriptEntry::new(kind, text, tokens, 1)
 }
 
 fn check(store: &Store, model: &Model) {

@@ -20,16 +20,7 @@ fn config(dir: &std::path::Path) -> StorageConfig {
 }
 
 fn entry(kind: EntryKind, text: &str, ts: u64) -> TranscriptEntry {
-    TranscriptEntry {
-        kind,
-        text: text.into(),
-        message_id: None,
-        sender: None,
-        timestamp_ms: ts,
-        tokens: 2,
-        tool: None,
-        memo: Default::default(),
-    }
+    TranscriptEntry::new(kind, text, 2, ts)
 }
 
 fn turn(store: &Store, key: &str, now_ms: u64, text: &str) -> SessionRecord {

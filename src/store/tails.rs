@@ -308,19 +308,9 @@ impl Tails {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::EntryKind;
 
     fn entry(text: &str) -> Arc<TranscriptEntry> {
-        Arc::new(TranscriptEntry {
-            kind: EntryKind::User,
-            text: text.into(),
-            message_id: None,
-            sender: None,
-            timestamp_ms: 1,
-            tokens: 1,
-            tool: None,
-            memo: Default::default(),
-        })
+        Arc::new(TranscriptEntry::user(text, 1, 1))
     }
 
     fn stamp(id: u64, next_seq: u64) -> TailStamp {

@@ -17,16 +17,7 @@ pub(super) fn record(id: &str) -> InboxRecord {
 }
 
 pub(super) fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
-    TranscriptEntry {
-        kind,
-        text: text.into(),
-        message_id: None,
-        sender: None,
-        timestamp_ms: 1,
-        tokens: 3,
-        tool: None,
-        memo: Default::default(),
-    }
+    TranscriptEntry::new(kind, text, 3, 1)
 }
 
 #[tokio::test]
