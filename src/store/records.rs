@@ -2,7 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::memo::EntryMemo;
 use crate::inbound::InboundMessage;
 
 /// One session (a conversation), keyed by its session key in the `sessions` tree.
@@ -88,9 +87,6 @@ pub struct TranscriptEntry {
     pub tokens: u32,
     /// Tool call or result details, for those kinds.
     pub tool: Option<Box<ToolInfo>>,
-    /// What turns work out from the fields above, kept with them (not stored).
-    #[serde(skip)]
-    pub memo: EntryMemo,
 }
 
 /// Entries are made by these constructors, one per kind, rather than by struct literals: a
@@ -108,7 +104,6 @@ impl TranscriptEntry {
             timestamp_ms,
             tokens,
             tool: None,
-            memo: EntryMemo::default(),
         }
     }
 
