@@ -143,7 +143,7 @@ impl SessionCompactor {
             let chatter = self.chatter(session_key, &plan.span)?;
             let group = chat_kind_of_key(session_key) != ChatKind::Direct;
             let span_text = render_span(&plan.span, &chatter, group.then_some(&self.zone));
-            let previous = plan.previous.as_ref().map(|(_, e)| e.text.as_str());
+            let previous = plan.previous.as_ref().map(|(_, e)| &*e.text);
             let (text, tokens) = self.summary(&span_text, previous).await?;
             let counter = self.summarizer.counter();
             let chatter_tokens: u64 = chatter

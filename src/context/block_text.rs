@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 
-use crate::model::{MessageText, SharedText};
+use crate::model::MessageText;
 use crate::store::SharedEntry;
 
 /// The text of a context block. Reads as a `str`; a processor that rewrites it assigns an
@@ -35,7 +35,7 @@ impl BlockText {
     pub fn into_string(self) -> String {
         match self {
             Self::Owned(s) => s,
-            Self::Entry(e) => e.text.clone(),
+            Self::Entry(e) => e.text.to_string(),
         }
     }
 
@@ -43,14 +43,8 @@ impl BlockText {
     pub fn to_message_text(&self) -> MessageText {
         match self {
             Self::Owned(s) => s.as_str().into(),
-            Self::Entry(e) => MessageText::shared(Arc::clone(e) as Arc<dyn SharedText>),
+            Self::Entry(e) => MessageText::shared(Arc::clone(&e.text)),
         }
-    }
-}
-
-impl SharedText for SharedEntry {
-    fn shared_text(&self) -> &str {
-        &self.text
     }
 }
 
@@ -233,7 +227,7 @@ mod tests {
         assert_eq!(messages.len(), 1);
         assert_eq!(messages[0].content, "an earlier answer");
         assert!(
-            std::ptr::eq(messages[0].content.as_str(), entry.text.as_str()),
+            std::ptr::eq(messages[0].content.as_str(), &*entry.text),
             "the message reads the entry's own text"
         );
         let owned = BlockText::from("mine").to_message_text();

@@ -81,7 +81,7 @@ fn answer_after(entries: &[(u64, TranscriptEntry)], message_id: &str) -> Option<
         match e.kind {
             EntryKind::Assistant => {
                 return Some(StoredAnswer {
-                    text: e.text.clone(),
+                    text: e.text.to_string(),
                     tool_calls: Vec::new(),
                 })
             }
@@ -96,7 +96,7 @@ fn answer_after(entries: &[(u64, TranscriptEntry)], message_id: &str) -> Option<
     }
     // The turn stopped at client tool calls: the last run of calls without results.
     Some(StoredAnswer {
-        text: calls.iter().map(|e| e.text.as_str()).collect(),
+        text: calls.iter().map(|e| &*e.text).collect(),
         tool_calls: calls
             .iter()
             .filter_map(|e| e.tool.as_ref())

@@ -66,7 +66,7 @@ fn cold_files(dir: &Path) -> (usize, usize) {
 }
 
 fn texts(entries: &[(u64, TranscriptEntry)]) -> Vec<String> {
-    entries.iter().map(|(_, e)| e.text.clone()).collect()
+    entries.iter().map(|(_, e)| e.text.to_string()).collect()
 }
 
 #[tokio::test]

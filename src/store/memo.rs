@@ -132,7 +132,7 @@ mod tests {
     fn a_shared_entry_reads_as_its_entry_and_a_copy_of_it_is_a_plain_entry() {
         let shared = SharedEntry::new(TranscriptEntry::user("hello", 1, 0).with_message_id("m1"));
         assert_eq!(shared.memo().id_hash(|| 7), 7);
-        assert_eq!(shared.text, "hello");
+        assert_eq!(&*shared.text, "hello");
         // A copy of the entry is a plain record, equal to the one shared, that may be edited;
         // the memo stays with the shared one.
         let mut copy: TranscriptEntry = shared.entry().clone();

@@ -1,5 +1,7 @@
 //! What is stored: session entries, transcript entries and durable-inbox entries.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::inbound::InboundMessage;
@@ -75,8 +77,10 @@ pub struct ToolInfo {
 pub struct TranscriptEntry {
     /// What kind of entry.
     pub kind: EntryKind,
-    /// The text.
-    pub text: String,
+    /// The text; shared, not copied, with the requests that show the entry (a turn's request
+    /// carries its whole history window). Stored as a string.
+    #[serde(with = "shared_str")]
+    pub text: Arc<str>,
     /// The platform message id, for entries that came from one.
     pub message_id: Option<String>,
     /// The sender, for user entries.
@@ -95,7 +99,7 @@ pub struct TranscriptEntry {
 impl TranscriptEntry {
     /// An entry of `kind` with `text` (counted as `tokens`), written at `timestamp_ms`, with
     /// no message id, sender or tool side.
-    pub fn new(kind: EntryKind, text: impl Into<String>, tokens: u32, timestamp_ms: u64) -> Self {
+    pub fn new(kind: EntryKind, text: impl Into<Arc<str>>, tokens: u32, timestamp_ms: u64) -> Self {
         Self {
             kind,
             text: text.into(),
@@ -109,24 +113,24 @@ impl TranscriptEntry {
 
     /// A user entry; its message id and sender are added with [`Self::with_message_id`] and
     /// [`Self::with_sender`].
-    pub fn user(text: impl Into<String>, tokens: u32, timestamp_ms: u64) -> Self {
+    pub fn user(text: impl Into<Arc<str>>, tokens: u32, timestamp_ms: u64) -> Self {
         Self::new(EntryKind::User, text, tokens, timestamp_ms)
     }
 
     /// An answer of the model (or a notice standing for one).
-    pub fn assistant(text: impl Into<String>, tokens: u32, timestamp_ms: u64) -> Self {
+    pub fn assistant(text: impl Into<Arc<str>>, tokens: u32, timestamp_ms: u64) -> Self {
         Self::new(EntryKind::Assistant, text, tokens, timestamp_ms)
     }
 
     /// A compaction summary of older entries.
-    pub fn summary(text: impl Into<String>, tokens: u32, timestamp_ms: u64) -> Self {
+    pub fn summary(text: impl Into<Arc<str>>, tokens: u32, timestamp_ms: u64) -> Self {
         Self::new(EntryKind::Summary, text, tokens, timestamp_ms)
     }
 
     /// A tool call the model made (`text`: what it said with the call; `tokens` counts the
     /// text, the name and the arguments).
     pub fn tool_call(
-        text: impl Into<String>,
+        text: impl Into<Arc<str>>,
         tokens: u32,
         timestamp_ms: u64,
         call: ToolInfo,
@@ -136,7 +140,7 @@ impl TranscriptEntry {
 
     /// The result of call `call_id` of tool `name` (empty when the result does not say).
     pub fn tool_result(
-        text: impl Into<String>,
+        text: impl Into<Arc<str>>,
         tokens: u32,
         timestamp_ms: u64,
         call_id: impl Into<String>,
@@ -168,6 +172,22 @@ impl TranscriptEntry {
     pub fn with_tool(mut self, tool: ToolInfo) -> Self {
         self.tool = Some(Box::new(tool));
         self
+    }
+}
+
+/// An `Arc<str>` field (de)serialised as the string it holds, as a `String` was: serde's own
+/// impls need its `rc` feature, which would rebuild every crate that uses serde.
+mod shared_str {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(text: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(text)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+        String::deserialize(d).map(Arc::from)
     }
 }
 
