@@ -26,16 +26,7 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
-    TranscriptEntry {
-        kind,
-        text: text.into(),
-        message_id: None,
-        sender: None,
-        timestamp_ms: 1,
-        tokens: 12,
-        tool: None,
-        memo: Default::default(),
-    }
+    TranscriptEntry::new(kind, text, 12, 1)
 }
 
 fn record(id: &str) -> InboxRecord {

@@ -13,7 +13,7 @@ use turnstile::context::{
 use turnstile::inbound::preflight::{DurableDedupe, MemoryOnly, Verdict};
 use turnstile::inbound::{ChatKind, InboundMessage, MessageKind, Preflight, Sender, SessionKeys};
 use turnstile::model::{Encoding, TokenCounter};
-use turnstile::store::{EntryKind, InboxRecord, Store, TranscriptEntry};
+use turnstile::store::{InboxRecord, Store, TranscriptEntry};
 use turnstile::Config;
 
 fn ci() -> bool {
@@ -45,24 +45,16 @@ const NOW: u64 = 1_764_470_000_000;
 fn session(entries: u64) -> MemoryStore {
     let mut store = MemoryStore::new();
     for i in 0..entries {
-        store.push_entry(
-            1,
-            TranscriptEntry {
-                kind: if i % 2 == 0 {
-                    EntryKind::User
-                } else {
-                    EntryKind::Assistant
-                },
-                text: format!("message number {i} with a little bit of text in it"),
-                message_id: (i % 2 == 0).then(|| format!("m{i}")),
-                sender: None,
-                // All within the last 30 minutes: TTL keeps everything.
-                timestamp_ms: NOW - (entries - i) * 1_000,
-                tokens: 40,
-                tool: None,
-                memo: Default::default(),
-            },
-        );
+        store.push_entry(1, {
+            let text = format!("message number {i} with a little bit of text in it");
+            // All within the last 30 minutes: TTL keeps everything.
+            let at = NOW - (entries - i) * 1_000;
+            if i % 2 == 0 {
+                TranscriptEntry::user(text, 40, at).with_message_id(format!("m{i}"))
+            } else {
+                TranscriptEntry::assistant(text, 40, at)
+            }
+        });
     }
     store
 }

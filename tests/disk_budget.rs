@@ -708,16 +708,7 @@ async fn measure_open_with_100k_sessions() {
     };
     {
         let store = Store::open(&config).unwrap();
-        let e = |kind| TranscriptEntry {
-            kind,
-            text: "a short message".into(),
-            message_id: None,
-            sender: None,
-            timestamp_ms: 1,
-            tokens: 3,
-            tool: None,
-            memo: Default::default(),
-        };
+        let e = |kind| TranscriptEntry::new(kind, "a short message", 3, 1);
         let start = Instant::now();
         for i in 0..100_000u64 {
             store

@@ -91,16 +91,7 @@ mod tests {
             epoch: 7,
             turn: Box::new(ReplicatedTurn {
                 session_key: "agent:main:x".into(),
-                entries: vec![TranscriptEntry {
-                    kind: crate::store::EntryKind::User,
-                    text: "hello there".into(),
-                    message_id: Some("m1".into()),
-                    sender: None,
-                    timestamp_ms: 1,
-                    tokens: 3,
-                    tool: None,
-                    memo: Default::default(),
-                }],
+                entries: vec![TranscriptEntry::user("hello there", 3, 1).with_message_id("m1")],
                 reply: Reply {
                     session_key: "agent:main:x".into(),
                     text: "hi".into(),

@@ -143,7 +143,7 @@ impl SessionCompactor {
             let chatter = self.chatter(session_key, &plan.span)?;
             let group = chat_kind_of_key(session_key) != ChatKind::Direct;
             let span_text = render_span(&plan.span, &chatter, group.then_some(&self.zone));
-            let previous = plan.previous.as_ref().map(|(_, e)| e.text.as_str());
+            let previous = plan.previous.as_ref().map(|(_, e)| &*e.text);
             let (text, tokens) = self.summary(&span_text, previous).await?;
             let counter = self.summarizer.counter();
             let chatter_tokens: u64 = chatter
@@ -171,16 +171,11 @@ impl SessionCompactor {
                 self.remember_no_gain(span_id);
                 return Ok(Some(unchanged));
             }
-            let summary = TranscriptEntry {
-                kind: EntryKind::Summary,
+            let summary = TranscriptEntry::summary(
                 text,
-                message_id: None,
-                sender: None,
-                timestamp_ms: plan.span.last().map_or(0, |(_, e)| e.timestamp_ms),
                 tokens,
-                tool: None,
-                memo: Default::default(),
-            };
+                plan.span.last().map_or(0, |(_, e)| e.timestamp_ms),
+            );
             let remove: Vec<u64> = plan
                 .previous
                 .iter()

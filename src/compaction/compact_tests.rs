@@ -18,16 +18,7 @@ fn open(dir: &std::path::Path) -> Store {
 }
 
 fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
-    TranscriptEntry {
-        kind,
-        text: text.into(),
-        message_id: None,
-        sender: None,
-        timestamp_ms: 1,
-        tokens: counter().count(text),
-        tool: None,
-        memo: Default::default(),
-    }
+    TranscriptEntry::new(kind, text, counter().count(text), 1)
 }
 
 fn tool(kind: EntryKind, id: &str) -> TranscriptEntry {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
 
-use crate::model::{MessageText, SharedText};
-use crate::store::TranscriptEntry;
+use crate::model::MessageText;
+use crate::store::SharedEntry;
 
 /// The text of a context block. Reads as a `str`; a processor that rewrites it assigns an
 /// owned `String` (`block.content = text.into()`).
@@ -19,7 +19,7 @@ pub enum BlockText {
     /// Text the block owns.
     Owned(String),
     /// The text of a stored entry, not copied.
-    Entry(Arc<TranscriptEntry>),
+    Entry(Arc<SharedEntry>),
 }
 
 impl BlockText {
@@ -35,7 +35,7 @@ impl BlockText {
     pub fn into_string(self) -> String {
         match self {
             Self::Owned(s) => s,
-            Self::Entry(e) => e.text.clone(),
+            Self::Entry(e) => e.text.to_string(),
         }
     }
 
@@ -43,14 +43,8 @@ impl BlockText {
     pub fn to_message_text(&self) -> MessageText {
         match self {
             Self::Owned(s) => s.as_str().into(),
-            Self::Entry(e) => MessageText::shared(Arc::clone(e) as Arc<dyn SharedText>),
+            Self::Entry(e) => MessageText::shared(Arc::clone(&e.text)),
         }
-    }
-}
-
-impl SharedText for TranscriptEntry {
-    fn shared_text(&self) -> &str {
-        &self.text
     }
 }
 
@@ -85,12 +79,12 @@ pub enum MessageId {
     /// An id the block owns.
     Owned(String),
     /// The id of a stored entry that has one ([`MessageId::of_entry`]).
-    Entry(Arc<TranscriptEntry>),
+    Entry(Arc<SharedEntry>),
 }
 
 impl MessageId {
     /// The id of `entry`, shared with it; `None` when it has none.
-    pub fn of_entry(entry: &Arc<TranscriptEntry>) -> Option<Self> {
+    pub fn of_entry(entry: &Arc<SharedEntry>) -> Option<Self> {
         entry
             .message_id
             .as_ref()
@@ -188,20 +182,11 @@ str_like!(MessageId);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::EntryKind;
+    use crate::store::TranscriptEntry;
 
     #[test]
     fn shared_and_owned_text_read_and_compare_alike() {
-        let entry = Arc::new(TranscriptEntry {
-            kind: EntryKind::User,
-            text: "hello".into(),
-            message_id: None,
-            sender: None,
-            timestamp_ms: 0,
-            tokens: 1,
-            tool: None,
-            memo: Default::default(),
-        });
+        let entry = Arc::new(SharedEntry::new(TranscriptEntry::user("hello", 1, 0)));
         let shared = BlockText::Entry(Arc::clone(&entry));
         let owned = BlockText::from("hello");
         assert_eq!(shared, owned);
@@ -216,16 +201,9 @@ mod tests {
 
     #[test]
     fn an_entry_id_is_shared_and_reads_like_an_owned_one() {
-        let entry = Arc::new(TranscriptEntry {
-            kind: EntryKind::User,
-            text: "hello".into(),
-            message_id: Some("m-1".into()),
-            sender: None,
-            timestamp_ms: 0,
-            tokens: 1,
-            tool: None,
-            memo: Default::default(),
-        });
+        let entry = Arc::new(SharedEntry::new(
+            TranscriptEntry::user("hello", 1, 0).with_message_id("m-1"),
+        ));
         let shared = MessageId::of_entry(&entry).expect("the entry has an id");
         assert_eq!(Arc::strong_count(&entry), 2, "shared, not copied");
         assert_eq!(shared, MessageId::from("m-1"));
@@ -233,31 +211,23 @@ mod tests {
         assert_eq!(shared.as_str(), "m-1");
         assert_eq!(serde_json::to_string(&shared).unwrap(), "\"m-1\"");
         assert_eq!(format!("{shared:?} {shared}"), "\"m-1\" m-1");
-        let anonymous = Arc::new(TranscriptEntry {
-            message_id: None,
-            ..(*entry).clone()
-        });
+        let anonymous = Arc::new(SharedEntry::new(TranscriptEntry::user("hello", 1, 0)));
         assert!(MessageId::of_entry(&anonymous).is_none());
     }
 
     #[test]
     fn a_history_message_sends_its_entrys_text_without_copying_it() {
-        let entry = Arc::new(TranscriptEntry {
-            kind: EntryKind::Assistant,
-            text: "an earlier answer".into(),
-            message_id: None,
-            sender: None,
-            timestamp_ms: 0,
-            tokens: 3,
-            tool: None,
-            memo: Default::default(),
-        });
+        let entry = Arc::new(SharedEntry::new(TranscriptEntry::assistant(
+            "an earlier answer",
+            3,
+            0,
+        )));
         let block = crate::context::sources::entry_block(7, &entry);
         let messages = crate::context::render::messages(std::slice::from_ref(&block));
         assert_eq!(messages.len(), 1);
         assert_eq!(messages[0].content, "an earlier answer");
         assert!(
-            std::ptr::eq(messages[0].content.as_str(), entry.text.as_str()),
+            std::ptr::eq(messages[0].content.as_str(), &*entry.text),
             "the message reads the entry's own text"
         );
         let owned = BlockText::from("mine").to_message_text();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::session::{ContextStore, StoredSession};
 use crate::error::StoreError;
-use crate::store::{walk_back, ChannelMessage, Scan, TranscriptEntry};
+use crate::store::{walk_back, ChannelMessage, Scan, SharedEntry, TranscriptEntry};
 
 /// Transcripts and chat messages held in memory.
 #[derive(Debug, Default, Clone)]
@@ -131,12 +131,12 @@ impl ContextStore for MemoryStore {
     fn oldest_entry(
         &self,
         stored: &StoredSession,
-    ) -> Result<Option<(u64, Arc<TranscriptEntry>)>, StoreError> {
+    ) -> Result<Option<(u64, Arc<SharedEntry>)>, StoreError> {
         Ok(self
             .transcripts
             .get(&stored.id)
             .and_then(|t| t.first())
-            .map(|(seq, e)| (*seq, Arc::new(e.clone()))))
+            .map(|(seq, e)| (*seq, Arc::new(e.clone().into()))))
     }
 
     fn chat_back(

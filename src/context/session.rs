@@ -11,7 +11,9 @@ use super::presets::ChatPolicy;
 use crate::error::StoreError;
 use crate::inbound::ChatKind;
 use crate::model::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
-use crate::store::{ChannelMessage, EntryKind, InboxRecord, Scan, Store, TranscriptEntry};
+use crate::store::{
+    ChannelMessage, EntryKind, InboxRecord, Scan, SharedEntry, Store, TranscriptEntry,
+};
 
 /// Most chatter lines shown with one past user turn (the pending history it carried), like the
 /// `group_history` source's default for the current turn.
@@ -62,11 +64,11 @@ pub trait ContextStore: Send + Sync {
         _session_key: &str,
         stored: &StoredSession,
         keep: &mut dyn FnMut(&TranscriptEntry) -> bool,
-    ) -> Result<Vec<(u64, Arc<TranscriptEntry>)>, StoreError> {
+    ) -> Result<Vec<(u64, Arc<SharedEntry>)>, StoreError> {
         Ok(self
             .newest_entries(stored.id, keep)?
             .into_iter()
-            .map(|(seq, e)| (seq, Arc::new(e)))
+            .map(|(seq, e)| (seq, Arc::new(e.into())))
             .collect())
     }
 
@@ -74,7 +76,7 @@ pub trait ContextStore: Send + Sync {
     fn oldest_entry(
         &self,
         stored: &StoredSession,
-    ) -> Result<Option<(u64, Arc<TranscriptEntry>)>, StoreError>;
+    ) -> Result<Option<(u64, Arc<SharedEntry>)>, StoreError>;
 
     /// A chat's messages newest first from just before chat seq `before` (`None`: the newest),
     /// as `step` says (see [`Store::scan_chat_back`]); the kept ones oldest first.
@@ -169,7 +171,7 @@ impl ContextStore for Store {
         session_key: &str,
         stored: &StoredSession,
         keep: &mut dyn FnMut(&TranscriptEntry) -> bool,
-    ) -> Result<Vec<(u64, Arc<TranscriptEntry>)>, StoreError> {
+    ) -> Result<Vec<(u64, Arc<SharedEntry>)>, StoreError> {
         Store::window_entries(self, session_key, stored.stamp(), keep)
     }
 
@@ -206,7 +208,7 @@ impl ContextStore for Store {
     fn oldest_entry(
         &self,
         stored: &StoredSession,
-    ) -> Result<Option<(u64, Arc<TranscriptEntry>)>, StoreError> {
+    ) -> Result<Option<(u64, Arc<SharedEntry>)>, StoreError> {
         Store::oldest_entry_at(self, stored.stamp())
     }
 
@@ -281,11 +283,11 @@ impl StoredSession {
 #[derive(Debug, Clone, Default)]
 pub struct TranscriptWindow {
     /// Conversation entries, newest first (shared with the store's tail cache).
-    pub entries: Vec<(u64, Arc<TranscriptEntry>)>,
+    pub entries: Vec<(u64, Arc<SharedEntry>)>,
     /// The compaction summary, if the session has one: reading stops there (everything older
     /// is summarised in it), and when the window ends before reaching it, it is read on its
     /// own (it is always the oldest entry), so it is in every context.
-    pub summary: Option<(u64, Arc<TranscriptEntry>)>,
+    pub summary: Option<(u64, Arc<SharedEntry>)>,
 }
 
 /// A group or channel chat: where its messages are recorded.

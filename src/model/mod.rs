@@ -25,7 +25,7 @@ pub use limiter::{
 };
 pub use openai::{ApiKey, OpenAiModel, OpenAiSettings};
 pub use pretokenize::{PIECE_MEMO_ENTRIES, PIECE_MEMO_MAX_BYTES};
-pub use text::{MessageText, SharedText};
+pub use text::MessageText;
 pub use tokens::{
     Encoding, TokenCounter, MAX_RUN_BYTES, MEMO_ENTRIES, MEMO_MAX_TEXT_BYTES,
     MESSAGE_OVERHEAD_TOKENS,

@@ -3,8 +3,8 @@
 //! A turn's request carries its whole history window. Its texts live in stored transcript
 //! entries that the context already shares (see `context::block_text`), so copying each one
 //! into its message cost an allocation and a copy per history entry per turn (about 3% of a
-//! turn over HTTP). A shared text is a reference count instead. The model layer does not know
-//! what holds a shared text: anything that can lend a `str` ([`SharedText`]).
+//! turn over HTTP). A shared text is a reference count instead: an entry keeps its text as an
+//! `Arc<str>`, and the message holds another count of it.
 
 use std::fmt;
 use std::ops::Deref;
@@ -12,43 +12,37 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Something that holds a text and lends it: a stored transcript entry.
-pub trait SharedText: Send + Sync + 'static {
-    /// The text.
-    fn shared_text(&self) -> &str;
-}
-
 /// The text of a chat message. Reads, compares, prints and serialises as a `str`; a writer
 /// that needs to change it takes [`MessageText::make_mut`] (a shared text is copied first).
 #[derive(Clone, Default)]
 pub struct MessageText {
     /// The text, when this message owns it (empty while `shared` lends it).
     owned: String,
-    /// The holder lending the text, if any.
-    shared: Option<Arc<dyn SharedText>>,
+    /// The shared text, if any.
+    shared: Option<Arc<str>>,
 }
 
 impl MessageText {
-    /// The text lent by `holder`, not copied.
-    pub fn shared(holder: Arc<dyn SharedText>) -> Self {
+    /// `text`, shared, not copied.
+    pub fn shared(text: Arc<str>) -> Self {
         Self {
             owned: String::new(),
-            shared: Some(holder),
+            shared: Some(text),
         }
     }
 
     /// The text.
     pub fn as_str(&self) -> &str {
         match &self.shared {
-            Some(h) => h.shared_text(),
+            Some(text) => text,
             None => &self.owned,
         }
     }
 
     /// The text as a `String` this message owns, to change in place.
     pub fn make_mut(&mut self) -> &mut String {
-        if let Some(h) = self.shared.take() {
-            self.owned = h.shared_text().to_owned();
+        if let Some(text) = self.shared.take() {
+            self.owned = text.as_ref().to_owned();
         }
         &mut self.owned
     }
@@ -61,7 +55,7 @@ impl MessageText {
     /// The text as an owned `String` (a copy only when shared).
     pub fn into_string(self) -> String {
         match self.shared {
-            Some(h) => h.shared_text().to_owned(),
+            Some(text) => text.as_ref().to_owned(),
             None => self.owned,
         }
     }
@@ -162,37 +156,29 @@ impl<'de> Deserialize<'de> for MessageText {
 mod tests {
     use super::*;
 
-    struct Holder(String);
-
-    impl SharedText for Holder {
-        fn shared_text(&self) -> &str {
-            &self.0
-        }
-    }
-
     #[test]
     fn a_shared_text_reads_as_its_holders_without_a_copy() {
-        let holder = Arc::new(Holder("hello".into()));
+        let holder: Arc<str> = Arc::from("hello");
         let text = MessageText::shared(holder.clone());
         assert_eq!(text, "hello");
-        assert!(std::ptr::eq(text.as_str(), holder.0.as_str()));
+        assert!(std::ptr::eq(text.as_str(), &*holder));
         assert_eq!(text, MessageText::from("hello"));
         assert_eq!(format!("{text} {text:?}"), "hello \"hello\"");
     }
 
     #[test]
     fn changing_a_shared_text_copies_it_and_leaves_the_holder_alone() {
-        let holder = Arc::new(Holder("hello".into()));
+        let holder: Arc<str> = Arc::from("hello");
         let mut text = MessageText::shared(holder.clone());
         text.push_str(", world");
         assert_eq!(text, "hello, world");
-        assert_eq!(holder.0, "hello");
+        assert_eq!(&*holder, "hello");
         assert_eq!(text.into_string(), "hello, world");
     }
 
     #[test]
     fn it_serialises_as_a_plain_string() {
-        let text = MessageText::shared(Arc::new(Holder("a \"quote\"".into())));
+        let text = MessageText::shared(Arc::from("a \"quote\""));
         let json = serde_json::to_string(&text).unwrap();
         assert_eq!(json, r#""a \"quote\"""#);
         let back: MessageText = serde_json::from_str(&json).unwrap();

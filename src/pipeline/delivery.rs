@@ -99,7 +99,7 @@ impl Delivery {
         meta: ReplyMeta,
         window_full: bool,
     ) -> Result<(), Error> {
-        let text = answer.text.clone();
+        let text = answer.text.to_string();
         entries.push(answer);
         self.commit_and_publish(
             session_key,

@@ -1,37 +1,41 @@
 //! The turn stage, as plain Rust: count the new messages' tokens once, assemble the context
 //! with the context engine, call the model (and run tools while it asks for them), then hand
 //! the entries to the delivery stage ([`Delivery::deliver`]).
+//!
+//! [`TurnEngine::run`] reads as a turn's steps: [`TurnEngine::begin`], then
+//! [`TurnEngine::assemble_turn`] and [`TurnEngine::answer`] (the model calls, `call.rs`, and
+//! the tool rounds between them, `tools.rs`) until the prompt fits — after an overflow,
+//! [`TurnEngine::compact_for_overflow`] and again, or [`TurnEngine::too_long`] past the limit
+//! (`overflow.rs`) — and [`TurnEngine::commit`].
+
+mod call;
+mod overflow;
+mod tools;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use dashmap::DashMap;
-use futures_util::future::join_all;
-use tokio::sync::{mpsc, Semaphore};
-use turnstile_actors::{CompactionReason, TurnBatch, TurnControl, TurnError, TurnReport};
+use tokio::sync::Semaphore;
+use turnstile_actors::{TurnBatch, TurnControl, TurnError, TurnReport};
 
 use super::batch::queue_info;
 use super::compaction::{Compaction, MAX_OVERFLOW_COMPACTIONS};
 use super::delivery::{Delivery, ReplyMeta};
 use super::failure::{failure_kind, strip_urls};
+use super::requests::{ClientToolResult, RequestExtras, Requests};
 use crate::clock::now_ms;
 use crate::config::Config;
-use crate::context::processors::CLEARED_TOOL_RESULT;
 use crate::context::{
     Assembly, AssemblyRequest, ContextEngine, CurrentMessage, QueueInfo, StoredSession,
 };
-use crate::error::{Error, ModelError};
-use crate::inbound::sanitize_text;
+use crate::error::Error;
 use crate::metrics;
-use crate::model::{
-    Model, ModelReply, ModelRequest, Role, TokenCounter, ToolCall, ToolSpec,
-    MESSAGE_OVERHEAD_TOKENS,
-};
-use crate::replies::{DeltaFanout, ReplyErrorKind, ReplyHub, ReplyUsage};
-use crate::store::{EntryKind, EntrySender, InboxItem, Store, ToolInfo, TranscriptEntry};
-use crate::tools::{call_message, repair_tool_messages, result_message, ToolRegistry};
-
-use super::requests::{place_tool_results, ClientToolResult, RequestExtras, Requests};
+use crate::model::{Model, TokenCounter};
+use crate::replies::{DeltaFanout, ReplyErrorKind, ReplyHub};
+use crate::store::{InboxItem, Store, TranscriptEntry};
+use crate::tools::ToolRegistry;
+use call::Stop;
+use tools::Answer;
 
 /// Splits `items` into the messages someone said and the client tool results some of them
 /// carry (those items become `tool_result` entries, not user entries).
@@ -88,34 +92,33 @@ pub const MAX_REMEMBERED_FAILURES: usize = 10_000;
 /// fan-out never waits, so this only smooths bursts.
 pub const MODEL_DELTA_BUFFER: usize = 32;
 
-/// What the tool loop adds to a turn: the entries to store, the final answer, and the
-/// messages steered into the turn while it ran (consumed with it).
-struct Answer {
-    entries: Vec<TranscriptEntry>,
-    text: String,
-    steered: Vec<InboxItem>,
-    /// Token counts of the final call (the server's when it reports usage, else ours).
-    usage: ReplyUsage,
-    /// Why the model stopped, as it said.
-    finish_reason: Option<String>,
-    /// The model that answered.
-    model: Option<String>,
-    /// Calls of client-side tools the turn stopped at (empty: a final answer).
-    client_calls: Vec<ToolCall>,
+/// A failed step of a turn, as the lane sees it.
+fn failed(e: Error) -> TurnError {
+    TurnError::Failed(e.to_string())
 }
 
-/// Why the tool loop stopped without an answer.
-enum Stop {
-    Cancelled,
-    /// The model rejected the prompt as too long: compact, then retry.
-    Overflow(Error),
-    Failed(Error),
-}
-
-impl From<Error> for Stop {
-    fn from(e: Error) -> Self {
-        Stop::Failed(e)
-    }
+/// One turn's inputs, worked out once from its batch ([`TurnEngine::begin`]) and kept across
+/// the retries after an overflow compaction.
+struct Turn<'a> {
+    session_key: &'a str,
+    batch: &'a TurnBatch<InboxItem>,
+    /// The batch's items: answered now, or dropped by the queue cap.
+    all: Vec<InboxItem>,
+    /// The client tool results some items carry, each with the id of its message.
+    carried: Vec<(String, ClientToolResult)>,
+    /// Those results alone, for the request.
+    results: Vec<ClientToolResult>,
+    /// What the newest request that asks anything asks of the turn.
+    extras: Option<Arc<RequestExtras>>,
+    /// One user entry per item that is not a tool result.
+    users: Vec<TranscriptEntry>,
+    /// The messages the assembly answers now.
+    current: Vec<CurrentMessage>,
+    timer: metrics::TurnTimer,
+    /// Where the model's text goes as it streams, when someone watches.
+    fanout: Option<DeltaFanout<'a>>,
+    /// Whether the last assembly left history out.
+    window_full: bool,
 }
 
 impl TurnEngine {
@@ -233,48 +236,57 @@ impl TurnEngine {
             self.context.assemble_for_turn(&self.store, request)?
         })
     }
-
-    /// One user entry per message (answered, dropped by the queue cap, or steered in), in
-    /// order: every acknowledged message is kept in the transcript.
-    fn user_entries<'a>(&self, items: impl Iterator<Item = &'a InboxItem>) -> Vec<TranscriptEntry> {
-        items
-            .map(|item| {
-                let m = &item.record.message;
-                TranscriptEntry {
-                    kind: EntryKind::User,
-                    text: m.text.clone(),
-                    message_id: Some(m.message_id.clone()),
-                    sender: Some(Box::new(EntrySender {
-                        id: m.sender.id.clone(),
-                        name: m.sender.name.clone(),
-                    })),
-                    timestamp_ms: m.timestamp_ms,
-                    tokens: self.tokens.count(&m.text),
-                    tool: None,
-                    memo: Default::default(),
-                }
-            })
-            .collect()
+    /// The user entry of a message (answered, dropped by the queue cap, or steered in): every
+    /// acknowledged message is kept in the transcript.
+    fn user_entry(&self, item: &InboxItem) -> TranscriptEntry {
+        let m = &item.record.message;
+        TranscriptEntry::user(m.text.clone(), self.tokens.count(&m.text), m.timestamp_ms)
+            .with_message_id(m.message_id.clone())
+            .with_sender(m.sender.id.clone(), m.sender.name.clone())
     }
 
-    /// Runs one turn for `batch`. Cancellation (interrupt mode) aborts the model call and
-    /// commits nothing; messages steered in between tool rounds are answered and consumed with
-    /// the turn.
+    /// Runs one turn for `batch`: assemble the context, answer (model calls with the tool
+    /// rounds between them), compact and start over while the model finds the prompt too long,
+    /// then commit. Cancellation (interrupt mode) aborts the model call and commits nothing;
+    /// messages steered in between tool rounds are answered and consumed with the turn.
     pub async fn run(
         &self,
         session_key: &str,
         batch: &TurnBatch<InboxItem>,
         mut control: TurnControl<InboxItem>,
     ) -> Result<TurnReport, TurnError> {
-        let failed = |e: Error| TurnError::Failed(e.to_string());
+        let mut turn = self.begin(session_key, batch);
+        let mut compactions = 0u32;
+        let answer = loop {
+            let assembly = self.assemble_turn(&mut turn).map_err(failed)?;
+            match self.answer(assembly, &mut control, &mut turn).await {
+                Ok(answer) => break answer,
+                Err(Stop::Overflow(e)) if compactions < MAX_OVERFLOW_COMPACTIONS => {
+                    compactions += 1;
+                    self.compact_for_overflow(&mut turn, &e, compactions).await;
+                }
+                Err(Stop::Overflow(e)) => return self.too_long(&turn, &e, compactions).await,
+                Err(Stop::Cancelled) => return Err(TurnError::Cancelled),
+                Err(Stop::Failed(e)) => {
+                    self.remember_failure(session_key, &e);
+                    return Err(failed(e));
+                }
+            }
+        };
+        self.commit(turn, answer).await
+    }
+
+    /// What the turn of `batch` starts from: its items, the client tool results they carry, the
+    /// user entries of the rest and the messages the assembly answers now.
+    fn begin<'a>(&'a self, session_key: &'a str, batch: &'a TurnBatch<InboxItem>) -> Turn<'a> {
         let all: Vec<InboxItem> = batch.all_items().cloned().collect();
         let oldest = all.iter().map(|i| i.record.accepted_at_ms).min();
-        let mut timer = metrics::TurnTimer::start(oldest.unwrap_or_default(), now_ms());
+        let timer = metrics::TurnTimer::start(oldest.unwrap_or_default(), now_ms());
         let extras = self.extras_of(&all);
         let (said, carried) = split_tool_results(&all, &extras);
         let results: Vec<ClientToolResult> = carried.iter().map(|(_, r)| r.clone()).collect();
-        let turn_extras = extras.iter().rev().flatten().next().cloned();
-        let users = self.user_entries(said.iter());
+        let extras = extras.iter().rev().flatten().next().cloned();
+        let users: Vec<TranscriptEntry> = said.iter().map(|i| self.user_entry(i)).collect();
         let current: Vec<CurrentMessage> = said
             .iter()
             .zip(&users)
@@ -285,64 +297,51 @@ impl TurnEngine {
                 tokens: entry.tokens,
             })
             .collect();
-        let mut compactions = 0u32;
-        let mut window_full;
         // Someone watches this turn's text as it streams: call the model streaming.
-        let mut fanout = self.replies.delta_fanout(session_key, &all);
-        let answer = loop {
-            let assembly = self
-                .assemble_caching(session_key, &current, queue_info(batch), false)
-                .map_err(failed)?;
-            window_full = assembly.history_left_out();
-            timer.assembled(session_key, assembly.budget.used, assembly.budget.total);
-            if let Some(span) = &assembly.summary_span {
-                self.compaction.compact_ttl_span(session_key, span.to_seq);
-            }
-            match self
-                .answer(
-                    assembly,
-                    &mut control,
-                    turn_extras.as_deref(),
-                    &results,
-                    &mut fanout,
-                )
-                .await
-            {
-                Ok(answer) => break answer,
-                Err(Stop::Cancelled) => return Err(TurnError::Cancelled),
-                Err(Stop::Failed(e)) => {
-                    self.remember_failure(session_key, &e);
-                    return Err(failed(e));
-                }
-                Err(Stop::Overflow(e)) if compactions >= MAX_OVERFLOW_COMPACTIONS => {
-                    tracing::warn!(session_key, error = %e, "context still too long after compacting; answering with an error");
-                    let reason = format!(
-                        "the conversation is too long for the model even after {compactions} compactions"
-                    );
-                    return self
-                        .abandon_as(session_key, batch, &reason, ReplyErrorKind::Model)
-                        .await
-                        .map(|()| TurnReport::default())
-                        .map_err(failed);
-                }
-                Err(Stop::Overflow(e)) => {
-                    compactions += 1;
-                    tracing::info!(session_key, error = %e, attempt = compactions, "context overflow; compacting before retrying");
-                    // The lane waits: retrying before the swap would overflow again.
-                    if let Err(e) = self
-                        .compaction
-                        .compact_now(session_key, CompactionReason::Overflow)
-                        .await
-                    {
-                        tracing::warn!(session_key, error = %e, "overflow compaction failed");
-                    }
-                    self.context.invalidate(session_key);
-                    if let Some(fanout) = &mut fanout {
-                        fanout.next_round();
-                    }
-                }
-            }
-        };
+        let fanout = self.replies.delta_fanout(session_key, &all);
+        Turn {
+            session_key,
+            batch,
+            all,
+            carried,
+            results,
+            extras,
+            users,
+            current,
+            timer,
+            fanout,
+            window_full: false,
+        }
+    }
+
+    /// Assembles the turn's context (uncached: the turn's assembly is its own), noting whether
+    /// history was left out and asking for the compaction of a span the policy summarises.
+    fn assemble_turn(&self, turn: &mut Turn<'_>) -> Result<Arc<Assembly>, Error> {
+        let session_key = turn.session_key;
+        let queue = queue_info(turn.batch);
+        let assembly = self.assemble_caching(session_key, &turn.current, queue, false)?;
+        turn.window_full = assembly.history_left_out();
+        let budget = assembly.budget;
+        turn.timer.assembled(session_key, budget.used, budget.total);
+        if let Some(span) = &assembly.summary_span {
+            self.compaction.compact_ttl_span(session_key, span.to_seq);
+        }
+        Ok(assembly)
+    }
+
+    /// Commits what the turn produced — the client's tool results, the user entries, the
+    /// answer's entries — with the reply, or with the calls of client tools the turn stopped
+    /// at, and consumes the turn's items and the messages steered into it.
+    async fn commit(&self, turn: Turn<'_>, answer: Answer) -> Result<TurnReport, TurnError> {
+        let Turn {
+            session_key,
+            all,
+            carried,
+            users,
+            mut timer,
+            window_full,
+            ..
+        } = turn;
         self.failures.remove(session_key);
         timer.model_done();
         let completion_tokens = answer.usage.completion_tokens;
@@ -355,12 +354,17 @@ impl TurnEngine {
         let mut entries = self.result_entries(&carried);
         entries.extend(users);
         entries.extend(answer.entries);
-        if !answer.client_calls.is_empty() {
-            let report = TurnReport {
-                steered: answer.steered.iter().map(|i| i.seq).collect(),
-            };
-            let mut consumed = all;
-            consumed.extend(answer.steered);
+        let report = TurnReport {
+            steered: answer.steered.iter().map(|i| i.seq).collect(),
+        };
+        let mut consumed = all;
+        consumed.extend(answer.steered);
+        let delivered = if answer.client_calls.is_empty() {
+            let reply = self.reply_entry(answer.text, completion_tokens);
+            self.delivery
+                .deliver(session_key, &consumed, entries, reply, meta, window_full)
+                .await
+        } else {
             self.delivery
                 .deliver_tool_calls(
                     session_key,
@@ -371,306 +375,21 @@ impl TurnEngine {
                     meta,
                 )
                 .await
-                .map_err(failed)?;
-            timer.finished(completion_tokens);
-            return Ok(report);
-        }
-        // The answer's usage holds the model's own count, or ours when it gave none: counting
-        // the text again would repeat a tokenisation per turn. A zero for a non-empty text is
-        // a server's omission, not a count.
-        let tokens = match completion_tokens {
-            0 if !answer.text.is_empty() => self.tokens.count(&answer.text),
-            n => n,
         };
-        let reply = TranscriptEntry {
-            kind: EntryKind::Assistant,
-            tokens,
-            text: answer.text,
-            message_id: None,
-            sender: None,
-            timestamp_ms: now_ms(),
-            tool: None,
-            memo: Default::default(),
-        };
-        let report = TurnReport {
-            steered: answer.steered.iter().map(|i| i.seq).collect(),
-        };
-        let mut consumed = all;
-        consumed.extend(answer.steered);
-        self.delivery
-            .deliver(session_key, &consumed, entries, reply, meta, window_full)
-            .await
-            .map_err(failed)?;
+        delivered.map_err(failed)?;
         timer.finished(completion_tokens);
         Ok(report)
     }
 
-    /// One model call under the global concurrency cap; the lane's cancellation aborts the
-    /// wait and the call (dropping the request future aborts the HTTP request).
-    async fn complete(
-        &self,
-        request: &ModelRequest,
-        control: &mut TurnControl<InboxItem>,
-        fanout: &mut Option<DeltaFanout<'_>>,
-    ) -> Result<ModelReply, Stop> {
-        let _permit = tokio::select! {
-            permit = self.model_permits.acquire() => {
-                permit.map_err(|_| Stop::Failed(ModelError::Cancelled.into()))?
-            }
-            _ = control.cancelled() => return Err(Stop::Cancelled),
+    /// The assistant entry of the final answer. Its usage holds the model's own count, or ours
+    /// when it gave none: counting the text again would repeat a tokenisation per turn. A zero
+    /// for a non-empty text is a server's omission, not a count.
+    fn reply_entry(&self, text: String, completion_tokens: u32) -> TranscriptEntry {
+        let tokens = match completion_tokens {
+            0 if !text.is_empty() => self.tokens.count(&text),
+            n => n,
         };
-        tokio::select! {
-            reply = self.call_model(request, fanout) => reply.map_err(|e| {
-                metrics::model_error(e.kind());
-                if e.is_overflow() {
-                    Stop::Overflow(e.into())
-                } else {
-                    Stop::Failed(e.into())
-                }
-            }),
-            _ = control.cancelled() => Err(Stop::Cancelled),
-        }
-    }
-
-    /// Calls the model, streaming its text to `fanout` when someone watches. Dropping the
-    /// future (cancellation) ends the stream with the call.
-    async fn call_model(
-        &self,
-        request: &ModelRequest,
-        fanout: &mut Option<DeltaFanout<'_>>,
-    ) -> Result<ModelReply, ModelError> {
-        let Some(fanout) = fanout else {
-            return self.model.complete(request).await;
-        };
-        let (tx, mut rx) = mpsc::channel(MODEL_DELTA_BUFFER);
-        let call = self.model.complete_streaming(request, tx);
-        tokio::pin!(call);
-        let result = loop {
-            tokio::select! {
-                biased;
-                Some(text) = rx.recv() => fanout.send(text),
-                result = &mut call => break result,
-            }
-        };
-        while let Ok(text) = rx.try_recv() {
-            fanout.send(text);
-        }
-        fanout.next_round();
-        result
-    }
-
-    /// Calls the model until it answers without tool calls (or the round limit is reached),
-    /// running the tools it asks for in between.
-    async fn answer(
-        &self,
-        assembly: Arc<Assembly>,
-        control: &mut TurnControl<InboxItem>,
-        extras: Option<&RequestExtras>,
-        results: &[ClientToolResult],
-        fanout: &mut Option<DeltaFanout<'_>>,
-    ) -> Result<Answer, Stop> {
-        let limits = &self.config.tools;
-        let timeout = Duration::from_millis(limits.timeout_ms);
-        let mut messages = assembly.messages();
-        let budget = assembly.budget;
-        // Dropped before the model call, while its blocks are still in the CPU's caches: a
-        // block per history entry, each releasing its entry.
-        drop(assembly);
-        place_tool_results(&mut messages, results);
-        let mut tools = self.tools.specs();
-        let client_tools = self.client_tools(extras);
-        tools.extend(client_tools.iter().cloned());
-        let mut request = ModelRequest {
-            prompt_tokens: budget.used,
-            messages,
-            tools,
-            max_output_tokens: budget.reserved,
-            params: extras.map(|e| e.params.clone()).unwrap_or_default(),
-        };
-        let mut prompt_tokens = budget.used.saturating_add(
-            results
-                .iter()
-                .map(|r| self.tokens.count(&r.content) + MESSAGE_OVERHEAD_TOKENS)
-                .sum(),
-        );
-        // (call id, tokens, round) of each tool result added in this turn.
-        let mut results: Vec<(String, u32, u32)> = Vec::new();
-        let mut entries = Vec::new();
-        let mut steered = Vec::new();
-        let mut round = 0u32;
-        loop {
-            if round > 0 {
-                // Steer mode: messages that arrived during the tool round join the turn.
-                for item in control.take_steered() {
-                    let text = sanitize_text(&item.record.message.text);
-                    let mut entry = self.user_entries(std::iter::once(&item));
-                    prompt_tokens = prompt_tokens.saturating_add(
-                        entry.first().map(|e| e.tokens).unwrap_or(0) + MESSAGE_OVERHEAD_TOKENS,
-                    );
-                    entries.append(&mut entry);
-                    request
-                        .messages
-                        .push(crate::model::ChatMessage::text(Role::User, text));
-                    steered.push(item);
-                }
-            }
-            repair_tool_messages(&mut request.messages);
-            request.prompt_tokens = prompt_tokens;
-            let reply = self.complete(&request, control, fanout).await?;
-            if reply.tool_calls.is_empty() {
-                let usage = match reply.usage {
-                    Some(u) => ReplyUsage::new(u.prompt_tokens, u.completion_tokens),
-                    None => ReplyUsage::new(prompt_tokens, self.tokens.count(&reply.text)),
-                };
-                return Ok(Answer {
-                    entries,
-                    text: reply.text,
-                    steered,
-                    usage,
-                    finish_reason: reply.finish_reason,
-                    model: reply.model,
-                    client_calls: Vec::new(),
-                });
-            }
-            if round >= limits.max_rounds {
-                let text = if reply.text.trim().is_empty() {
-                    format!("(stopped after {round} rounds of tool calls without a final answer)")
-                } else {
-                    reply.text
-                };
-                let usage = ReplyUsage::new(
-                    reply.usage.map_or(prompt_tokens, |u| u.prompt_tokens),
-                    self.tokens.count(&text),
-                );
-                return Ok(Answer {
-                    entries,
-                    text,
-                    steered,
-                    usage,
-                    finish_reason: reply.finish_reason,
-                    model: reply.model,
-                    client_calls: Vec::new(),
-                });
-            }
-            round += 1;
-            let calls: Vec<ToolCall> = reply.tool_calls;
-            let is_client = |call: &ToolCall| client_tools.iter().any(|t| t.name == call.name);
-            let outputs = join_all(calls.iter().enumerate().map(|(i, call)| async move {
-                if is_client(call) {
-                    // The client runs it; its result comes with the next request.
-                    String::new()
-                } else if i >= limits.max_calls_per_round {
-                    format!(
-                        "error: at most {} tool calls run per round",
-                        limits.max_calls_per_round
-                    )
-                } else {
-                    self.tools.run(call, timeout, limits.max_result_chars).await
-                }
-            }))
-            .await;
-            let now = now_ms();
-            for (i, call) in calls.iter().enumerate() {
-                let text = if i == 0 { reply.text.as_str() } else { "" };
-                let tokens = self.tokens.count(text)
-                    + self.tokens.count(&call.name)
-                    + self.tokens.count(&call.arguments);
-                prompt_tokens = prompt_tokens.saturating_add(tokens + MESSAGE_OVERHEAD_TOKENS);
-                entries.push(TranscriptEntry {
-                    kind: EntryKind::ToolCall,
-                    text: text.to_string(),
-                    message_id: None,
-                    sender: None,
-                    timestamp_ms: now,
-                    tokens,
-                    tool: Some(Box::new(ToolInfo {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                    })),
-                    memo: Default::default(),
-                });
-            }
-            request.messages.push(call_message(&reply.text, &calls));
-            let client_calls: Vec<ToolCall> =
-                calls.iter().filter(|c| is_client(c)).cloned().collect();
-            for (call, output) in calls.iter().zip(outputs) {
-                if is_client(call) {
-                    continue;
-                }
-                let tokens = self.tokens.count(&output);
-                prompt_tokens = prompt_tokens.saturating_add(tokens + MESSAGE_OVERHEAD_TOKENS);
-                results.push((call.id.clone(), tokens, round));
-                request.messages.push(result_message(&call.id, &output));
-                entries.push(TranscriptEntry {
-                    kind: EntryKind::ToolResult,
-                    text: output,
-                    message_id: None,
-                    sender: None,
-                    timestamp_ms: now,
-                    tokens,
-                    tool: Some(Box::new(ToolInfo {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: String::new(),
-                    })),
-                    memo: Default::default(),
-                });
-            }
-            if !client_calls.is_empty() {
-                let usage = ReplyUsage::new(
-                    reply.usage.map_or(prompt_tokens, |u| u.prompt_tokens),
-                    reply
-                        .usage
-                        .map_or_else(|| self.tokens.count(&reply.text), |u| u.completion_tokens),
-                );
-                return Ok(Answer {
-                    entries,
-                    text: reply.text,
-                    steered,
-                    usage,
-                    finish_reason: Some("tool_calls".into()),
-                    model: reply.model,
-                    client_calls,
-                });
-            }
-            // Over budget: clear this turn's older results, oldest first (the newest round's
-            // results stay, the model has not seen them yet).
-            let cleared = self.tokens.count_recurring(CLEARED_TOOL_RESULT);
-            for (id, tokens, r) in results.iter_mut() {
-                if prompt_tokens <= budget.total {
-                    break;
-                }
-                if *r == round || *tokens <= cleared {
-                    continue;
-                }
-                let found = request
-                    .messages
-                    .iter_mut()
-                    .rev()
-                    .find(|m| m.role == Role::Tool && m.tool_call_id.as_deref() == Some(id));
-                if let Some(m) = found {
-                    m.content = CLEARED_TOOL_RESULT.into();
-                    prompt_tokens -= *tokens - cleared;
-                    *tokens = cleared;
-                }
-            }
-        }
-    }
-
-    /// The request's client-side tools, except those named like a registered tool (the
-    /// registered one runs).
-    fn client_tools(&self, extras: Option<&RequestExtras>) -> Vec<ToolSpec> {
-        let registered = self.tools.specs();
-        extras
-            .map(|e| {
-                e.client_tools
-                    .iter()
-                    .filter(|t| !registered.iter().any(|r| r.name == t.name))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default()
+        TranscriptEntry::assistant(text, tokens, now_ms())
     }
 
     /// The `tool_result` entries of the client's tool results, paired with their calls by id
@@ -679,19 +398,10 @@ impl TurnEngine {
         let now = now_ms();
         results
             .iter()
-            .map(|(message_id, r)| TranscriptEntry {
-                kind: EntryKind::ToolResult,
-                tokens: self.tokens.count(&r.content),
-                text: r.content.clone(),
-                message_id: Some(message_id.clone()),
-                sender: None,
-                timestamp_ms: now,
-                tool: Some(Box::new(ToolInfo {
-                    call_id: r.call_id.clone(),
-                    name: String::new(),
-                    arguments: String::new(),
-                })),
-                memo: Default::default(),
+            .map(|(message_id, r)| {
+                let tokens = self.tokens.count(&r.content);
+                TranscriptEntry::tool_result(r.content.clone(), tokens, now, r.call_id.clone(), "")
+                    .with_message_id(message_id.clone())
             })
             .collect()
     }
@@ -729,21 +439,13 @@ impl TurnEngine {
         kind: ReplyErrorKind,
     ) -> Result<(), Error> {
         let all: Vec<InboxItem> = batch.all_items().cloned().collect();
-        let users = self.user_entries(all.iter());
+        let users = all.iter().map(|i| self.user_entry(i)).collect();
         let text = format!(
             "Sorry, this message could not be answered ({}).",
             strip_urls(reason)
         );
-        let notice = TranscriptEntry {
-            kind: EntryKind::Assistant,
-            tokens: self.tokens.count(&text),
-            text,
-            message_id: None,
-            sender: None,
-            timestamp_ms: now_ms(),
-            tool: None,
-            memo: Default::default(),
-        };
+        let tokens = self.tokens.count(&text);
+        let notice = TranscriptEntry::assistant(text, tokens, now_ms());
         self.delivery
             .deliver(
                 session_key,

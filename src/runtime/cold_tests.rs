@@ -81,19 +81,14 @@ async fn a_large_thaw_holds_up_no_other_session_and_keeps_its_order() {
     let mut first = rt.reply_to("a1");
     let key_a = submit(&rt, "a", "a1").await;
     within("a1's reply", first.recv()).await.unwrap();
-    let entry = |i: u64| TranscriptEntry {
-        kind: if i.is_multiple_of(2) {
+    let entry = |i: u64| {
+        let kind = if i.is_multiple_of(2) {
             EntryKind::User
         } else {
             EntryKind::Assistant
-        },
-        text: format!("history {i} {}", "words ".repeat(40)),
-        message_id: None,
-        sender: None,
-        timestamp_ms: 1_000 + i,
-        tokens: 40,
-        tool: None,
-        memo: Default::default(),
+        };
+        let text = format!("history {i} {}", "words ".repeat(40));
+        TranscriptEntry::new(kind, text, 40, 1_000 + i)
     };
     for chunk in 0..20u64 {
         store

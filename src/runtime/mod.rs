@@ -401,7 +401,7 @@ impl Runtime {
             .map(|(seq, e)| TranscriptItem {
                 seq,
                 kind: e.kind,
-                text: e.text,
+                text: e.text.to_string(),
                 message_id: e.message_id,
                 sender_name: e.sender.as_ref().map(|s| s.name.clone()),
                 sender: e.sender.map(|s| s.id),

@@ -81,7 +81,7 @@ fn answer_after(entries: &[(u64, TranscriptEntry)], message_id: &str) -> Option<
         match e.kind {
             EntryKind::Assistant => {
                 return Some(StoredAnswer {
-                    text: e.text.clone(),
+                    text: e.text.to_string(),
                     tool_calls: Vec::new(),
                 })
             }
@@ -96,7 +96,7 @@ fn answer_after(entries: &[(u64, TranscriptEntry)], message_id: &str) -> Option<
     }
     // The turn stopped at client tool calls: the last run of calls without results.
     Some(StoredAnswer {
-        text: calls.iter().map(|e| e.text.as_str()).collect(),
+        text: calls.iter().map(|e| &*e.text).collect(),
         tool_calls: calls
             .iter()
             .filter_map(|e| e.tool.as_ref())
@@ -115,15 +115,10 @@ mod tests {
     use crate::store::ToolInfo;
 
     fn entry(kind: EntryKind, text: &str, message_id: Option<&str>) -> TranscriptEntry {
-        TranscriptEntry {
-            kind,
-            text: text.into(),
-            message_id: message_id.map(str::to_string),
-            sender: None,
-            timestamp_ms: 0,
-            tokens: 1,
-            tool: None,
-            memo: Default::default(),
+        let entry = TranscriptEntry::new(kind, text, 1, 0);
+        match message_id {
+            Some(id) => entry.with_message_id(id),
+            None => entry,
         }
     }
 

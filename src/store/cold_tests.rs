@@ -29,16 +29,8 @@ fn open(dir: &Path) -> Store {
 }
 
 fn turn(store: &Store, key: &str, now_ms: u64, text: &str) {
-    let e = |kind| TranscriptEntry {
-        kind,
-        text: text.into(),
-        message_id: Some(format!("m{now_ms}")),
-        sender: None,
-        timestamp_ms: now_ms,
-        tokens: 2,
-        tool: None,
-        memo: Default::default(),
-    };
+    let e =
+        |kind| TranscriptEntry::new(kind, text, 2, now_ms).with_message_id(format!("m{now_ms}"));
     store
         .commit_turn(&TurnCommit {
             session_key: key.to_string(),
@@ -74,7 +66,7 @@ fn cold_files(dir: &Path) -> (usize, usize) {
 }
 
 fn texts(entries: &[(u64, TranscriptEntry)]) -> Vec<String> {
-    entries.iter().map(|(_, e)| e.text.clone()).collect()
+    entries.iter().map(|(_, e)| e.text.to_string()).collect()
 }
 
 #[tokio::test]

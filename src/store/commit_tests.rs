@@ -58,7 +58,7 @@ async fn one_transaction_commits_several_turns_of_one_and_several_sessions() {
         .transcript(k.id, 0, 10)
         .unwrap()
         .into_iter()
-        .map(|(_, e)| e.text)
+        .map(|(_, e)| e.text.to_string())
         .collect();
     assert_eq!(texts, ["first", "a", "second", "a"]);
     assert!(store.commit_turns(&[]).unwrap().is_empty());

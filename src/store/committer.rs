@@ -255,7 +255,7 @@ mod tests {
         };
         assert!(failed.error.is_cannot_write(), "{}", failed.error);
         let back = failed.turn.expect("the failed turn is handed back");
-        assert_eq!(back.entries[0].text, "kept");
+        assert_eq!(&*back.entries[0].text, "kept");
         let committed = TurnCommitter::start().commit(&store, back).await.unwrap();
         assert_eq!(committed.seqs, [1, 2]);
         store.close().await.unwrap();

@@ -79,7 +79,7 @@ impl ExportEntry {
             line: "entry".into(),
             seq,
             kind: e.kind,
-            text: e.text,
+            text: e.text.to_string(),
             message_id: e.message_id,
             sender: e.sender.map(|s| *s),
             timestamp_ms: e.timestamp_ms,

@@ -337,17 +337,14 @@ fn parse_entry(v: &Value, count_tokens: &dyn Fn(&str) -> u32) -> Result<Parsed, 
         .and_then(Value::as_str)
         .map(str::to_string);
     let entry_ts = v.get("timestamp").and_then(as_ms);
-    let make =
-        |kind: EntryKind, text: String, ts: Option<u64>, tool: Option<ToolInfo>| TranscriptEntry {
-            kind,
-            tokens: count_tokens(&text),
-            text,
-            message_id: None,
-            sender: None,
-            timestamp_ms: ts.or(entry_ts).unwrap_or(0),
-            tool: tool.map(Box::new),
-            memo: Default::default(),
-        };
+    let make = |kind: EntryKind, text: String, ts: Option<u64>, tool: Option<ToolInfo>| {
+        let tokens = count_tokens(&text);
+        let entry = TranscriptEntry::new(kind, text, tokens, ts.or(entry_ts).unwrap_or(0));
+        match tool {
+            Some(tool) => entry.with_tool(tool),
+            None => entry,
+        }
+    };
     let body = match kind {
         "message" => {
             let m = v
@@ -571,16 +568,11 @@ fn resolve(
                 .filter(|&&i| matches!(parsed[i].body, Body::Entries(_)))
                 .count() as u64;
             let ts = parsed[path[c]].timestamp_ms.or(created).unwrap_or(0);
-            out.push(TranscriptEntry {
-                kind: EntryKind::Summary,
-                text: summary.clone(),
-                message_id: None,
-                sender: None,
-                timestamp_ms: ts,
-                tokens: count_tokens(summary),
-                tool: None,
-                memo: Default::default(),
-            });
+            out.push(TranscriptEntry::summary(
+                summary.clone(),
+                count_tokens(summary),
+                ts,
+            ));
             kept_at
         }
     };

@@ -1,13 +1,19 @@
-//! [`EntryMemo`]: what a turn works out from a transcript entry's own fields, kept with the
-//! entry so the next turn that shows it need not work it out again.
+//! [`SharedEntry`]: a transcript entry as the transcript tail cache shares it between turns,
+//! with an [`EntryMemo`] of what turns work out from it, so the next turn that shows it need
+//! not work it out again.
 //!
-//! The transcript tail cache shares one entry between every turn of its session, and every
-//! turn shows each history entry: dedupe hashed each entry's message id (a cache miss on the
-//! id's bytes per entry per turn) and sanitize scanned each entry's text. The memo is never
-//! stored, starts empty when an entry is read or cloned (a clone may be edited), and does not
-//! take part in comparisons.
+//! Every turn shows each history entry of its session: dedupe hashed each entry's message id
+//! (a cache miss on the id's bytes per entry per turn) and sanitize scanned each entry's text.
+//! The memo sits beside the entry, not in it: a [`TranscriptEntry`] is a plain record (its
+//! `Clone` copies it, its `PartialEq` compares all of it, and a clone may be edited), while a
+//! `SharedEntry` lends its entry only by shared reference, so the memo can never describe
+//! fields that changed after it was worked out. The memo is never stored.
 
+use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use super::records::TranscriptEntry;
 
 /// `text_flag` not worked out yet.
 const UNKNOWN: u8 = 0;
@@ -55,25 +61,57 @@ impl EntryMemo {
     }
 }
 
-impl Clone for EntryMemo {
-    /// Empty: the clone's fields may be edited.
-    fn clone(&self) -> Self {
-        Self::default()
-    }
-}
-
-impl PartialEq for EntryMemo {
-    /// Always: the memo is derived from the fields, which are compared.
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for EntryMemo {}
-
 impl std::fmt::Debug for EntryMemo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("EntryMemo")
+    }
+}
+
+/// A transcript entry shared between turns (the tail cache's, or one read for an assembly), with
+/// the memo of what turns work out from it. Reads as its entry; the entry cannot be changed
+/// through it (see the module doc).
+#[derive(Debug)]
+pub struct SharedEntry {
+    entry: TranscriptEntry,
+    memo: EntryMemo,
+}
+
+impl SharedEntry {
+    /// The entry, with an empty memo.
+    pub fn new(entry: TranscriptEntry) -> Self {
+        Self {
+            entry,
+            memo: EntryMemo::default(),
+        }
+    }
+
+    /// The entry.
+    pub fn entry(&self) -> &TranscriptEntry {
+        &self.entry
+    }
+
+    /// The entry of `shared`: moved out when no one else holds it, else copied.
+    pub fn into_entry(shared: Arc<Self>) -> TranscriptEntry {
+        Arc::try_unwrap(shared).map_or_else(|s| s.entry.clone(), |s| s.entry)
+    }
+
+    /// What turns worked out from the entry so far.
+    pub fn memo(&self) -> &EntryMemo {
+        &self.memo
+    }
+}
+
+impl From<TranscriptEntry> for SharedEntry {
+    fn from(entry: TranscriptEntry) -> Self {
+        Self::new(entry)
+    }
+}
+
+impl Deref for SharedEntry {
+    type Target = TranscriptEntry;
+
+    fn deref(&self) -> &TranscriptEntry {
+        &self.entry
     }
 }
 
@@ -82,16 +120,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn facts_are_computed_once_and_not_cloned() {
+    fn facts_are_computed_once() {
         let memo = EntryMemo::default();
         assert_eq!(memo.id_hash(|| 42), 42);
         assert_eq!(memo.id_hash(|| unreachable!("computed twice")), 42);
         assert!(memo.text_flag(|| true));
         assert!(memo.text_flag(|| unreachable!("computed twice")));
-        let clone = memo.clone();
-        assert_eq!(clone.id_hash(|| 7), 7);
-        assert!(!clone.text_flag(|| false));
-        assert!(!clone.text_flag(|| unreachable!("computed twice")));
+    }
+
+    #[test]
+    fn a_shared_entry_reads_as_its_entry_and_a_copy_of_it_is_a_plain_entry() {
+        let shared = SharedEntry::new(TranscriptEntry::user("hello", 1, 0).with_message_id("m1"));
+        assert_eq!(shared.memo().id_hash(|| 7), 7);
+        assert_eq!(&*shared.text, "hello");
+        // A copy of the entry is a plain record, equal to the one shared, that may be edited;
+        // the memo stays with the shared one.
+        let mut copy: TranscriptEntry = shared.entry().clone();
+        assert_eq!(&copy, shared.entry());
+        copy.message_id = None;
+        assert_ne!(&copy, shared.entry());
+        let again = SharedEntry::new(copy);
+        assert_eq!(again.memo().id_hash(|| 9), 9);
+        assert_eq!(shared.memo().id_hash(|| unreachable!("computed twice")), 7);
+    }
+
+    #[test]
+    fn a_shared_entry_and_its_arc_counts_fit_two_cache_lines() {
+        // Turns read every history entry of their session; see `TranscriptEntry`.
+        assert!(2 * std::mem::size_of::<usize>() + std::mem::size_of::<SharedEntry>() <= 128);
     }
 
     #[test]

@@ -94,7 +94,7 @@ pub use generations::GenerationRepair;
 pub use health::{FLUSH_TIMEOUT, PROBE_BYTES, PROBE_INTERVAL, RECOVERY_WAIT};
 pub use import_openclaw::{import_openclaw, ImportReport, MAX_LINE_BYTES};
 pub use ledger::{Loss, Mark, LEDGER_FILE, LEDGER_INTERVAL};
-pub use memo::EntryMemo;
+pub use memo::{EntryMemo, SharedEntry};
 pub use queued_events::QueuedEvents;
 pub use records::{
     ChannelMessage, EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent,
@@ -799,7 +799,7 @@ impl Store {
         self.newest_entries_below(session_id, u64::MAX, keep, &mut out)?;
         Ok(out
             .into_iter()
-            .map(|(seq, e)| (seq, Arc::unwrap_or_clone(e)))
+            .map(|(seq, e)| (seq, SharedEntry::into_entry(e)))
             .collect())
     }
 
@@ -811,7 +811,7 @@ impl Store {
         session_key: &str,
         stamp: TailStamp,
         keep: &mut dyn FnMut(&TranscriptEntry) -> bool,
-    ) -> Result<Vec<(u64, Arc<TranscriptEntry>)>, StoreError> {
+    ) -> Result<Vec<(u64, Arc<SharedEntry>)>, StoreError> {
         let inner = self.inner();
         let (mut out, below) = match inner.tails.replay(stamp, keep) {
             tails::Replay::Done(out) => return Ok(out),
@@ -834,7 +834,7 @@ impl Store {
         session_id: u64,
         below: u64,
         mut keep: impl FnMut(&TranscriptEntry) -> bool,
-        out: &mut Vec<(u64, Arc<TranscriptEntry>)>,
+        out: &mut Vec<(u64, Arc<SharedEntry>)>,
     ) -> Result<bool, StoreError> {
         self.contained("reading a transcript", || {
             let start = keys::transcript_key(session_id, 0);
@@ -847,7 +847,7 @@ impl Store {
                 }
                 out.push((
                     keys::transcript_seq(&k).unwrap_or_default(),
-                    Arc::new(entry),
+                    Arc::new(entry.into()),
                 ));
             }
             Ok(true)
@@ -859,13 +859,13 @@ impl Store {
     pub fn oldest_entry_at(
         &self,
         stamp: TailStamp,
-    ) -> Result<Option<(u64, Arc<TranscriptEntry>)>, StoreError> {
+    ) -> Result<Option<(u64, Arc<SharedEntry>)>, StoreError> {
         if let Some(oldest) = self.inner().tails.oldest(stamp) {
             return Ok(oldest);
         }
         Ok(self
             .oldest_entry(stamp.id)?
-            .map(|(seq, e)| (seq, Arc::new(e))))
+            .map(|(seq, e)| (seq, Arc::new(e.into()))))
     }
 
     /// The oldest entry of session `session_id` (a compaction summary sits there).

@@ -72,16 +72,8 @@ fn record(id: &str) -> InboxRecord {
 }
 
 fn entry(kind: EntryKind, text: String) -> TranscriptEntry {
-    TranscriptEntry {
-        tokens: text.len() as u32,
-        kind,
-        text,
-        message_id: None,
-        sender: None,
-        timestamp_ms: 1,
-        tool: None,
-        memo: Default::default(),
-    }
+    let tokens = text.len() as u32;
+    TranscriptEntry::new(kind, text, tokens, 1)
 }
 
 fn check(store: &Store, model: &Model) {
@@ -96,7 +88,7 @@ fn check(store: &Store, model: &Model) {
                     .transcript(r.id, 0, 10_000)
                     .unwrap()
                     .into_iter()
-                    .map(|(_, e)| (e.kind, e.text))
+                    .map(|(_, e)| (e.kind, e.text.to_string()))
                     .collect();
                 assert_eq!(&got, entries, "transcript of {k}");
                 assert_eq!(r.entries, entries.len() as u64);
@@ -176,7 +168,7 @@ fn run(ops: Vec<Op>) {
                         .sessions
                         .entry(k)
                         .or_default()
-                        .extend(entries.into_iter().map(|e| (e.kind, e.text)));
+                        .extend(entries.into_iter().map(|e| (e.kind, e.text.to_string())));
                 }
                 Op::Evict(s) => {
                     let k = key(s);
@@ -200,7 +192,7 @@ fn run(ops: Vec<Op>) {
                     assert!(done.is_some());
                     let entries = model.sessions.get_mut(&k).unwrap();
                     entries.drain(..page.len());
-                    entries.insert(0, (summary.kind, summary.text));
+                    entries.insert(0, (summary.kind, summary.text.to_string()));
                     *model.compactions.entry(k).or_default() += 1;
                 }
                 Op::Reopen => {

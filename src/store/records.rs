@@ -1,8 +1,9 @@
 //! What is stored: session entries, transcript entries and durable-inbox entries.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
-use super::memo::EntryMemo;
 use crate::inbound::InboundMessage;
 
 /// One session (a conversation), keyed by its session key in the `sessions` tree.
@@ -76,8 +77,10 @@ pub struct ToolInfo {
 pub struct TranscriptEntry {
     /// What kind of entry.
     pub kind: EntryKind,
-    /// The text.
-    pub text: String,
+    /// The text; shared, not copied, with the requests that show the entry (a turn's request
+    /// carries its whole history window). Stored as a string.
+    #[serde(with = "shared_str")]
+    pub text: Arc<str>,
     /// The platform message id, for entries that came from one.
     pub message_id: Option<String>,
     /// The sender, for user entries.
@@ -88,9 +91,104 @@ pub struct TranscriptEntry {
     pub tokens: u32,
     /// Tool call or result details, for those kinds.
     pub tool: Option<Box<ToolInfo>>,
-    /// What turns work out from the fields above, kept with them (not stored).
-    #[serde(skip)]
-    pub memo: EntryMemo,
+}
+
+/// Entries are made by these constructors, one per kind, rather than by struct literals: a
+/// kind's required parts are its arguments, and the optional ones (message id, sender) are
+/// added with the `with_` methods.
+impl TranscriptEntry {
+    /// An entry of `kind` with `text` (counted as `tokens`), written at `timestamp_ms`, with
+    /// no message id, sender or tool side.
+    pub fn new(kind: EntryKind, text: impl Into<Arc<str>>, tokens: u32, timestamp_ms: u64) -> Self {
+        Self {
+            kind,
+            text: text.into(),
+            message_id: None,
+            sender: None,
+            timestamp_ms,
+            tokens,
+            tool: None,
+        }
+    }
+
+    /// A user entry; its message id and sender are added with [`Self::with_message_id`] and
+    /// [`Self::with_sender`].
+    pub fn user(text: impl Into<Arc<str>>, tokens: u32, timestamp_ms: u64) -> Self {
+        Self::new(EntryKind::User, text, tokens, timestamp_ms)
+    }
+
+    /// An answer of the model (or a notice standing for one).
+    pub fn assistant(text: impl Into<Arc<str>>, tokens: u32, timestamp_ms: u64) -> Self {
+        Self::new(EntryKind::Assistant, text, tokens, timestamp_ms)
+    }
+
+    /// A compaction summary of older entries.
+    pub fn summary(text: impl Into<Arc<str>>, tokens: u32, timestamp_ms: u64) -> Self {
+        Self::new(EntryKind::Summary, text, tokens, timestamp_ms)
+    }
+
+    /// A tool call the model made (`text`: what it said with the call; `tokens` counts the
+    /// text, the name and the arguments).
+    pub fn tool_call(
+        text: impl Into<Arc<str>>,
+        tokens: u32,
+        timestamp_ms: u64,
+        call: ToolInfo,
+    ) -> Self {
+        Self::new(EntryKind::ToolCall, text, tokens, timestamp_ms).with_tool(call)
+    }
+
+    /// The result of call `call_id` of tool `name` (empty when the result does not say).
+    pub fn tool_result(
+        text: impl Into<Arc<str>>,
+        tokens: u32,
+        timestamp_ms: u64,
+        call_id: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        Self::new(EntryKind::ToolResult, text, tokens, timestamp_ms).with_tool(ToolInfo {
+            call_id: call_id.into(),
+            name: name.into(),
+            arguments: String::new(),
+        })
+    }
+
+    /// With the platform message id it came from.
+    pub fn with_message_id(mut self, message_id: impl Into<String>) -> Self {
+        self.message_id = Some(message_id.into());
+        self
+    }
+
+    /// With its sender.
+    pub fn with_sender(mut self, id: impl Into<String>, name: impl Into<String>) -> Self {
+        self.sender = Some(Box::new(EntrySender {
+            id: id.into(),
+            name: name.into(),
+        }));
+        self
+    }
+
+    /// With a tool side.
+    pub fn with_tool(mut self, tool: ToolInfo) -> Self {
+        self.tool = Some(Box::new(tool));
+        self
+    }
+}
+
+/// An `Arc<str>` field (de)serialised as the string it holds, as a `String` was: serde's own
+/// impls need its `rc` feature, which would rebuild every crate that uses serde.
+mod shared_str {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(text: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(text)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+        String::deserialize(d).map(Arc::from)
+    }
 }
 
 /// A platform event (join, rename, pin…) queued for the next turn of its session.
@@ -287,16 +385,9 @@ mod tests {
             name: "weather".into(),
             arguments: "{}".into(),
         };
-        let boxed = TranscriptEntry {
-            kind: EntryKind::ToolCall,
-            text: "t".into(),
-            message_id: Some("m1".into()),
-            sender: Some(Box::new(sender.clone())),
-            timestamp_ms: 7,
-            tokens: 3,
-            tool: Some(Box::new(tool.clone())),
-            memo: Default::default(),
-        };
+        let boxed = TranscriptEntry::tool_call("t", 3, 7, tool.clone())
+            .with_message_id("m1")
+            .with_sender(sender.id.clone(), sender.name.clone());
         let inline = Inline {
             kind: EntryKind::ToolCall,
             text: "t".into(),

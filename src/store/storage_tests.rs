@@ -20,16 +20,7 @@ fn config(dir: &std::path::Path) -> StorageConfig {
 }
 
 fn entry(kind: EntryKind, text: &str, ts: u64) -> TranscriptEntry {
-    TranscriptEntry {
-        kind,
-        text: text.into(),
-        message_id: None,
-        sender: None,
-        timestamp_ms: ts,
-        tokens: 2,
-        tool: None,
-        memo: Default::default(),
-    }
+    TranscriptEntry::new(kind, text, 2, ts)
 }
 
 fn turn(store: &Store, key: &str, now_ms: u64, text: &str) -> SessionRecord {
@@ -534,9 +525,9 @@ async fn openclaw_import_keeps_keys_order_times_and_summaries() {
         ]
     );
     assert!(t[0].1.text.contains("pipeline 981"));
-    assert_eq!(t[1].1.text, "What was the pipeline number?");
+    assert_eq!(&*t[1].1.text, "What was the pipeline number?");
     assert_eq!(t[1].1.timestamp_ms, 1_764_469_920_000);
-    assert_eq!(t[4].1.text, "Thanks! Now roll back OPS-4410.");
+    assert_eq!(&*t[4].1.text, "Thanks! Now roll back OPS-4410.");
     assert!(t.iter().all(|(_, e)| !e.text.contains("abandoned")));
     assert_eq!(main.entries, 6);
     assert_eq!(
@@ -550,7 +541,7 @@ async fn openclaw_import_keeps_keys_order_times_and_summaries() {
         .unwrap();
     let t = store.transcript(group.id, 0, 100).unwrap();
     assert_eq!(t.len(), 3);
-    assert_eq!(t[2].1.text, "Reminder: standup at 10:00");
+    assert_eq!(&*t[2].1.text, "Reminder: standup at 10:00");
     assert_eq!(group.created_at_ms, 1_764_471_000_000);
 
     // Importing again changes nothing.

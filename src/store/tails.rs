@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use lru::LruCache;
 
-use super::{EntrySender, SessionRecord, ToolInfo, TranscriptEntry};
+use super::{EntrySender, SessionRecord, SharedEntry, ToolInfo, TranscriptEntry};
 
 /// Most entries kept per session: more than any assembly window of the default policies reads.
 pub const MAX_TAIL_ENTRIES: usize = 512;
@@ -53,7 +53,7 @@ impl TailStamp {
 struct Tail {
     stamp: TailStamp,
     /// Oldest first, contiguous up to the newest entry.
-    entries: VecDeque<(u64, Arc<TranscriptEntry>)>,
+    entries: VecDeque<(u64, Arc<SharedEntry>)>,
     /// No older entry exists.
     complete: bool,
     bytes: u64,
@@ -81,10 +81,10 @@ pub(super) enum Replay {
     /// No tail matches: read sled (`keep` was not called).
     Miss,
     /// The tail answered: the entries `keep` took, newest first.
-    Done(Vec<(u64, Arc<TranscriptEntry>)>),
+    Done(Vec<(u64, Arc<SharedEntry>)>),
     /// `keep` took every cached entry and wants older ones: continue in sled below the
     /// sequence given.
-    Partial(Vec<(u64, Arc<TranscriptEntry>)>, u64),
+    Partial(Vec<(u64, Arc<SharedEntry>)>, u64),
 }
 
 /// The cache. Every critical section is one map operation plus copying entries out.
@@ -105,10 +105,9 @@ fn entry_bytes(e: &TranscriptEntry) -> u64 {
         + e.tool.as_ref().map_or(0, |t| {
             size_of::<ToolInfo>() + t.call_id.len() + t.name.len() + t.arguments.len()
         });
-    // The `Arc`'s two counts, the entry, and the slot in the tail's list.
-    let fixed = 2 * size_of::<usize>()
-        + size_of::<TranscriptEntry>()
-        + size_of::<(u64, Arc<TranscriptEntry>)>();
+    // The `Arc`'s two counts, the entry with its memo, and the slot in the tail's list.
+    let fixed =
+        2 * size_of::<usize>() + size_of::<SharedEntry>() + size_of::<(u64, Arc<SharedEntry>)>();
     (strings + fixed) as u64
 }
 
@@ -168,7 +167,7 @@ impl TailCache {
 
     /// The oldest entry of the session of `stamp` when its tail matches and holds the whole
     /// transcript (`Some(None)`: it is empty); `None` when only sled can say.
-    pub(super) fn oldest(&self, stamp: TailStamp) -> Option<Option<(u64, Arc<TranscriptEntry>)>> {
+    pub(super) fn oldest(&self, stamp: TailStamp) -> Option<Option<(u64, Arc<SharedEntry>)>> {
         if self.max_bytes == 0 {
             return None;
         }
@@ -182,7 +181,7 @@ impl TailCache {
     pub(super) fn fill(
         &self,
         stamp: TailStamp,
-        newest_first: &[(u64, Arc<TranscriptEntry>)],
+        newest_first: &[(u64, Arc<SharedEntry>)],
         complete: bool,
     ) {
         if self.max_bytes == 0 {
@@ -216,7 +215,7 @@ impl TailCache {
             // A new session's transcript is exactly what its first turn wrote.
             let entries = appended
                 .iter()
-                .map(|(s, e)| (*s, Arc::new((*e).clone())))
+                .map(|(s, e)| (*s, Arc::new((*e).clone().into())))
                 .collect();
             tails.put(after, entries, true, self.max_bytes);
             return;
@@ -233,7 +232,8 @@ impl TailCache {
         for (seq, e) in appended {
             tail.bytes += entry_bytes(e);
             tails.bytes += entry_bytes(e);
-            tail.entries.push_back((*seq, Arc::new((*e).clone())));
+            tail.entries
+                .push_back((*seq, Arc::new((*e).clone().into())));
         }
         while tail.entries.len() > MAX_TAIL_ENTRIES {
             if let Some((_, old)) = tail.entries.pop_front() {
@@ -263,7 +263,7 @@ impl Tails {
     fn put(
         &mut self,
         stamp: TailStamp,
-        entries: VecDeque<(u64, Arc<TranscriptEntry>)>,
+        entries: VecDeque<(u64, Arc<SharedEntry>)>,
         complete: bool,
         max_bytes: u64,
     ) {
@@ -305,19 +305,9 @@ impl Tails {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::EntryKind;
 
-    fn entry(text: &str) -> Arc<TranscriptEntry> {
-        Arc::new(TranscriptEntry {
-            kind: EntryKind::User,
-            text: text.into(),
-            message_id: None,
-            sender: None,
-            timestamp_ms: 1,
-            tokens: 1,
-            tool: None,
-            memo: Default::default(),
-        })
+    fn entry(text: &str) -> Arc<SharedEntry> {
+        Arc::new(TranscriptEntry::user(text, 1, 1).into())
     }
 
     fn stamp(id: u64, next_seq: u64) -> TailStamp {
@@ -329,7 +319,7 @@ mod tests {
         }
     }
 
-    fn seqs(v: Vec<(u64, Arc<TranscriptEntry>)>) -> Vec<u64> {
+    fn seqs(v: Vec<(u64, Arc<SharedEntry>)>) -> Vec<u64> {
         v.into_iter().map(|(seq, _)| seq).collect()
     }
 
@@ -407,7 +397,7 @@ mod tests {
         let e = entry("a");
         c.fill(stamp(1, 1), &[], true);
         let appended: Vec<_> = (1..=MAX_TAIL_ENTRIES as u64 + 5)
-            .map(|s| (s, &*e))
+            .map(|s| (s, e.entry()))
             .collect();
         let next = MAX_TAIL_ENTRIES as u64 + 6;
         c.appended(Some(stamp(1, 1)), stamp(1, next), &appended);

@@ -17,16 +17,7 @@ pub(super) fn record(id: &str) -> InboxRecord {
 }
 
 pub(super) fn entry(kind: EntryKind, text: &str) -> TranscriptEntry {
-    TranscriptEntry {
-        kind,
-        text: text.into(),
-        message_id: None,
-        sender: None,
-        timestamp_ms: 1,
-        tokens: 3,
-        tool: None,
-        memo: Default::default(),
-    }
+    TranscriptEntry::new(kind, text, 3, 1)
 }
 
 #[tokio::test]
@@ -80,7 +71,7 @@ async fn inbox_pending_commit_and_reopen() {
     assert_eq!(session, rec);
     let t = store.transcript(session.id, 0, 10).unwrap();
     assert_eq!(t.len(), 2);
-    assert_eq!(t[1].1.text, "a");
+    assert_eq!(&*t[1].1.text, "a");
     let newest = store.newest_entries(session.id, |_| true).unwrap();
     assert_eq!(newest.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [2, 1]);
     let listed = store.list_sessions(None, 10).unwrap();
@@ -495,7 +486,7 @@ fn window_texts(store: &Store, key: &str) -> Vec<String> {
         .window_entries(key, TailStamp::of(&record), &mut |_| true)
         .unwrap()
         .into_iter()
-        .map(|(_, e)| e.text.clone())
+        .map(|(_, e)| e.text.to_string())
         .collect()
 }
 
@@ -555,11 +546,11 @@ fn oldest_both_ways(store: &Store, key: &str) -> (SeqText, SeqText) {
     let cached = store
         .oldest_entry_at(TailStamp::of(&record))
         .unwrap()
-        .map(|(seq, e)| (seq, e.text.clone()));
+        .map(|(seq, e)| (seq, e.text.to_string()));
     let stored = store
         .oldest_entry(record.id)
         .unwrap()
-        .map(|(seq, e)| (seq, e.text));
+        .map(|(seq, e)| (seq, e.text.to_string()));
     (cached, stored)
 }
 

@@ -220,15 +220,9 @@ async fn cold_sessions_are_listed_with_the_hot_ones() {
         storage.max_disk_bytes = 1 << 20;
         let store = Store::open(&storage).expect("opening the store");
         let commit = |chat: &str, now_ms: u64| {
-            let entry = |kind| TranscriptEntry {
-                kind,
-                text: format!("{chat} {}", "padding ".repeat(16_000)),
-                message_id: Some(format!("{chat}-m1")),
-                sender: None,
-                timestamp_ms: now_ms,
-                tokens: 5,
-                tool: None,
-                memo: Default::default(),
+            let entry = |kind| {
+                let text = format!("{chat} {}", "padding ".repeat(16_000));
+                TranscriptEntry::new(kind, text, 5, now_ms).with_message_id(format!("{chat}-m1"))
             };
             store
                 .commit_turn(&TurnCommit {

@@ -23,7 +23,7 @@ const ID_HASH_SEED: u64 = 0x05ee_d1d5;
 fn id_hash(id: &MessageId) -> u64 {
     let hash = |s: &str| foldhash::fast::FixedState::with_seed(ID_HASH_SEED).hash_one(s);
     match id {
-        MessageId::Entry(e) => e.memo.id_hash(|| hash(id.as_str())),
+        MessageId::Entry(e) => e.memo().id_hash(|| hash(id.as_str())),
         MessageId::Owned(s) => hash(s),
     }
 }

@@ -41,7 +41,7 @@ fn may_change(text: &str) -> bool {
 /// entry and kept in its memo (the next turns show the same entry).
 fn block_may_change(text: &BlockText) -> bool {
     match text {
-        BlockText::Entry(e) => e.memo.text_flag(|| may_change(&e.text)),
+        BlockText::Entry(e) => e.memo().text_flag(|| may_change(&e.text)),
         BlockText::Owned(s) => may_change(s),
     }
 }

@@ -149,7 +149,7 @@ impl ContextSource for ChatRecallSource {
         };
         // What the rolling summary states is not recalled again beside it.
         let transcript = session.transcript()?;
-        let summary = transcript.summary.as_ref().map(|(_, e)| e.text.as_str());
+        let summary = transcript.summary.as_ref().map(|(_, e)| &*e.text);
         let summarised = |m: &ChannelMessage| {
             let text = m.text.trim();
             !text.is_empty() && summary.is_some_and(|s| s.contains(text))

@@ -23,7 +23,7 @@ use crate::context::{
 };
 use crate::inbound::{sanitize_text, untrusted, untrusted_block, ChatKind};
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
-use crate::store::{ChannelMessage, EntryKind, TranscriptEntry};
+use crate::store::{ChannelMessage, EntryKind, SharedEntry, TranscriptEntry};
 
 /// The label of a past group turn's block.
 pub(crate) const SPOKEN_LABEL: &str = "Chat messages";
@@ -43,7 +43,7 @@ impl HistorySource {
 
 /// The block of one transcript entry, written as one value (not a block and then its
 /// metadata): a turn makes one per history entry.
-pub(crate) fn entry_block(seq: u64, e: &Arc<TranscriptEntry>) -> ContextBlock {
+pub(crate) fn entry_block(seq: u64, e: &Arc<SharedEntry>) -> ContextBlock {
     ContextBlock {
         metadata: BlockMeta {
             seq: Some(seq),

@@ -27,46 +27,29 @@ pub(super) fn golden_dir() -> PathBuf {
 
 /// A transcript entry of `kind` written `ago` ms before [`NOW`].
 pub(super) fn entry(kind: EntryKind, text: &str, ago: u64) -> TranscriptEntry {
-    TranscriptEntry {
-        kind,
-        text: text.into(),
-        message_id: None,
-        sender: None,
-        timestamp_ms: NOW - ago,
-        tokens: tokens().count(text),
-        tool: None,
-        memo: Default::default(),
-    }
+    TranscriptEntry::new(kind, text, tokens().count(text), NOW - ago)
 }
 
 pub(super) fn user(text: &str, id: &str, ago: u64) -> TranscriptEntry {
-    TranscriptEntry {
-        message_id: Some(id.into()),
-        ..entry(EntryKind::User, text, ago)
-    }
+    entry(EntryKind::User, text, ago).with_message_id(id)
 }
 
 pub(super) fn tool_call(call_id: &str, name: &str, args: &str, ago: u64) -> TranscriptEntry {
-    TranscriptEntry {
-        tokens: tokens().count(name) + tokens().count(args),
-        tool: Some(Box::new(ToolInfo {
-            call_id: call_id.into(),
-            name: name.into(),
-            arguments: args.into(),
-        })),
-        ..entry(EntryKind::ToolCall, "", ago)
-    }
+    let tokens = tokens().count(name) + tokens().count(args);
+    let call = ToolInfo {
+        call_id: call_id.into(),
+        name: name.into(),
+        arguments: args.into(),
+    };
+    TranscriptEntry::tool_call("", tokens, NOW - ago, call)
 }
 
 pub(super) fn tool_result(call_id: &str, name: &str, text: &str, ago: u64) -> TranscriptEntry {
-    TranscriptEntry {
-        tool: Some(Box::new(ToolInfo {
-            call_id: call_id.into(),
-            name: name.into(),
-            arguments: String::new(),
-        })),
-        ..entry(EntryKind::ToolResult, text, ago)
-    }
+    entry(EntryKind::ToolResult, text, ago).with_tool(ToolInfo {
+        call_id: call_id.into(),
+        name: name.into(),
+        arguments: String::new(),
+    })
 }
 
 pub(super) fn inbound(kind: ChatKind, id: &str, text: &str, ago: u64) -> InboundMessage {

@@ -12,7 +12,9 @@ use crate::context::{
 use crate::error::StoreError;
 use crate::inbound::ChatKind;
 use crate::model::Role;
-use crate::store::{ChannelMessage, EntryKind, HistoryLine, SystemEvent, TranscriptEntry};
+use crate::store::{
+    ChannelMessage, EntryKind, HistoryLine, SharedEntry, SystemEvent, TranscriptEntry,
+};
 
 const KEY: &str = "agent:main:main";
 const GROUP_KEY: &str = "agent:main:telegram:group:-100123";
@@ -246,7 +248,7 @@ impl ContextStore for Counting {
     fn oldest_entry(
         &self,
         stored: &crate::context::StoredSession,
-    ) -> Result<Option<(u64, std::sync::Arc<TranscriptEntry>)>, StoreError> {
+    ) -> Result<Option<(u64, std::sync::Arc<SharedEntry>)>, StoreError> {
         self.inner.oldest_entry(stored)
     }
     fn chat_back(
