@@ -71,4 +71,4 @@ pub use config::Config;
 pub use error::Error;
 pub use inbound::{DropReason, Refusal};
 pub use replies::Reply;
-pub use runtime::{Ack, Admitted, Runtime, RuntimeBuilder, SubmitError};
+pub use runtime::{Ack, Admitted, DrainReport, Runtime, RuntimeBuilder, SubmitError};

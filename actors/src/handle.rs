@@ -110,15 +110,21 @@ impl<B: Backend> SupervisorHandle<B> {
         &self.registry
     }
 
-    /// Stops admitting, waits (at most `deadline`) for running turns to finish, then stops the
-    /// supervisor. Returns false if the deadline passed first.
-    pub async fn shutdown(&self, deadline: Duration) -> bool {
-        let drained = self
-            .actor
+    /// Asks every lane to finish its running turn and start no other (queued items stay in
+    /// the durable inbox); true once all have, false if `deadline` passed first. The lanes
+    /// stay up, so replies of the finishing turns are still delivered.
+    pub async fn drain(&self, deadline: Duration) -> bool {
+        self.actor
             .call(SupervisorMsg::Drain, Some(deadline))
             .await
             .map(|r| r.is_success())
-            .unwrap_or(false);
+            .unwrap_or(false)
+    }
+
+    /// Stops admitting, waits (at most `deadline`) for running turns to finish, then stops the
+    /// supervisor. Returns false if the deadline passed first.
+    pub async fn shutdown(&self, deadline: Duration) -> bool {
+        let drained = self.drain(deadline).await;
         // Stopping the supervisor stops its lanes; waiting lets their state (and what it
         // holds, like a database handle) be released before the caller goes on.
         let _ = self

@@ -66,7 +66,7 @@ pub(crate) async fn serve(
         None => None,
     };
     tracing::info!(%addr, "turnstile listening");
-    turnstile::server::serve(listener, runtime, shutdown_signal()).await?;
+    let report = turnstile::server::serve(listener, runtime, shutdown_signal()).await?;
     // After the runtime's shutdown: its last turns could still append to the changelog.
     #[cfg(feature = "cluster")]
     if let Some(node) = node {
@@ -75,8 +75,16 @@ pub(crate) async fn serve(
         }
     }
     tracing::info!("stopped");
+    if report.left_running > 0 {
+        // Turns were cut off (they are replayed at the next start): a supervisor that
+        // restarts on failure should know the drain did not finish its work.
+        std::process::exit(DRAIN_INCOMPLETE_EXIT);
+    }
     Ok(())
 }
+
+/// The exit status when the drain left running turns (EX_TEMPFAIL: retry later).
+const DRAIN_INCOMPLETE_EXIT: i32 = 75;
 
 async fn shutdown_signal() {
     let ctrl_c = async {

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use dashmap::DashMap;
 
 /// Sessions with a running turn (a count per key: a retried turn may overlap its predecessor's
@@ -10,6 +12,8 @@ use dashmap::DashMap;
 #[derive(Debug, Default)]
 pub(crate) struct RunningTurns {
     keys: DashMap<Arc<str>, usize>,
+    /// Turns running now, over all sessions (what a drain waits for and reports).
+    total: AtomicUsize,
 }
 
 /// Marks a session as running a turn until dropped.
@@ -23,10 +27,16 @@ impl RunningTurns {
     /// Marks `key` as running a turn until the guard drops.
     pub(crate) fn enter(&self, key: &Arc<str>) -> RunningGuard<'_> {
         *self.keys.entry(Arc::clone(key)).or_insert(0) += 1;
+        self.total.fetch_add(1, Ordering::SeqCst);
         RunningGuard {
             turns: self,
             key: Arc::clone(key),
         }
+    }
+
+    /// Turns running now.
+    pub(crate) fn count(&self) -> usize {
+        self.total.load(Ordering::SeqCst)
     }
 
     /// True while a turn of `key` runs.
@@ -37,6 +47,7 @@ impl RunningTurns {
 
 impl Drop for RunningGuard<'_> {
     fn drop(&mut self) {
+        self.turns.total.fetch_sub(1, Ordering::SeqCst);
         self.turns.keys.remove_if_mut(&self.key, |_, n| {
             *n = n.saturating_sub(1);
             *n == 0

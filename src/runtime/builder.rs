@@ -211,6 +211,7 @@ impl RuntimeBuilder {
                 api,
                 janitor,
                 closing: AtomicBool::new(false),
+                drain_requested: tokio::sync::Notify::new(),
                 running,
                 channel_tasks: ChannelTasks::new(),
                 keys,

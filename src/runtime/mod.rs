@@ -165,6 +165,8 @@ struct Inner {
     api: ChannelHandle<TurnBackend, ApiChannel>,
     janitor: JanitorHandle,
     closing: AtomicBool,
+    /// Set by `POST /v1/admin/drain`: the server drains as on SIGTERM.
+    drain_requested: tokio::sync::Notify,
     /// Sessions with a turn in progress.
     running: Arc<RunningTurns>,
     /// Background tasks of channels (pollers), stopped first at shutdown.
@@ -173,6 +175,24 @@ struct Inner {
     keys: crate::inbound::SessionKeys,
     /// A cluster node's way into the replicated inbox, installed by the cluster layer.
     ingress: std::sync::OnceLock<Arc<dyn Ingress>>,
+}
+
+/// What a drain finished and what it left (logged by `serve`, which exits non-zero when a
+/// running turn was cut off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DrainReport {
+    /// Turns running when the drain began.
+    pub running_at_start: usize,
+    /// Of those, turns that finished (their replies published).
+    pub finished: usize,
+    /// Turns still running when the grace ran out: cut off, replayed at the next start.
+    pub left_running: usize,
+    /// Messages queued (acknowledged, not yet answered) when the drain began.
+    pub queued_at_start: usize,
+    /// Messages queued at the end: they stay in the durable inbox and run after the restart.
+    pub queued_left: usize,
+    /// How long the drain took, in ms.
+    pub elapsed_ms: u64,
 }
 
 impl Runtime {
@@ -510,6 +530,42 @@ impl Runtime {
     /// Why the store cannot serve writes now (disk full, damaged), or `None`.
     pub fn store_not_ready(&self) -> Option<String> {
         self.inner.store.not_ready_reason()
+    }
+
+    /// Asks the server to drain and exit, as SIGTERM does (`POST /v1/admin/drain`).
+    pub fn request_drain(&self) {
+        self.inner.drain_requested.notify_one();
+    }
+
+    /// Resolves once [`Runtime::request_drain`] was called (before or after this call).
+    pub async fn drain_requested(&self) {
+        self.inner.drain_requested.notified().await;
+    }
+
+    /// Whether shutdown or a drain has begun.
+    pub fn is_draining(&self) -> bool {
+        self.inner.closing.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting messages (`503` with `Retry-After`) and waits, at most `grace`, for
+    /// the running turns to finish and publish their replies; starts no other turn (queued
+    /// messages stay in the durable inbox for the next start). The lanes and the HTTP server
+    /// stay up, so the replies reach their waiting clients; [`Runtime::shutdown`] follows.
+    pub async fn drain(&self, grace: Duration) -> DrainReport {
+        let started = std::time::Instant::now();
+        self.begin_shutdown();
+        let running_at_start = self.inner.running.count();
+        let queued_at_start = self.queued();
+        let finished_all = self.inner.supervisor.drain(grace).await;
+        let left_running = self.inner.running.count();
+        DrainReport {
+            running_at_start,
+            finished: running_at_start.saturating_sub(left_running),
+            left_running: if finished_all { 0 } else { left_running },
+            queued_at_start,
+            queued_left: self.queued(),
+            elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }
     }
 
     /// Stops accepting, lets running turns finish (at most `server.shutdown_grace_ms`; queued

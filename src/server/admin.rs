@@ -1,5 +1,5 @@
 //! Operator endpoints: `/metrics`, `DELETE /v1/sessions/{key}`,
-//! `POST /v1/sessions/{key}/compact` (`/v1/stats` is in `stats.rs`).
+//! `POST /v1/sessions/{key}/compact`, `POST /v1/admin/drain` (`/v1/stats` is in `stats.rs`).
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -49,4 +49,15 @@ pub(super) async fn compact(
         .await?
         .map(Json)
         .ok_or_else(|| ApiError::not_found(format!("no session {key:?}")))
+}
+
+/// `POST /v1/admin/drain`: drains and stops the server as SIGTERM does (`serve` runs the
+/// drain; this only asks for it). `202` at once; `/readyz` turns `503` as the drain begins.
+pub(super) async fn drain(State(state): State<AppState>) -> (StatusCode, Json<serde_json::Value>) {
+    tracing::info!("drain requested over HTTP");
+    state.runtime.request_drain();
+    (
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({ "status": "draining" })),
+    )
 }

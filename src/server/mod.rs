@@ -94,6 +94,7 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
             get(sessions::show).delete(admin::delete),
         )
         .route("/v1/sessions/{key}/compact", post(admin::compact))
+        .route("/v1/admin/drain", post(admin::drain))
         .route("/v1/stats", get(stats::stats))
         .route("/v1/stats/history", get(stats::history))
         .route("/metrics", get(admin::metrics))
@@ -117,7 +118,7 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
 
 async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
     if !state.runtime.is_ready() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down".into());
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining".into());
     }
     match state.runtime.store_not_ready() {
         None => (StatusCode::OK, "ready".into()),
@@ -128,14 +129,19 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
     }
 }
 
-/// Serves `runtime` on `listener` until `shutdown` resolves; then stops accepting, ends
-/// streams, lets in-flight requests and running turns finish within the configured grace, and
-/// flushes the store. Refuses (`InvalidInput`) a non-loopback listener without an API key.
+/// How long, after the drain, the connections get to write their last answers and close.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Serves `runtime` on `listener` until `shutdown` resolves or a drain is requested
+/// (`POST /v1/admin/drain`); then drains (new messages `503`, running turns finish within
+/// `shutdown_grace_ms` and their replies are delivered), closes the connections, ends streams
+/// and flushes the store. Returns what the drain finished and left. Refuses (`InvalidInput`)
+/// a non-loopback listener without an API key.
 pub async fn serve(
     listener: TcpListener,
     runtime: Runtime,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) -> std::io::Result<crate::DrainReport> {
     let server_config = &runtime.config().server;
     let auth = Auth::from_config(server_config);
     check_exposure(listener.local_addr()?, &auth, &server_config.api_key_env)
@@ -154,12 +160,40 @@ pub async fn serve(
     };
     let grace = Duration::from_millis(server_config.shutdown_grace_ms);
     let mut server = tokio::spawn(listen::run(listener, router, bounds, close_rx));
-    shutdown.await;
-    tracing::info!("shutting down: no new connections");
-    runtime.begin_shutdown();
+    tokio::select! {
+        () = shutdown => {}
+        () = runtime.drain_requested() => {}
+    }
+    // The drain runs with the server still up: `/readyz` and new messages answer 503 at once
+    // (a load balancer moves traffic), and the replies of the turns that finish reach the
+    // clients waiting for them. Only then are the connections closed.
+    tracing::info!("draining: new messages get 503, running turns finish");
+    let report = runtime.drain(grace).await;
+    if report.left_running == 0 {
+        tracing::info!(
+            finished = report.finished,
+            queued_left = report.queued_left,
+            elapsed_ms = report.elapsed_ms,
+            "drained: every running turn finished; queued messages run after the restart"
+        );
+    } else {
+        tracing::warn!(
+            finished = report.finished,
+            left_running = report.left_running,
+            queued_left = report.queued_left,
+            elapsed_ms = report.elapsed_ms,
+            "drain: running turns did not finish within shutdown_grace_ms; they are replayed \
+             at the next start"
+        );
+    }
     let _ = close_tx.send(true);
-    // In-flight requests get half the grace; running turns the rest.
-    match tokio::time::timeout(grace / 2, &mut server).await {
+    // Answers of the finished turns are written now; connections end after their request.
+    match tokio::time::timeout(
+        CLOSE_GRACE.min(grace.max(Duration::from_millis(1))),
+        &mut server,
+    )
+    .await
+    {
         Ok(Ok(())) => {}
         Ok(Err(join)) => tracing::error!(error = %join, "server task failed"),
         Err(_) => {
@@ -170,5 +204,5 @@ pub async fn serve(
     if let Err(e) = runtime.shutdown().await {
         tracing::error!(error = %e, "shutdown did not complete cleanly");
     }
-    Ok(())
+    Ok(report)
 }

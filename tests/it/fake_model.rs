@@ -35,6 +35,8 @@ pub struct Behaviour {
     pub rate_limited_first: usize,
     /// `Retry-After` of those answers, in seconds.
     pub retry_after_secs: u32,
+    /// How long each answer takes (a slow model), in ms.
+    pub delay_ms: u64,
 }
 
 impl Default for Behaviour {
@@ -44,6 +46,7 @@ impl Default for Behaviour {
             overflow: Overflow::LlamaServer,
             rate_limited_first: 0,
             retry_after_secs: 1,
+            delay_ms: 0,
         }
     }
 }
@@ -64,6 +67,8 @@ pub struct Seen {
 struct FakeState {
     behaviour: Behaviour,
     seen: Mutex<Vec<Seen>>,
+    /// Requests received so far, counted on arrival (before any delay).
+    arrived: std::sync::atomic::AtomicUsize,
 }
 
 /// The fake server; dropping it stops it.
@@ -84,6 +89,7 @@ impl FakeModel {
         let state = Arc::new(FakeState {
             behaviour,
             seen: Mutex::new(Vec::new()),
+            arrived: std::sync::atomic::AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
@@ -100,6 +106,11 @@ impl FakeModel {
             state,
             task,
         }
+    }
+
+    /// Requests received so far, answered or not.
+    pub fn arrived(&self) -> usize {
+        self.state.arrived.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Every request so far, in arrival order.
@@ -133,6 +144,12 @@ pub fn marker(text: &str) -> Option<&str> {
 }
 
 async fn completions(State(state): State<Arc<FakeState>>, Json(body): Json<Value>) -> Response {
+    state
+        .arrived
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if state.behaviour.delay_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(state.behaviour.delay_ms)).await;
+    }
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let prompt_tokens: u32 = messages
         .iter()

@@ -75,3 +75,105 @@ async fn sigterm_exits_cleanly_and_loses_nothing() {
     );
     wait_all_answered(&server, &acked).await;
 }
+
+/// A drain finishes the work it has (issue 44): SIGTERM while turns run on a slow model
+/// (a test double answering after 1.5 s) — `/readyz` and new messages get `503` at once,
+/// every running turn's client gets its answer, the process exits 0, and after a restart
+/// each session holds exactly one reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_running_turns_to_their_clients() {
+    use crate::fake_model::{Behaviour, FakeModel};
+    use crate::support::{eventually, ServerProcess, PATIENCE};
+    const CLIENTS: usize = 8;
+    let fake = FakeModel::start(Behaviour {
+        delay_ms: 1_500,
+        ..Behaviour::default()
+    })
+    .await;
+    let dir = data_dir();
+    let config_dir = tempfile::tempdir().expect("a config dir");
+    let config = format!(
+        "[model]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"slow\"\n\
+         api_key_env = \"TURNSTILE_TEST_UNSET_KEY\"\n[server]\nshutdown_grace_ms = 30000\n",
+        fake.base_url
+    );
+    let mut server = ServerProcess::start(dir.path(), config_dir.path(), &config).await;
+    let http = reqwest::Client::new();
+    let mut clients = tokio::task::JoinSet::new();
+    for i in 0..CLIENTS {
+        let http = http.clone();
+        let url = format!("{}/v1/chat/completions", server.url);
+        clients.spawn(async move {
+            let r = http
+                .post(url)
+                .header("X-Session-Key", format!("drain-{i}"))
+                .json(&serde_json::json!({
+                    "model": "slow",
+                    "messages": [{"role": "user", "content": format!("question {i}")}],
+                }))
+                .send()
+                .await
+                .expect("an answer, not a dropped connection");
+            let status = r.status();
+            let body: serde_json::Value = r.json().await.expect("a JSON answer");
+            (i, status, body)
+        });
+    }
+    eventually(PATIENCE, "every turn at the model", || {
+        let arrived = fake.arrived();
+        async move {
+            if arrived >= CLIENTS {
+                Ok(())
+            } else {
+                Err(format!("{arrived} of {CLIENTS} at the model"))
+            }
+        }
+    })
+    .await;
+    server.sigterm();
+
+    // While the turns finish: not ready, and new messages are refused with a retry hint.
+    let ready = http
+        .get(format!("{}/readyz", server.url))
+        .send()
+        .await
+        .expect("/readyz answers during the drain");
+    assert_eq!(ready.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    let refused = http
+        .post(format!("{}/v1/messages", server.url))
+        .json(&crate::support::Msg::group("drain-chat", "late-1", "too late").json())
+        .send()
+        .await
+        .expect("a new message is answered during the drain");
+    assert_eq!(refused.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    assert!(refused.headers().contains_key("retry-after"));
+
+    while let Some(done) = clients.join_next().await {
+        let (i, status, body) = done.expect("a client task");
+        assert_eq!(status, reqwest::StatusCode::OK, "client {i}: {body}");
+        assert!(
+            body["choices"][0]["message"]["content"]
+                .as_str()
+                .is_some_and(|c| !c.is_empty()),
+            "client {i}: {body}"
+        );
+    }
+    let status = server
+        .wait_exit(Duration::from_secs(40))
+        .await
+        .unwrap_or_else(|| panic!("still running after the drain:\n{}", server.log_text()));
+    assert!(status.success(), "exit {status}:\n{}", server.log_text());
+
+    // Nothing runs twice: a restart replays no finished turn.
+    let mut again = ServerProcess::start(dir.path(), config_dir.path(), &config).await;
+    for i in 0..CLIENTS {
+        let entries = again
+            .api
+            .transcript(&format!("drain-{i}"))
+            .await
+            .unwrap_or_default();
+        let replies = entries.iter().filter(|e| e.kind == "assistant").count();
+        assert_eq!(replies, 1, "drain-{i}: {entries:?}");
+    }
+    again.stop().await;
+}

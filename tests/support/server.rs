@@ -22,7 +22,7 @@ pub struct TestServer {
     /// The runtime it serves, for tests that also use the library API.
     pub runtime: Runtime,
     shutdown: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<std::io::Result<()>>>,
+    task: Option<JoinHandle<std::io::Result<turnstile::DrainReport>>>,
 }
 
 impl Deref for TestServer {
