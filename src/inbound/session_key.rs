@@ -253,7 +253,18 @@ impl SessionKeys {
             ChatKind::Direct => (self.direct_key(&channel, msg), thread),
             kind => {
                 let chat = msg.chat_id.trim();
-                let chat = key_part(if chat.is_empty() { "unknown" } else { chat });
+                let chat = if chat.is_empty() { "unknown" } else { chat };
+                // The Telegram channel writes a forum topic into the chat id
+                // (`<chat>:topic:<n>`, so replies find their topic): the same session as
+                // that chat id and topic given apart.
+                let (chat, thread) = match (channel == "telegram", thread) {
+                    (true, None) => match chat.split_once(":topic:") {
+                        Some((chat, topic)) => (chat, Some(key_part(topic))),
+                        None => (chat, None),
+                    },
+                    (_, thread) => (chat, thread),
+                };
+                let chat = key_part(chat);
                 match thread {
                     Some(topic) if channel == "telegram" => (
                         format!(

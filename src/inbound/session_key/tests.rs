@@ -423,6 +423,13 @@ fn identity(keys: &SessionKeys, m: &InboundMessage) -> Vec<String> {
             } else {
                 chat
             };
+            // A Telegram chat id may carry its forum topic (the channel writes it so).
+            let (chat, thread) = match chat.split_once(":topic:") {
+                Some((c, t)) if channel == "telegram" && thread.is_empty() => {
+                    (c.to_string(), t.trim().to_string())
+                }
+                _ => (chat, thread),
+            };
             vec![kind.as_str().into(), channel, chat, thread]
         }
     }
