@@ -259,10 +259,10 @@ fn apply_replica(
 ) -> Result<(), ConflictableTransactionError<StoreError>> {
     if let Some(writes) = &p.replica_writes {
         for (k, v) in &writes.answered {
-            dedupe.insert_blind(k.as_slice(), v.as_slice());
+            dedupe.insert(k.as_slice(), v.as_slice())?;
         }
         let (k, v) = &writes.applied;
-        state.insert_blind(k.as_slice(), v.as_slice());
+        state.insert(k.as_slice(), v.as_slice())?;
     }
     Ok(())
 }
@@ -310,7 +310,7 @@ fn apply(
     let mut seqs = Vec::with_capacity(p.encoded.len());
     for (bytes, entry) in &p.encoded {
         let seq = record.next_seq;
-        transcript.insert_blind(&keys::transcript_key(record.id, seq), bytes.as_slice());
+        transcript.insert(&keys::transcript_key(record.id, seq), bytes.as_slice())?;
         record.next_seq += 1;
         record.entries += 1;
         record.tokens += u64::from(entry.tokens);
@@ -326,18 +326,18 @@ fn apply(
         }
     }
     for (k, v) in &p.channel_writes {
-        channel_messages.insert_blind(k.as_slice(), v.as_slice());
+        channel_messages.insert(k.as_slice(), v.as_slice())?;
     }
     // The index holds the minute (see `by_updated`): most turns leave the entry where it is.
     if before.is_none() {
-        by_updated.insert_blind(by_updated::key(now_ms, key), &[]);
+        by_updated.insert(by_updated::key(now_ms, key), &[])?;
     } else if by_updated::moves(record.updated_at_ms, now_ms) {
-        by_updated.remove_blind(by_updated::key(record.updated_at_ms, key));
-        by_updated.insert_blind(by_updated::key(now_ms, key), &[]);
+        by_updated.remove(by_updated::key(record.updated_at_ms, key))?;
+        by_updated.insert(by_updated::key(now_ms, key), &[])?;
     }
     record.updated_at_ms = now_ms;
     let bytes = encode(&record).map_err(ConflictableTransactionError::Abort)?;
-    sessions.insert_blind(key.as_bytes(), bytes);
+    sessions.insert(key.as_bytes(), bytes)?;
     Ok(Applied {
         before,
         replaced,

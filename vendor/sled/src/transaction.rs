@@ -273,28 +273,6 @@ impl TransactionalTree {
         Ok(old)
     }
 
-    /// Turnstile patch: like `insert`, without reading the old value first (`insert` looks it
-    /// up in the tree to return it, one tree descent per write for a caller that ignores it).
-    /// The transaction holds sled's write lock from before its closure runs, so skipping the
-    /// read changes no isolation.
-    pub fn insert_blind<K, V>(&self, key: K, value: V)
-    where
-        K: Into<IVec>,
-        V: Into<IVec>,
-    {
-        let _last_write =
-            self.writes.borrow_mut().insert(key.into(), Some(value.into()));
-    }
-
-    /// Turnstile patch: like `remove`, without reading the old value first (see
-    /// `insert_blind`).
-    pub fn remove_blind<K>(&self, key: K)
-    where
-        K: Into<IVec>,
-    {
-        let _last_write = self.writes.borrow_mut().insert(key.into(), None);
-    }
-
     /// Remove a key
     pub fn remove<K>(
         &self,

@@ -311,11 +311,6 @@ pub(crate) struct IoBufs {
     pub stable_lsn: AtomicLsn,
     pub max_reserved_lsn: AtomicLsn,
     pub max_header_stable_lsn: Arc<AtomicLsn>,
-    /// Turnstile patch: the LSN up to which a sync has made the log durable
-    /// (`sync_written`); `stable_lsn` is how far it is written.
-    pub synced_lsn: AtomicLsn,
-    /// Turnstile patch: one whole-file sync at a time.
-    sync_mutex: Mutex<()>,
     pub segment_accountant: Mutex<SegmentAccountant>,
     pub segment_cleaner: SegmentCleaner,
     deferred_segment_ops: stack::Stack<SegmentOp>,
@@ -408,12 +403,6 @@ impl IoBufs {
             iobuf.store_segment_header(0, next_lsn, stable);
         }
 
-        // Turnstile patch: what recovery found may have been written but not synced by the
-        // process before (`sync_written`); it counts as synced (`synced_lsn`) from here on.
-        if !config.temporary {
-            sync_whole_file(&config.file)?;
-        }
-
         Ok(IoBufs {
             config,
 
@@ -425,8 +414,6 @@ impl IoBufs {
             stable_lsn: AtomicLsn::new(stable),
             max_reserved_lsn: AtomicLsn::new(stable),
             max_header_stable_lsn: Arc::new(AtomicLsn::new(next_lsn)),
-            synced_lsn: AtomicLsn::new(stable),
-            sync_mutex: Mutex::new(()),
             segment_accountant: Mutex::new(segment_accountant),
             segment_cleaner,
             deferred_segment_ops: stack::Stack::default(),
@@ -532,11 +519,6 @@ impl IoBufs {
     pub(in crate::pagecache) fn stable(&self) -> Lsn {
         debug_delay();
         self.stable_lsn.load(Acquire)
-    }
-
-    /// Turnstile patch: the last offset a sync has made durable (see `sync_written`).
-    pub(in crate::pagecache) fn synced(&self) -> Lsn {
-        self.synced_lsn.load(Acquire)
     }
 
     // Adds a header to the front of the buffer
@@ -746,9 +728,33 @@ impl IoBufs {
         {
             let f = &self.config.file;
             pwrite_all(f, data, log_offset)?;
-            // Turnstile patch: a written buffer is synced by the next flush
-            // (`sync_written`), together with every other buffer written
-            // since, instead of one `sync_file_range` per buffer here.
+            if !self.config.temporary {
+                #[cfg(target_os = "linux")]
+                {
+                    use std::os::unix::io::AsRawFd;
+                    let ret = unsafe {
+                        libc::sync_file_range(
+                            f.as_raw_fd(),
+                            i64::try_from(log_offset).unwrap(),
+                            i64::try_from(total_len).unwrap(),
+                            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                                | libc::SYNC_FILE_RANGE_WRITE
+                                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                        )
+                    };
+                    if ret < 0 {
+                        let err = std::io::Error::last_os_error();
+                        if let Some(libc::ENOSYS) = err.raw_os_error() {
+                            f.sync_all()?;
+                        } else {
+                            return Err(err.into());
+                        }
+                    }
+                }
+
+                #[cfg(not(target_os = "linux"))]
+                f.sync_all()?;
+            }
         }
         io_fail!(self, "buffer write post");
 
@@ -872,7 +878,7 @@ pub(in crate::pagecache) fn make_stable(
     iobufs: &Arc<IoBufs>,
     lsn: Lsn,
 ) -> Result<usize> {
-    make_stable_inner(iobufs, lsn, false, false)
+    make_stable_inner(iobufs, lsn, false)
 }
 
 /// Blocks until the specified log sequence number
@@ -888,14 +894,13 @@ pub(in crate::pagecache) fn make_durable(
     iobufs: &Arc<IoBufs>,
     lsn: Lsn,
 ) -> Result<usize> {
-    make_stable_inner(iobufs, lsn, true, false)
+    make_stable_inner(iobufs, lsn, true)
 }
 
 pub(in crate::pagecache) fn make_stable_inner(
     iobufs: &Arc<IoBufs>,
     lsn: Lsn,
     partial_durability: bool,
-    write_inline: bool,
 ) -> Result<usize> {
     let _measure = Measure::new(&M.make_stable);
 
@@ -928,7 +933,7 @@ pub(in crate::pagecache) fn make_stable_inner(
             // nothing to write, don't bother sealing
             // current IO buffer.
         } else {
-            seal_and_write_iobuf(iobufs, &iobuf, header, false, write_inline)?;
+            maybe_seal_and_write_iobuf(iobufs, &iobuf, header, false)?;
             stable = iobufs.stable();
             // NB we have to continue here to possibly clear
             // the next io buffer, which may have dirty
@@ -1006,68 +1011,7 @@ pub(in crate::pagecache) fn make_stable_inner(
 pub(in crate::pagecache) fn flush(iobufs: &Arc<IoBufs>) -> Result<usize> {
     let _cc = concurrency_control::read();
     let max_reserved_lsn = iobufs.max_reserved_lsn.load(Acquire);
-    // Turnstile patch: the flushing thread writes the buffer it seals itself (it waits for
-    // that write anyway) instead of handing it to the I/O pool and sleeping until a pool
-    // thread has written it.
-    let written = make_stable_inner(iobufs, max_reserved_lsn, false, true)?;
-    sync_written(iobufs)?;
-    Ok(written)
-}
-
-/// Turnstile patch: makes every buffer written so far durable with one `sync_file_range`
-/// over the whole file, and records how far that reached (`synced_lsn`). Buffers are only
-/// written (`write_to_log`), not synced one by one: a group commit's transaction seals three
-/// of them (the writes before it, its batch manifest, its own writes), and each paid a
-/// device round trip of its own before the flush that waits for all three.
-///
-/// A sync covers every write completed before it starts, so one whose target (the written
-/// LSN read before it) reaches a caller's covers that caller too; concurrent callers wait
-/// for one another instead of syncing the same pages twice at once.
-pub(in crate::pagecache) fn sync_written(iobufs: &Arc<IoBufs>) -> Result<()> {
-    if iobufs.config.temporary {
-        return Ok(());
-    }
-    let target = iobufs.stable();
-    if iobufs.synced_lsn.load(Acquire) >= target {
-        return Ok(());
-    }
-    let _one_at_a_time = iobufs.sync_mutex.lock();
-    let target = iobufs.stable();
-    if iobufs.synced_lsn.load(Acquire) >= target {
-        return Ok(());
-    }
-    sync_whole_file(&iobufs.config.file)?;
-    bump_atomic_lsn(&iobufs.synced_lsn, target);
-    Ok(())
-}
-
-/// Turnstile patch: everything written to `file` so far, on the device.
-pub(in crate::pagecache) fn sync_whole_file(file: &std::fs::File) -> Result<()> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::io::AsRawFd;
-        let ret = unsafe {
-            libc::sync_file_range(
-                file.as_raw_fd(),
-                0,
-                0,
-                libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                    | libc::SYNC_FILE_RANGE_WRITE
-                    | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-            )
-        };
-        if ret < 0 {
-            let err = std::io::Error::last_os_error();
-            if let Some(libc::ENOSYS) = err.raw_os_error() {
-                file.sync_all()?;
-            } else {
-                return Err(err.into());
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    file.sync_all()?;
-    Ok(())
+    make_stable(iobufs, max_reserved_lsn)
 }
 
 /// Attempt to seal the current IO buffer, possibly
@@ -1078,18 +1022,6 @@ pub(in crate::pagecache) fn maybe_seal_and_write_iobuf(
     iobuf: &Arc<IoBuf>,
     header: Header,
     from_reserve: bool,
-) -> Result<()> {
-    seal_and_write_iobuf(iobufs, iobuf, header, from_reserve, false)
-}
-
-/// Like `maybe_seal_and_write_iobuf`; `write_inline` (Turnstile patch): a buffer this thread
-/// must write is written here, not on the I/O pool.
-fn seal_and_write_iobuf(
-    iobufs: &Arc<IoBufs>,
-    iobuf: &Arc<IoBuf>,
-    header: Header,
-    from_reserve: bool,
-    write_inline: bool,
 ) -> Result<()> {
     if header::is_sealed(header) {
         // this buffer is already sealed. nothing to do here.
@@ -1197,10 +1129,7 @@ fn seal_and_write_iobuf(
             stored_max_stable_lsn: -1,
         };
 
-        // Turnstile patch: a segment header claims only what a sync has made durable
-        // (`synced_lsn`), not what is merely written: recovery trusts the log up to the
-        // highest claim, and segments are freed for reuse only below it.
-        next_iobuf.store_segment_header(sealed, next_lsn, iobufs.synced());
+        next_iobuf.store_segment_header(sealed, next_lsn, iobufs.stable());
 
         next_iobuf
     } else {
@@ -1249,20 +1178,6 @@ fn seal_and_write_iobuf(
             "asynchronously writing iobuf with lsn {} to log from maybe_seal",
             lsn
         );
-        if write_inline {
-            if let Err(e) = iobufs.write_to_log(iobuf) {
-                error!(
-                    "hit error while writing iobuf with lsn {}: {:?}",
-                    lsn, e
-                );
-                iobufs.config.set_global_error(e.clone());
-                let intervals = iobufs.intervals.lock();
-                drop(intervals);
-                let _notified = iobufs.interval_updated.notify_all();
-                return Err(e);
-            }
-            return Ok(());
-        }
         let iobufs = iobufs.clone();
         let iobuf = iobuf.clone();
         let _result = threadpool::spawn(move || {

@@ -90,10 +90,7 @@ impl Log {
     /// as a full consistency-barrier for all data written
     /// up until this point.
     pub fn make_stable(&self, lsn: Lsn) -> Result<usize> {
-        let written = iobuf::make_stable(&self.iobufs, lsn)?;
-        // Turnstile patch: written is not yet durable (see `iobuf::sync_written`).
-        iobuf::sync_written(&self.iobufs)?;
-        Ok(written)
+        iobuf::make_stable(&self.iobufs, lsn)
     }
 
     /// Reserve a replacement buffer for a previously written
