@@ -45,19 +45,27 @@ mod streams;
 mod view;
 
 #[cfg(feature = "cluster")]
-pub use changelog::ANSWERED_MARK_TTL_MS;
+pub(crate) use changelog::ANSWERED_MARK_TTL_MS;
 #[cfg(feature = "cluster")]
-pub use error::{ClusterError, NatsError};
+pub use error::ClusterError;
 #[cfg(feature = "cluster")]
-pub use lease::{Lease, LeaseStore, LEASES_BUCKET, NODES_BUCKET, REPLICAS};
+pub(crate) use error::NatsError;
 #[cfg(feature = "cluster")]
-pub use membership::{connect, Member, Owned, LEASE_CONCURRENCY};
+pub(crate) use lease::{Lease, NODES_BUCKET, REPLICAS};
+#[cfg(feature = "cluster")]
+pub use lease::{LeaseStore, LEASES_BUCKET};
+#[cfg(feature = "cluster")]
+pub use membership::Member;
+#[cfg(feature = "cluster")]
+pub(crate) use membership::{connect, Owned, LEASE_CONCURRENCY};
 #[cfg(feature = "cluster")]
 pub use node::ClusterNode;
 #[cfg(feature = "cluster")]
-pub use owner::{INBOX_ACK_WAIT, MAX_UNANSWERED_PER_PARTITION};
-pub use placement::{partition_of, Partition};
+pub(crate) use owner::{INBOX_ACK_WAIT, MAX_UNANSWERED_PER_PARTITION};
+pub use placement::partition_of;
 #[cfg(feature = "cluster")]
-pub use status::{ClusterStatus, NodeStatus, PartitionStatus};
+pub(crate) use status::NodeStatus;
 #[cfg(feature = "cluster")]
-pub use streams::{MAX_INBOX_MESSAGES, MAX_RECORD_BYTES};
+pub use status::{ClusterStatus, PartitionStatus};
+#[cfg(feature = "cluster")]
+pub(crate) use streams::{MAX_INBOX_MESSAGES, MAX_RECORD_BYTES};
