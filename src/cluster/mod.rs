@@ -45,27 +45,17 @@ mod streams;
 mod view;
 
 #[cfg(feature = "cluster")]
-pub(crate) use changelog::ANSWERED_MARK_TTL_MS;
-#[cfg(feature = "cluster")]
 pub use error::ClusterError;
 #[cfg(feature = "cluster")]
 pub(crate) use error::NatsError;
-#[cfg(feature = "cluster")]
-pub(crate) use lease::{Lease, NODES_BUCKET, REPLICAS};
 #[cfg(feature = "cluster")]
 pub use lease::{LeaseStore, LEASES_BUCKET};
 #[cfg(feature = "cluster")]
 pub use membership::Member;
 #[cfg(feature = "cluster")]
-pub(crate) use membership::{connect, Owned, LEASE_CONCURRENCY};
-#[cfg(feature = "cluster")]
 pub use node::ClusterNode;
-#[cfg(feature = "cluster")]
-pub(crate) use owner::{INBOX_ACK_WAIT, MAX_UNANSWERED_PER_PARTITION};
 pub use placement::partition_of;
 #[cfg(feature = "cluster")]
-pub(crate) use status::NodeStatus;
+pub(crate) use placement::Partition;
 #[cfg(feature = "cluster")]
 pub use status::{ClusterStatus, PartitionStatus};
-#[cfg(feature = "cluster")]
-pub(crate) use streams::{MAX_INBOX_MESSAGES, MAX_RECORD_BYTES};
