@@ -58,17 +58,23 @@ mod launch;
 pub mod loadtest;
 pub mod metrics;
 pub mod model;
-pub mod pipeline;
-pub mod replies;
-pub mod runtime;
+mod pipeline;
+mod replies;
+mod runtime;
 pub mod secret;
 pub mod server;
 pub mod sse;
 pub mod store;
-pub mod tools;
+mod tools;
 
 pub use config::Config;
 pub use error::Error;
 pub use inbound::{DropReason, Refusal};
-pub use replies::Reply;
-pub use runtime::{Ack, Admitted, DrainReport, Runtime, RuntimeBuilder, SubmitError};
+pub use replies::{
+    Delta, DeltaWatch, Heard, Reply, ReplyErrorKind, ReplyRoute, ReplyUsage, ReplyWaiter,
+};
+pub use runtime::{
+    Ack, Admitted, ChannelPort, Compacted, Deleted, DeltaTaker, DrainReport, Runtime,
+    RuntimeBuilder, SessionInfo, Stats, SubmitError, TranscriptItem,
+};
+pub use tools::{ToolFuture, ToolHandler};

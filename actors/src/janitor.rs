@@ -67,17 +67,29 @@ impl ReclaimReport {
     }
 }
 
+/// Why the storage side of the disk budget failed: the storage's own error, shown as it is.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct BudgetError(Box<dyn std::error::Error + Send + Sync>);
+
+impl BudgetError {
+    /// Wraps the storage's error (or a message).
+    pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Self(error.into())
+    }
+}
+
 /// The storage side of the disk budget. Both calls may block on disk I/O; the janitor runs
 /// them on the blocking pool.
 pub trait DiskBudget: Send + Sync + 'static {
     /// Measures the data dir.
-    fn usage(&self) -> Result<DiskUsage, String>;
+    fn usage(&self) -> Result<DiskUsage, BudgetError>;
 
     /// One reclamation pass given the measurement `usage`: below high water it only applies
     /// the standing rules (age, session count, empty sessions); above it, it frees space until
     /// usage is projected below high water. With `enforce == false` nothing is deleted and the
     /// report says what would have been.
-    fn reclaim(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, String>;
+    fn reclaim(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, BudgetError>;
 }
 
 /// How the janitor behaves.
@@ -143,10 +155,10 @@ impl<D: DiskBudget> Janitor<D> {
         let outcome = tokio::task::spawn_blocking(move || {
             let usage = budget.usage()?;
             let report = budget.reclaim(&usage, enforce)?;
-            Ok::<_, String>((usage, report))
+            Ok::<_, BudgetError>((usage, report))
         })
         .await
-        .map_err(|e| format!("janitor pass panicked: {e}"))
+        .map_err(|e| BudgetError::new(format!("janitor pass panicked: {e}")))
         .and_then(|r| r);
         status.passes += 1;
         status.last_pass_at_ms = Some(crate::clock::now_ms());
@@ -173,7 +185,7 @@ impl<D: DiskBudget> Janitor<D> {
             }
             Err(e) => {
                 tracing::error!(error = %e, "janitor pass failed");
-                status.last_error = Some(e);
+                status.last_error = Some(e.to_string());
             }
         }
     }
@@ -323,7 +335,7 @@ mod tests {
     const HIGH: u64 = 800;
 
     impl DiskBudget for FakeDisk {
-        fn usage(&self) -> Result<DiskUsage, String> {
+        fn usage(&self) -> Result<DiskUsage, BudgetError> {
             Ok(DiskUsage {
                 disk_bytes: *self.used.lock().unwrap(),
                 limit_bytes: LIMIT,
@@ -331,7 +343,7 @@ mod tests {
             })
         }
 
-        fn reclaim(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, String> {
+        fn reclaim(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, BudgetError> {
             self.calls.lock().unwrap().push(enforce);
             if !usage.over_high_water() {
                 return Ok(ReclaimReport::default());
@@ -425,12 +437,12 @@ mod tests {
     async fn the_status_answers_while_a_pass_runs() {
         struct Slow(std::sync::mpsc::Receiver<()>);
         impl DiskBudget for Mutex<Slow> {
-            fn usage(&self) -> Result<DiskUsage, String> {
+            fn usage(&self) -> Result<DiskUsage, BudgetError> {
                 // Held until the test lets go: a pass as long as a rewrite's copy.
                 let _ = self.lock().unwrap().0.recv();
-                Err("done".into())
+                Err(BudgetError::new("done"))
             }
-            fn reclaim(&self, _: &DiskUsage, _: bool) -> Result<ReclaimReport, String> {
+            fn reclaim(&self, _: &DiskUsage, _: bool) -> Result<ReclaimReport, BudgetError> {
                 unreachable!("usage failed first")
             }
         }
@@ -470,10 +482,10 @@ mod tests {
     async fn failures_are_reported_and_the_janitor_keeps_going() {
         struct Broken;
         impl DiskBudget for Broken {
-            fn usage(&self) -> Result<DiskUsage, String> {
-                Err("disk on fire".into())
+            fn usage(&self) -> Result<DiskUsage, BudgetError> {
+                Err(BudgetError::new("disk on fire"))
             }
-            fn reclaim(&self, _: &DiskUsage, _: bool) -> Result<ReclaimReport, String> {
+            fn reclaim(&self, _: &DiskUsage, _: bool) -> Result<ReclaimReport, BudgetError> {
                 unreachable!("usage failed first")
             }
         }

@@ -57,8 +57,8 @@ pub use compactor::{
 pub use error::{BackendError, ErrorKind};
 pub use handle::{ActorsError, SupervisorHandle};
 pub use janitor::{
-    DiskBudget, DiskUsage, Janitor, JanitorHandle, JanitorMsg, JanitorSettings, JanitorStatus,
-    ReclaimReport,
+    BudgetError, DiskBudget, DiskUsage, Janitor, JanitorHandle, JanitorMsg, JanitorSettings,
+    JanitorStatus, ReclaimReport,
 };
 pub use messages::{DiscardOutcome, LaneMsg, SubmitReply, SupervisorMsg, TurnOutcome};
 

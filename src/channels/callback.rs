@@ -27,12 +27,12 @@ use crate::secret::Secret;
 /// The signature header.
 pub const SIGNATURE_HEADER: &str = "x-turnstile-signature";
 /// The channel's name (metrics, logs).
-pub const CALLBACK_CHANNEL: &str = "callback";
+pub(super) const CALLBACK_CHANNEL: &str = "callback";
 
 type HmacSha256 = Hmac<Sha256>;
 
 /// The signature header value for `body` sent at `timestamp` (unix seconds).
-pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
+pub(crate) fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
     let digest = mac(secret, timestamp, body).finalize().into_bytes();
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     format!("t={timestamp},v1={hex}")
@@ -92,7 +92,7 @@ fn unix_secs() -> u64 {
 }
 
 /// The callback channel.
-pub struct CallbackChannel {
+pub(crate) struct CallbackChannel {
     client: reqwest::Client,
     config: CallbackConfig,
     secret: Secret,
@@ -106,7 +106,7 @@ impl std::fmt::Debug for CallbackChannel {
 
 impl CallbackChannel {
     /// A channel posting to `config.url`, signing with `secret`.
-    pub fn new(config: CallbackConfig, secret: Secret) -> Result<Self, ConfigError> {
+    pub(crate) fn new(config: CallbackConfig, secret: Secret) -> Result<Self, ConfigError> {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_millis(config.timeout_ms))
             .build()

@@ -8,12 +8,11 @@
 //! channel for a reply lives in `crate::replies`, below both.
 //! - `retry.rs`: the pause between retries (delays from `crate::backoff`).
 
-pub mod callback;
+mod callback;
 mod retry;
-pub mod telegram;
+mod telegram;
 
-pub use callback::{sign, verify_signature, CallbackChannel, SIGNATURE_HEADER};
-pub use telegram::TelegramChannel;
+pub use callback::{verify_signature, SIGNATURE_HEADER};
 
 use crate::error::Error;
 use crate::runtime::Runtime;

@@ -27,7 +27,7 @@ use crate::store::ReplicaMarks;
 /// How long a node remembers that a message was answered (the marks live in its `dedupe`
 /// tree and are pruned with it). A message still unanswered in an inbox after this long
 /// would be answered again by a new owner; replies are due within `reply_timeout_ms`.
-pub const ANSWERED_MARK_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+pub(super) const ANSWERED_MARK_TTL_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 /// Most tries at one append. A failed try (no quorum while JetStream elects a leader, a
 /// timeout) is retried while the tenure lasts; a tenure ends at most `lease_ms` after its

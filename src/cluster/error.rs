@@ -3,7 +3,7 @@
 use super::Partition;
 
 /// A boxed error from the NATS client (its error types are generic over a kind).
-pub type NatsError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type NatsError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A cluster failure, with what was being done.
 #[derive(Debug, thiserror::Error)]

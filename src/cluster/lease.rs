@@ -26,7 +26,7 @@ pub const LEASES_BUCKET: &str = "turnstile_leases";
 /// The node heartbeats.
 pub const NODES_BUCKET: &str = "turnstile_nodes";
 /// Replicas of both buckets: a lease survives the loss of one of three NATS servers.
-pub const REPLICAS: usize = 3;
+pub(super) const REPLICAS: usize = 3;
 /// Largest value either bucket accepts (a node id and an incarnation are far smaller).
 const MAX_VALUE_BYTES: i32 = 256;
 

@@ -29,7 +29,7 @@ use crate::config::ClusterConfig;
 /// Lease operations one round runs at once (renewals, acquisitions, releases). With up to
 /// 4,096 partitions a round's writes must overlap to fit in a third of a lease, and a bound
 /// keeps one node from flooding its NATS server.
-pub const LEASE_CONCURRENCY: usize = 64;
+pub(super) const LEASE_CONCURRENCY: usize = 64;
 
 /// Shortest and longest wait for one JetStream answer: a third of a lease, within these.
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(250);
@@ -138,7 +138,7 @@ impl Drop for Member {
 
 /// Connects to `config.nats` (the client fails over between the servers) and gives the
 /// JetStream context every cluster request goes through.
-pub async fn connect(config: &ClusterConfig) -> Result<Context, ClusterError> {
+pub(super) async fn connect(config: &ClusterConfig) -> Result<Context, ClusterError> {
     let lease = Duration::from_millis(config.lease_ms);
     let client = async_nats::ConnectOptions::new()
         .name(format!("turnstile {}", config.node_id))

@@ -45,19 +45,17 @@ mod streams;
 mod view;
 
 #[cfg(feature = "cluster")]
-pub use changelog::ANSWERED_MARK_TTL_MS;
+pub use error::ClusterError;
 #[cfg(feature = "cluster")]
-pub use error::{ClusterError, NatsError};
+pub(crate) use error::NatsError;
 #[cfg(feature = "cluster")]
-pub use lease::{Lease, LeaseStore, LEASES_BUCKET, NODES_BUCKET, REPLICAS};
+pub use lease::{LeaseStore, LEASES_BUCKET};
 #[cfg(feature = "cluster")]
-pub use membership::{connect, Member, Owned, LEASE_CONCURRENCY};
+pub use membership::Member;
 #[cfg(feature = "cluster")]
 pub use node::ClusterNode;
+pub use placement::partition_of;
 #[cfg(feature = "cluster")]
-pub use owner::{INBOX_ACK_WAIT, MAX_UNANSWERED_PER_PARTITION};
-pub use placement::{partition_of, Partition};
+pub(crate) use placement::Partition;
 #[cfg(feature = "cluster")]
-pub use status::{ClusterStatus, NodeStatus, PartitionStatus};
-#[cfg(feature = "cluster")]
-pub use streams::{MAX_INBOX_MESSAGES, MAX_RECORD_BYTES};
+pub use status::{ClusterStatus, PartitionStatus};

@@ -29,13 +29,13 @@ use crate::runtime::{Runtime, SubmitError};
 
 /// Most inbox messages of one partition admitted here and not yet answered; JetStream stops
 /// delivering past it, so a slow partition holds back its own inbox, nothing else.
-pub const MAX_UNANSWERED_PER_PARTITION: i64 = 4_096;
+pub(super) const MAX_UNANSWERED_PER_PARTITION: i64 = 4_096;
 
 /// How long JetStream waits for an acknowledgement before it delivers a message again. It
 /// bounds how late a delivery lost in transit (the connection cut as the server sent it) is
 /// repeated; a message still queued here when it comes again is only held anew (see
 /// `Owner::admit`), so a long turn costs a redelivery per period, nothing more.
-pub const INBOX_ACK_WAIT: Duration = Duration::from_secs(15);
+pub(super) const INBOX_ACK_WAIT: Duration = Duration::from_secs(15);
 
 /// How long a message the runtime refused for now (queue cap, disk budget) waits before it is
 /// delivered again.

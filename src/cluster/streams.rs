@@ -7,16 +7,16 @@ use async_nats::jetstream::stream::{self, DiscardPolicy, RetentionPolicy, Storag
 use async_nats::jetstream::Context;
 
 use super::error::ClusterError;
+use super::lease::REPLICAS;
 use super::names::{INBOX_STREAM, INBOX_SUBJECTS, LOG_STREAM, LOG_SUBJECTS};
-use super::REPLICAS;
 
 /// Most unanswered messages the inbox stream holds across all partitions; past it a publish
 /// is refused (the client gets `503`) rather than growing the stream without bound.
-pub const MAX_INBOX_MESSAGES: i64 = 1_000_000;
+pub(super) const MAX_INBOX_MESSAGES: i64 = 1_000_000;
 
 /// Largest message either stream takes: NATS's default `max_payload` (a message is at most
 /// tens of KiB after validation; a turn's entries somewhat more).
-pub const MAX_RECORD_BYTES: i32 = 1024 * 1024;
+pub(super) const MAX_RECORD_BYTES: i32 = 1024 * 1024;
 
 /// Tries at opening a stream: the first nodes of a new cluster may ask before JetStream has
 /// elected its meta leader, and a request then times out.

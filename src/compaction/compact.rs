@@ -30,19 +30,19 @@ type Chatter = HashMap<u64, Vec<ChannelMessage>>;
 /// Newest entries read when compacting (back to the previous summary). Older unsummarised
 /// entries past it — only possible after this many entries without any compaction — stay
 /// stored but hidden behind the new summary.
-pub const MAX_COMPACTION_READ_ENTRIES: usize = 20_000;
+pub(crate) const MAX_COMPACTION_READ_ENTRIES: usize = 20_000;
 /// How long a summary of an identical span is reused.
-pub const SUMMARY_CACHE_TTL: Duration = Duration::from_secs(3_600);
+pub(crate) const SUMMARY_CACHE_TTL: Duration = Duration::from_secs(3_600);
 /// Summaries kept in the cache.
-pub const SUMMARY_CACHE_ENTRIES: usize = 256;
+pub(crate) const SUMMARY_CACHE_ENTRIES: usize = 256;
 /// Spans remembered as "compacting frees nothing".
-pub const NO_GAIN_SPANS: usize = 4_096;
+pub(crate) const NO_GAIN_SPANS: usize = 4_096;
 /// Attempts of a compaction whose swap lost to another one (the session changed meanwhile).
-pub const MAX_SWAP_ATTEMPTS: usize = 3;
+pub(crate) const MAX_SWAP_ATTEMPTS: usize = 3;
 
 /// Why a compaction failed.
 #[derive(Debug, thiserror::Error)]
-pub enum CompactError {
+pub(crate) enum CompactError {
     /// Reading or writing the store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -62,7 +62,7 @@ type SpanId = (u64, u64, u64);
 type NoGain = (HashSet<SpanId>, VecDeque<SpanId>);
 
 /// Compacts sessions of one store. Shared by the Compactor actor's tasks.
-pub struct SessionCompactor {
+pub(crate) struct SessionCompactor {
     store: Store,
     summarizer: Summarizer,
     /// The chats' time zone (`context.time_zone`): a group summary's day lines are in it.
@@ -73,7 +73,7 @@ pub struct SessionCompactor {
 
 /// Where a compaction cuts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cut {
+pub(crate) enum Cut {
     /// Keep the newest this many tokens verbatim (`keep_recent_ratio × budget`).
     KeepRecent(u64),
     /// Keep the newest `tokens` tokens verbatim, and at most `entries` entries (a group chat's
@@ -100,7 +100,7 @@ struct Plan {
 
 impl SessionCompactor {
     /// A compactor over `store`, summarising with `summarizer`.
-    pub fn new(store: Store, summarizer: Summarizer) -> Self {
+    pub(crate) fn new(store: Store, summarizer: Summarizer) -> Self {
         Self {
             store,
             summarizer,
@@ -111,7 +111,7 @@ impl SessionCompactor {
     }
 
     /// Dates group summaries in `zone` instead of UTC.
-    pub fn with_time_zone(mut self, zone: TimeZone) -> Self {
+    pub(crate) fn with_time_zone(mut self, zone: TimeZone) -> Self {
         self.zone = zone;
         self
     }
@@ -119,7 +119,7 @@ impl SessionCompactor {
     /// Compacts `session_key` up to `cut`. `Ok(None)` if there is no such session; an outcome with no
     /// entries compacted when nothing older than the kept part is left or compacting would
     /// free nothing.
-    pub async fn compact(
+    pub(crate) async fn compact(
         &self,
         session_key: &str,
         cut: Cut,
@@ -318,7 +318,7 @@ impl SessionCompactor {
 /// Index of the first entry kept verbatim: the newest `keep_tokens` stay (at most
 /// `keep_entries` of them), moved earlier so a kept tool result keeps its call (and a round's
 /// calls stay together).
-pub fn cut_point(
+pub(crate) fn cut_point(
     entries: &[(u64, TranscriptEntry)],
     keep_tokens: u64,
     keep_entries: usize,

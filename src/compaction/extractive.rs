@@ -26,23 +26,23 @@ use crate::context::analysis::is_stop_word;
 use crate::model::TokenCounter;
 
 /// Longest sentence kept whole, in bytes; longer ones are split at whitespace.
-pub const MAX_SENTENCE_BYTES: usize = 600;
+pub(super) const MAX_SENTENCE_BYTES: usize = 600;
 
 /// Opens a day line of a group span (`## Mon 8 May 2023`, see `compact::render_span`): not a
 /// sentence to rank, but the day of the lines after it. A summary writes it above the first
 /// line it keeps from that day, so what is kept still says when it was said.
-pub const DAY_MARKER: &str = "## ";
+pub(super) const DAY_MARKER: &str = "## ";
 
 /// Most sentences ranked from one span (a span of 100k tokens has about 8,000).
-pub const MAX_SENTENCES: usize = 20_000;
+pub(super) const MAX_SENTENCES: usize = 20_000;
 
 /// Share of the span's tokens an extractive summary aims at: the product promise is a summary
 /// of at most 35% of a chat span, and token estimates of the parts drift by a few points.
-pub const TARGET_SHARE: f64 = 0.3;
+pub(super) const TARGET_SHARE: f64 = 0.3;
 
 /// Smallest goal in tokens, so a short span is kept (nearly) whole instead of being cut to a
 /// header and a list.
-pub const MIN_GOAL_TOKENS: u32 = 64;
+pub(super) const MIN_GOAL_TOKENS: u32 = 64;
 
 /// Most clauses a sentence is cut into when its chatter is dropped (a sentence holds at most
 /// [`MAX_SENTENCE_BYTES`], so this only bounds pathological punctuation).
@@ -104,7 +104,7 @@ const CUE_STEMS: &[&str] = &[
 const ABBREVIATIONS: &[&str] = &["e.g", "i.e", "etc", "vs", "mr", "mrs", "ms", "dr", "approx"];
 
 /// The header of an extractive summary: it says plainly that no model wrote it.
-pub const EXTRACTIVE_HEADER: &str =
+pub(super) const EXTRACTIVE_HEADER: &str =
     "Summary (extractive: lines with facts kept, chatter dropped, no model):";
 
 /// How every extractive header begins, this version's and earlier ones ("Summary (extractive:
@@ -701,7 +701,7 @@ fn words(text: &str) -> Vec<String> {
 /// Splits `text` into trimmed sentences: at line breaks, and after `.`, `!`, `?` or `…`
 /// followed by whitespace, except inside an identifier or after a known abbreviation. Strips
 /// list markers. Sentences over [`MAX_SENTENCE_BYTES`] are split at whitespace.
-pub fn split_sentences(text: &str) -> Vec<&str> {
+pub(super) fn split_sentences(text: &str) -> Vec<&str> {
     let protected: Vec<Range<usize>> = identifiers::spans(text)
         .into_iter()
         .map(|(r, _)| r)

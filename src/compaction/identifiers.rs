@@ -26,27 +26,27 @@ use regex::Regex;
 
 /// Most identifiers taken from one text (bounds memory on adversarial input; a real span of
 /// chat history has far fewer).
-pub const MAX_IDENTIFIERS: usize = 4_096;
+pub(super) const MAX_IDENTIFIERS: usize = 4_096;
 
 /// Longest backticked span taken as an identifier, in characters (longer ones are code, not
 /// names).
-pub const MAX_CODE_SPAN_CHARS: usize = 200;
+pub(super) const MAX_CODE_SPAN_CHARS: usize = 200;
 
 /// Longest identifier of any other kind, in bytes.
-pub const MAX_IDENTIFIER_BYTES: usize = 2_048;
+pub(super) const MAX_IDENTIFIER_BYTES: usize = 2_048;
 
 /// Longest decision clause kept as one fact, in characters: a short fact, not a paragraph (a
 /// longer clause is cut at a word boundary).
-pub const MAX_DECISION_CHARS: usize = 120;
+pub(super) const MAX_DECISION_CHARS: usize = 120;
 
 /// Most capitalised words in one personal name ("Priya", "Priya Sharma").
-pub const MAX_NAME_WORDS: usize = 2;
+pub(super) const MAX_NAME_WORDS: usize = 2;
 
 /// Capitalised words that are not people even after a name cue ("with The", "Today said"):
 /// sentence openers, pronouns, greetings, chat labels, weekdays and months. Lower-case and
 /// sorted: a word is looked up lower-cased, by binary search.
 #[rustfmt::skip]
-pub const NOT_NAMES: &[&str] = &[
+pub(super) const NOT_NAMES: &[&str] = &[
     "a", "about", "action", "after", "afternoon", "agenda", "agreed", "all", "also", "an", "and",
     "answer", "any", "anybody", "anyone", "anything", "anyway", "apr", "april", "are", "as",
     "assignee", "assistant", "at", "aug", "august", "because", "before", "bot", "both", "btw",
@@ -703,7 +703,7 @@ pub(crate) fn occurrences(text: &str) -> Vec<(Range<usize>, IdentifierKind)> {
 
 /// Every identifier of `text`, once each, in order of first appearance; at most
 /// [`MAX_IDENTIFIERS`].
-pub fn extract(text: &str) -> Vec<Identifier> {
+pub(super) fn extract(text: &str) -> Vec<Identifier> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for (range, kind) in occurrences(text) {
@@ -722,7 +722,7 @@ pub fn extract(text: &str) -> Vec<Identifier> {
 }
 
 /// Every identifier of all `texts`, once each, in order; at most [`MAX_IDENTIFIERS`].
-pub fn extract_all(texts: &[&str]) -> Vec<Identifier> {
+pub(super) fn extract_all(texts: &[&str]) -> Vec<Identifier> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for text in texts {

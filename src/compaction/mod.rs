@@ -13,19 +13,12 @@
 //!   retention always.
 
 mod compact;
-pub mod extractive;
-pub mod identifiers;
-pub mod prompt;
+mod extractive;
+mod identifiers;
+pub(crate) mod prompt;
 pub mod retention;
 mod summarizer;
 
-pub use compact::{
-    cut_point, CompactError, Cut, SessionCompactor, MAX_COMPACTION_READ_ENTRIES, MAX_SWAP_ATTEMPTS,
-    NO_GAIN_SPANS, SUMMARY_CACHE_ENTRIES, SUMMARY_CACHE_TTL,
-};
+pub(crate) use compact::{Cut, SessionCompactor};
 pub use extractive::ExtractiveSummarizer;
-pub use identifiers::{Identifier, IdentifierKind};
-pub use retention::{Retained, IDENTIFIERS_HEADING};
-pub use summarizer::{
-    FallbackReason, SummarizeError, Summarizer, Summary, SummaryMethod, SUMMARY_RETRY_DELAY,
-};
+pub(crate) use summarizer::{SummarizeError, Summarizer};

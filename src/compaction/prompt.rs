@@ -5,10 +5,12 @@
 //! previous summary so each summary rolls the older ones forward. The transcript is quoted as
 //! data inside `<transcript>` tags: instructions inside it are not the summariser's to follow.
 
-use crate::model::{ChatMessage, ModelRequest, Role, TokenCounter, MESSAGE_OVERHEAD_TOKENS};
+#[cfg(test)]
+use crate::model::MESSAGE_OVERHEAD_TOKENS;
+use crate::model::{ChatMessage, ModelRequest, Role, TokenCounter};
 
 /// The sections every model-written summary has, in order.
-pub const SECTIONS: [&str; 5] = [
+pub(crate) const SECTIONS: [&str; 5] = [
     "Decisions",
     "Open TODOs",
     "Constraints/Rules",
@@ -17,10 +19,10 @@ pub const SECTIONS: [&str; 5] = [
 ];
 
 /// Most chunks one span is cut into; a larger span is left to the extractive summariser.
-pub const MAX_CHUNKS: usize = 16;
+pub(crate) const MAX_CHUNKS: usize = 16;
 
 /// The system prompt of the summariser.
-pub fn system_prompt(max_tokens: u32) -> String {
+pub(crate) fn system_prompt(max_tokens: u32) -> String {
     let sections: String = SECTIONS.iter().map(|s| format!("## {s}\n")).collect();
     format!(
         "You compress chat transcripts into a summary that replaces them in a long-running \
@@ -48,7 +50,7 @@ fn quote(text: &str) -> String {
 }
 
 /// The user message: the previous summary (if any) and one chunk of the transcript.
-pub fn user_prompt(chunk: &str, previous: Option<&str>, part: (usize, usize)) -> String {
+pub(crate) fn user_prompt(chunk: &str, previous: Option<&str>, part: (usize, usize)) -> String {
     let mut out = String::with_capacity(chunk.len() + previous.map_or(0, str::len) + 256);
     if let Some(previous) = previous.filter(|p| !p.trim().is_empty()) {
         out.push_str("<previous_summary>\n");
@@ -70,7 +72,7 @@ pub fn user_prompt(chunk: &str, previous: Option<&str>, part: (usize, usize)) ->
 }
 
 /// The request for one chunk.
-pub fn request(
+pub(crate) fn request(
     chunk: &str,
     previous: Option<&str>,
     part: (usize, usize),
@@ -95,7 +97,8 @@ pub fn request(
 }
 
 /// Tokens the prompt costs beyond the chunk and the previous summary.
-pub fn overhead_tokens(max_tokens: u32, counter: &TokenCounter) -> u32 {
+#[cfg(test)]
+pub(crate) fn overhead_tokens(max_tokens: u32, counter: &TokenCounter) -> u32 {
     counter
         .count(&system_prompt(max_tokens))
         .saturating_add(counter.count(&user_prompt("", Some("x"), (0, 2))))
@@ -105,7 +108,7 @@ pub fn overhead_tokens(max_tokens: u32, counter: &TokenCounter) -> u32 {
 /// Cuts `span` into chunks of at most `chunk_tokens` tokens, at line breaks where possible
 /// (a line longer than a chunk is cut at whitespace). Returns `None` when more than
 /// [`MAX_CHUNKS`] would be needed.
-pub fn chunks(span: &str, chunk_tokens: u32, counter: &TokenCounter) -> Option<Vec<String>> {
+pub(crate) fn chunks(span: &str, chunk_tokens: u32, counter: &TokenCounter) -> Option<Vec<String>> {
     let chunk_tokens = chunk_tokens.max(1);
     let mut out = Vec::new();
     let mut current = String::new();

@@ -18,11 +18,11 @@ use crate::error::{ConfigError, ModelError};
 use crate::model::{Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter};
 
 /// First pause before retrying a failed summariser call; doubles per retry.
-pub const SUMMARY_RETRY_DELAY: Duration = Duration::from_millis(250);
+pub(crate) const SUMMARY_RETRY_DELAY: Duration = Duration::from_millis(250);
 
 /// How a summary was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SummaryMethod {
+pub(crate) enum SummaryMethod {
     /// By the summariser model, in `chunks` calls.
     Model {
         /// The model's name.
@@ -39,7 +39,7 @@ pub enum SummaryMethod {
 
 /// Why the extractive summariser was used.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FallbackReason {
+pub(crate) enum FallbackReason {
     /// No summariser model is configured.
     NoModel,
     /// The span needs more than [`prompt::MAX_CHUNKS`] chunks.
@@ -50,7 +50,7 @@ pub enum FallbackReason {
 
 /// A finished summary.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// The text, ending with the `Exact identifiers` list when one was needed.
     pub text: String,
     /// Its tokens.
@@ -80,14 +80,14 @@ impl Summary {
 
 /// A summary could not be produced at all (the blocking worker died).
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum SummarizeError {
+pub(crate) enum SummarizeError {
     /// The blocking task running the CPU work panicked or was cancelled.
     #[error("summariser worker failed: {0}")]
     Worker(String),
 }
 
 /// Summarises transcript spans. Cheap to share behind an `Arc`.
-pub struct Summarizer {
+pub(crate) struct Summarizer {
     model: Option<Arc<dyn Model>>,
     counter: TokenCounter,
     summary_max_tokens: u32,
@@ -119,7 +119,7 @@ impl std::fmt::Debug for Summarizer {
 impl Summarizer {
     /// A summariser using `model` (or only the extractive one when `None`), with the limits of
     /// `config`, counting tokens with `counter`.
-    pub fn new(
+    pub(crate) fn new(
         model: Option<Arc<dyn Model>>,
         config: &CompactionConfig,
         counter: TokenCounter,
@@ -150,14 +150,14 @@ impl Summarizer {
     }
 
     /// The token counter it measures summaries with.
-    pub fn counter(&self) -> TokenCounter {
+    pub(crate) fn counter(&self) -> TokenCounter {
         self.counter
     }
 
     /// The summariser `config` describes: `[compaction] model` (by default the answering
     /// model of a real server) on the `[model]` server, or the extractive one. Tokens are counted like the answering model's, since summaries go into
     /// its context. The client does not retry by itself: the summariser retries whole calls.
-    pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
+    pub(crate) fn from_config(config: &Config) -> Result<Self, ConfigError> {
         let counter = TokenCounter::new(Encoding::for_model(&config.model.model));
         let model: Option<Arc<dyn Model>> =
             if let Some(name) = config.compaction.summarizer_model(&config.model) {
@@ -173,19 +173,21 @@ impl Summarizer {
     }
 
     /// Uses `delay` as the first pause between retries (tests use zero).
-    pub fn with_retry_delay(mut self, delay: Duration) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self
     }
 
     /// The summariser model's name, if one is configured.
-    pub fn model_name(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn model_name(&self) -> Option<&str> {
         self.model.as_ref().map(|m| m.name())
     }
 
     /// Summarises `span`, rolling `previous` (the last summary) forward. Never fails because of
     /// the model: without a usable model answer, the extractive summariser writes it.
-    pub async fn summarize(
+    pub(crate) async fn summarize(
         &self,
         span: &str,
         previous: Option<&str>,

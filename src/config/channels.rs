@@ -6,10 +6,10 @@ use super::{in_range, invalid, MAX_DURATION_MS};
 use crate::error::ConfigError;
 
 /// Longest `channels.telegram.poll_timeout_secs` (one long poll).
-pub const MAX_POLL_TIMEOUT_SECS: u32 = 3_600;
+pub(crate) const MAX_POLL_TIMEOUT_SECS: u32 = 3_600;
 
 /// Most attempts `channels.telegram.send_attempts` and `channels.callback.max_attempts` allow.
-pub const MAX_ATTEMPTS: u32 = 100;
+pub(crate) const MAX_ATTEMPTS: u32 = 100;
 
 /// Shortest and longest `channels.telegram.edit_interval_ms` (Telegram limits edits per chat).
 const EDIT_INTERVAL_MS: std::ops::RangeInclusive<u64> = 250..=60_000;

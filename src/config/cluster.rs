@@ -8,20 +8,20 @@ use crate::error::ConfigError;
 
 /// Most `cluster.partitions`: every node renews a lease per partition it owns each
 /// `lease_ms / 3`, so the count bounds that work.
-pub const MAX_PARTITIONS: u32 = 4096;
+pub(crate) const MAX_PARTITIONS: u32 = 4096;
 
 /// Shortest `cluster.lease_ms`: a lease is renewed every third of it, and a renewal is a
 /// replicated write that must fit in that time.
-pub const MIN_LEASE_MS: u64 = 500;
+pub(crate) const MIN_LEASE_MS: u64 = 500;
 
 /// Longest `cluster.lease_ms` (10 minutes): a dead node's partitions wait this long.
-pub const MAX_LEASE_MS: u64 = 600_000;
+pub(crate) const MAX_LEASE_MS: u64 = 600_000;
 
 /// Longest `cluster.node_id`: it is a key in the nodes bucket and a value in every lease.
-pub const MAX_NODE_ID_CHARS: usize = 64;
+pub(crate) const MAX_NODE_ID_CHARS: usize = 64;
 
 /// Most `cluster.nats` URLs.
-pub const MAX_NATS_URLS: usize = 32;
+pub(crate) const MAX_NATS_URLS: usize = 32;
 
 /// `[cluster]`. Every key is required: a node that joins a cluster must say which and as whom.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

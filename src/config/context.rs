@@ -12,13 +12,13 @@ use crate::error::ConfigError;
 use crate::inbound::ChatKind;
 
 /// Largest `context.cache_max_sessions`.
-pub const MAX_CACHED_SESSIONS: usize = 1_000_000;
+pub(crate) const MAX_CACHED_SESSIONS: usize = 1_000_000;
 
 /// Largest `max_messages` of a `[context.presets.<name>]`.
-pub const MAX_PRESET_MESSAGES: usize = 100_000;
+pub(crate) const MAX_PRESET_MESSAGES: usize = 100_000;
 
 /// Largest magnitude of a source's fixed `weight`, far from overflowing a sum of weights.
-pub const MAX_SOURCE_WEIGHT: i32 = 1_000_000;
+pub(crate) const MAX_SOURCE_WEIGHT: i32 = 1_000_000;
 
 /// `[context]`
 #[derive(Debug, Clone, Serialize, Deserialize)]

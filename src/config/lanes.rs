@@ -6,16 +6,16 @@ use super::{in_range, MAX_DURATION_MS};
 use crate::error::ConfigError;
 
 /// Largest `lanes.queue_cap`.
-pub const MAX_LANE_QUEUE_CAP: usize = 1_000_000;
+pub(crate) const MAX_LANE_QUEUE_CAP: usize = 1_000_000;
 
 /// Largest `lanes.turn_retries`.
-pub const MAX_TURN_RETRIES: u32 = 10;
+pub(crate) const MAX_TURN_RETRIES: u32 = 10;
 
 /// Largest `lanes.max_concurrent_turns`, far below tokio's `Semaphore::MAX_PERMITS`.
-pub const MAX_CONCURRENT_TURNS: usize = 100_000;
+pub(crate) const MAX_CONCURRENT_TURNS: usize = 100_000;
 
 /// Largest `lanes.max_live_lanes`.
-pub const MAX_LIVE_LANES: usize = 10_000_000;
+pub(crate) const MAX_LIVE_LANES: usize = 10_000_000;
 
 /// `[lanes]`
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -6,7 +6,7 @@ use super::{in_range, MAX_DURATION_MS};
 use crate::error::ConfigError;
 
 /// Largest `limits.max_inbound_chars`.
-pub const MAX_INBOUND_CHARS: usize = 10_000_000;
+pub(crate) const MAX_INBOUND_CHARS: usize = 10_000_000;
 
 /// `[limits]`
 #[derive(Debug, Clone, Serialize, Deserialize)]

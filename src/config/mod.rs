@@ -32,37 +32,21 @@ use serde::{Deserialize, Serialize};
 use crate::error::ConfigError;
 
 pub use agent::AgentConfig;
-pub use channels::{
-    CallbackConfig, ChannelsConfig, TelegramConfig, MAX_ATTEMPTS, MAX_POLL_TIMEOUT_SECS,
-};
-pub use cluster::{
-    ClusterConfig, MAX_LEASE_MS, MAX_NATS_URLS, MAX_NODE_ID_CHARS, MAX_PARTITIONS, MIN_LEASE_MS,
-};
+pub use channels::{CallbackConfig, ChannelsConfig, TelegramConfig};
+pub use cluster::ClusterConfig;
 pub use compaction::CompactionConfig;
-pub use context::{ContextConfig, MAX_CACHED_SESSIONS, MAX_PRESET_MESSAGES, MAX_SOURCE_WEIGHT};
-pub use lanes::{
-    LanesConfig, MAX_CONCURRENT_TURNS, MAX_LANE_QUEUE_CAP, MAX_LIVE_LANES, MAX_TURN_RETRIES,
-};
-pub use limits::{LimitsConfig, MAX_INBOUND_CHARS};
-pub use model::{
-    ModelConfig, MAX_FALLBACK_MODELS, MAX_MODEL_RETRIES, MAX_REQUESTS_PER_MINUTE,
-    MAX_TOKENS_PER_MINUTE, MIN_CONTEXT_WINDOW,
-};
-pub use preflight::{
-    AccessPolicy, AllowBots, PreflightConfig, PreflightOverride, MAX_DEDUPE_KEYS,
-    MAX_HISTORY_CHATS, MAX_HISTORY_LIMIT, MAX_SYSTEM_EVENTS,
-};
-pub use queue::{DropSetting, QueueConfig, QueueModeSetting, QueueOverride, MAX_QUEUE_CAP};
-pub use server::{
-    RateLimitBy, RateLimitConfig, ServerConfig, MAX_BODY_BYTES, MAX_CONNECTIONS,
-    MAX_EDGE_TIMEOUT_MS, MAX_EVENTS_BUFFER, MAX_RATE, MAX_RATE_CLIENTS, URI_BYTES,
-};
+pub use context::ContextConfig;
+pub use lanes::LanesConfig;
+pub use limits::LimitsConfig;
+pub use model::ModelConfig;
+#[cfg(test)]
+use model::{MAX_REQUESTS_PER_MINUTE, MAX_TOKENS_PER_MINUTE, MIN_CONTEXT_WINDOW};
+pub use preflight::{AccessPolicy, AllowBots, PreflightConfig, PreflightOverride};
+pub use queue::{DropSetting, QueueConfig, QueueModeSetting, QueueOverride};
+pub use server::{RateLimitBy, RateLimitConfig, ServerConfig};
 pub use session::{DmScope, SessionConfig, SessionScope};
-pub use storage::{
-    Durability, JanitorMode, StorageConfig, MAX_COLD_FRACTION, MAX_DISK_BYTES, MAX_PRUNE_DAYS,
-    MAX_QUEUED_MESSAGES, MAX_SESSIONS, MIN_CACHE_BYTES, MIN_DISK_BYTES,
-};
-pub use tools::{ToolsConfig, MAX_TOOL_CALLS_PER_ROUND, MAX_TOOL_RESULT_CHARS, MAX_TOOL_ROUNDS};
+pub use storage::{Durability, JanitorMode, StorageConfig};
+pub use tools::ToolsConfig;
 
 /// The whole configuration. Every section and key is optional.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -8,13 +8,13 @@ use crate::model::MIN_PLAUSIBLE_WINDOW;
 
 /// Smallest `model.context_window`: no chat model works in less (the same bound below which a
 /// window stated by an overflow error is not believed).
-pub const MIN_CONTEXT_WINDOW: u32 = MIN_PLAUSIBLE_WINDOW;
+pub(crate) const MIN_CONTEXT_WINDOW: u32 = MIN_PLAUSIBLE_WINDOW;
 
 /// Largest `model.requests_per_minute`.
-pub const MAX_REQUESTS_PER_MINUTE: u32 = 10_000_000;
+pub(crate) const MAX_REQUESTS_PER_MINUTE: u32 = 10_000_000;
 
 /// Largest `model.tokens_per_minute`.
-pub const MAX_TOKENS_PER_MINUTE: u64 = 100_000_000_000;
+pub(crate) const MAX_TOKENS_PER_MINUTE: u64 = 100_000_000_000;
 
 /// `[model]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -84,10 +84,10 @@ impl Default for ModelConfig {
 }
 
 /// Most retries `[model] max_retries` and `[compaction] max_retries` may ask for.
-pub const MAX_MODEL_RETRIES: u32 = 10;
+pub(crate) const MAX_MODEL_RETRIES: u32 = 10;
 
 /// Most fallback models `[model] fallbacks` may name.
-pub const MAX_FALLBACK_MODELS: usize = 8;
+pub(crate) const MAX_FALLBACK_MODELS: usize = 8;
 
 impl ModelConfig {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {

@@ -8,16 +8,16 @@ use super::{in_range, MAX_DURATION_MS};
 use crate::error::ConfigError;
 
 /// Largest `preflight.dedupe_max_keys`.
-pub const MAX_DEDUPE_KEYS: usize = 10_000_000;
+pub(crate) const MAX_DEDUPE_KEYS: usize = 10_000_000;
 
 /// Largest `preflight.history_limit`.
-pub const MAX_HISTORY_LIMIT: usize = 10_000;
+pub(crate) const MAX_HISTORY_LIMIT: usize = 10_000;
 
 /// Largest `preflight.history_max_chats`.
-pub const MAX_HISTORY_CHATS: usize = 1_000_000;
+pub(crate) const MAX_HISTORY_CHATS: usize = 1_000_000;
 
 /// Largest `preflight.max_system_events`.
-pub const MAX_SYSTEM_EVENTS: usize = 10_000;
+pub(crate) const MAX_SYSTEM_EVENTS: usize = 10_000;
 
 /// Whether messages from other bots are answered (`[preflight] allow_bots`): `false`, `true`
 /// or `"mentions"`. The bot's own messages are always dropped.
@@ -42,10 +42,15 @@ enum AllowBotsToml {
     Word(String),
 }
 
-impl TryFrom<AllowBotsToml> for AllowBots {
-    type Error = String;
+/// An `allow_bots` word that is none of `false`, `true` and `"mentions"`.
+#[derive(Debug, thiserror::Error)]
+#[error("allow_bots: expected false, true or \"mentions\", found {0:?}")]
+pub(crate) struct AllowBotsError(String);
 
-    fn try_from(raw: AllowBotsToml) -> Result<Self, String> {
+impl TryFrom<AllowBotsToml> for AllowBots {
+    type Error = AllowBotsError;
+
+    fn try_from(raw: AllowBotsToml) -> Result<Self, AllowBotsError> {
         match raw {
             AllowBotsToml::Flag(false) => Ok(AllowBots::No),
             AllowBotsToml::Flag(true) => Ok(AllowBots::Yes),
@@ -53,9 +58,7 @@ impl TryFrom<AllowBotsToml> for AllowBots {
                 "false" => Ok(AllowBots::No),
                 "true" => Ok(AllowBots::Yes),
                 "mentions" => Ok(AllowBots::Mentions),
-                other => Err(format!(
-                    "allow_bots: expected false, true or \"mentions\", found {other:?}"
-                )),
+                other => Err(AllowBotsError(other.to_string())),
             },
         }
     }

@@ -8,7 +8,7 @@ use super::{in_range, MAX_DURATION_MS};
 use crate::error::ConfigError;
 
 /// Largest `queue.cap`.
-pub const MAX_QUEUE_CAP: usize = 100_000;
+pub(crate) const MAX_QUEUE_CAP: usize = 100_000;
 
 /// `[queue] mode`: how messages queued during a turn become turns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,30 +8,30 @@ use super::{in_range, invalid, MAX_DURATION_MS};
 use crate::error::ConfigError;
 
 /// Largest `server.max_body_bytes`: 1 GiB (a body is buffered in memory).
-pub const MAX_BODY_BYTES: usize = 1 << 30;
+pub(crate) const MAX_BODY_BYTES: usize = 1 << 30;
 
 /// Largest `server.events_buffer`: the reply broadcast allocates that many slots up front (a
 /// huge value aborted the process on allocation).
-pub const MAX_EVENTS_BUFFER: usize = 1 << 16;
+pub(crate) const MAX_EVENTS_BUFFER: usize = 1 << 16;
 
 /// Largest `server.rate_limit.requests_per_second` and `burst`.
-pub const MAX_RATE: u32 = 1_000_000;
+pub(crate) const MAX_RATE: u32 = 1_000_000;
 
 /// Largest `server.max_connections` and `server.health_connections`.
-pub const MAX_CONNECTIONS: usize = 1_000_000;
+pub(crate) const MAX_CONNECTIONS: usize = 1_000_000;
 
 /// Shortest and longest `server.max_uri_bytes` (hyper itself refuses URIs past 64 KiB).
-pub const URI_BYTES: std::ops::RangeInclusive<usize> = 256..=60_000;
+pub(crate) const URI_BYTES: std::ops::RangeInclusive<usize> = 256..=60_000;
 
 /// Longest edge timeout (`header_read_timeout_ms`, `body_read_timeout_ms`, `idle_timeout_ms`):
 /// one day.
-pub const MAX_EDGE_TIMEOUT_MS: u64 = 86_400_000;
+pub(crate) const MAX_EDGE_TIMEOUT_MS: u64 = 86_400_000;
 
 /// `server.listen_backlog`'s range (the kernel caps it further, at `net.core.somaxconn`).
 pub(crate) const LISTEN_BACKLOG: std::ops::RangeInclusive<u32> = 1..=65_535;
 
 /// Largest `server.rate_limit.max_clients`.
-pub const MAX_RATE_CLIENTS: usize = 10_000_000;
+pub(crate) const MAX_RATE_CLIENTS: usize = 10_000_000;
 
 /// `[server]`
 #[derive(Debug, Clone, Serialize, Deserialize)]

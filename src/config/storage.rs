@@ -9,27 +9,27 @@ use crate::error::ConfigError;
 
 /// The smallest accepted `storage.max_disk_bytes`: an empty sled database alone takes about a
 /// megabyte.
-pub const MIN_DISK_BYTES: u64 = 4 << 20;
+pub(crate) const MIN_DISK_BYTES: u64 = 4 << 20;
 
 /// Largest `storage.max_disk_bytes` and `storage.cache_capacity_bytes`: 1 PiB, far from
 /// overflowing the budget arithmetic.
-pub const MAX_DISK_BYTES: u64 = 1 << 50;
+pub(crate) const MAX_DISK_BYTES: u64 = 1 << 50;
 
 /// The smallest accepted `storage.cache_capacity_bytes`: sled panics below 256 bytes and is
 /// useless far above that.
-pub const MIN_CACHE_BYTES: u64 = 1 << 20;
+pub(crate) const MIN_CACHE_BYTES: u64 = 1 << 20;
 
 /// Largest `storage.max_queued_messages`.
-pub const MAX_QUEUED_MESSAGES: usize = 100_000_000;
+pub(crate) const MAX_QUEUED_MESSAGES: usize = 100_000_000;
 
 /// Largest `storage.prune_after_days`: 100 years.
-pub const MAX_PRUNE_DAYS: u32 = 36_500;
+pub(crate) const MAX_PRUNE_DAYS: u32 = 36_500;
 
 /// Largest `storage.max_sessions`.
-pub const MAX_SESSIONS: u64 = 1 << 40;
+pub(crate) const MAX_SESSIONS: u64 = 1 << 40;
 
 /// Largest `storage.cold_max_fraction`: the cold tier may use at most this share of the budget.
-pub const MAX_COLD_FRACTION: f64 = 0.6;
+pub(crate) const MAX_COLD_FRACTION: f64 = 0.6;
 
 /// The default `storage.cold_max_fraction`: the cold tier is on.
 pub(super) const DEFAULT_COLD_FRACTION: f64 = 0.4;

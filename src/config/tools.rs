@@ -6,13 +6,13 @@ use super::{in_range, MAX_DURATION_MS};
 use crate::error::ConfigError;
 
 /// Largest `tools.max_rounds`.
-pub const MAX_TOOL_ROUNDS: u32 = 1_000;
+pub(crate) const MAX_TOOL_ROUNDS: u32 = 1_000;
 
 /// Largest `tools.max_calls_per_round`.
-pub const MAX_TOOL_CALLS_PER_ROUND: usize = 1_000;
+pub(crate) const MAX_TOOL_CALLS_PER_ROUND: usize = 1_000;
 
 /// Largest `tools.max_result_chars`.
-pub const MAX_TOOL_RESULT_CHARS: usize = 10_000_000;
+pub(crate) const MAX_TOOL_RESULT_CHARS: usize = 10_000_000;
 
 /// `[tools]`
 #[derive(Debug, Clone, Serialize, Deserialize)]

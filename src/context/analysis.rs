@@ -37,7 +37,7 @@ static STOP_WORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
 
 /// Whether `word` (lower case) is on the stop list [`terms`] drops: for callers that cut text
 /// their own way (the extractive summariser).
-pub fn is_stop_word(word: &str) -> bool {
+pub(crate) fn is_stop_word(word: &str) -> bool {
     STOP_WORDS.contains(word)
 }
 
@@ -45,7 +45,7 @@ static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::
 
 /// Most words whose stems one thread remembers; the memo is cleared when it is full. A chat's
 /// vocabulary is a few thousand words, so a recall over 1,000 messages stems each word once.
-pub const MAX_STEM_MEMO: usize = 50_000;
+pub(crate) const MAX_STEM_MEMO: usize = 50_000;
 
 thread_local! {
     static STEMS: RefCell<HashMap<String, String>> = RefCell::new(HashMap::new());
@@ -68,11 +68,11 @@ fn stem(word: String) -> String {
 
 /// Longest text analysed, in bytes: ranking a message by its first 4 KiB is enough, and it
 /// bounds the work one hostile message can cause.
-pub const MAX_ANALYSED_BYTES: usize = 4_096;
+pub(crate) const MAX_ANALYSED_BYTES: usize = 4_096;
 
 /// The terms of `text`: lower case, folded to ASCII, stop words out, stemmed; one-character
 /// terms (punctuation, initials) dropped.
-pub fn terms(text: &str) -> Vec<String> {
+pub(crate) fn terms(text: &str) -> Vec<String> {
     let text = cut_at_boundary(text, MAX_ANALYSED_BYTES);
     ANALYZER
         .tokenize(text)
@@ -95,7 +95,7 @@ fn cut_at_boundary(text: &str, max: usize) -> &str {
 
 /// [`terms`] as a `bm25` tokenizer (for the crate's embedder and scorer).
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Terms;
+pub(crate) struct Terms;
 
 impl Tokenizer for Terms {
     fn tokenize(&self, input_text: &str) -> Vec<String> {
@@ -105,7 +105,7 @@ impl Tokenizer for Terms {
 
 /// The day a message was sent, in the chat's time zone, as shown beside recalled and
 /// summarised lines: `Mon 8 May 2023` (the weekday places "last Friday").
-pub fn chat_date(ms: u64, zone: &TimeZone) -> String {
+pub(crate) fn chat_date(ms: u64, zone: &TimeZone) -> String {
     let Ok(ts) = Timestamp::from_millisecond(i64::try_from(ms).unwrap_or(i64::MAX)) else {
         return String::new();
     };
@@ -115,7 +115,7 @@ pub fn chat_date(ms: u64, zone: &TimeZone) -> String {
 
 /// The terms a message's date adds to its text for ranking: its month and year, so "what
 /// did she do in May 2023" favours that month's lines.
-pub fn date_terms(ms: u64, zone: &TimeZone) -> Vec<String> {
+pub(crate) fn date_terms(ms: u64, zone: &TimeZone) -> Vec<String> {
     let Ok(ts) = Timestamp::from_millisecond(i64::try_from(ms).unwrap_or(i64::MAX)) else {
         return Vec::new();
     };

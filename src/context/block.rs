@@ -183,7 +183,7 @@ pub struct ContextBlock {
 }
 
 /// The marker left where an oversized current message was cut to fit the budget.
-pub const CUT_TO_FIT_MARKER: &str = "[... {n} characters cut to fit the context budget ...]";
+pub(crate) const CUT_TO_FIT_MARKER: &str = "[... {n} characters cut to fit the context budget ...]";
 
 /// Attempts at shrinking one block to fit (each recounts its tokens).
 const SHRINK_ATTEMPTS: usize = 8;
@@ -284,7 +284,7 @@ impl ContextBlock {
 }
 
 /// Longest excerpt of a dropped block's content kept in the dump.
-pub const DROPPED_PREVIEW_CHARS: usize = 160;
+pub(crate) const DROPPED_PREVIEW_CHARS: usize = 160;
 
 /// A block that did not make it into the context, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

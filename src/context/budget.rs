@@ -5,13 +5,13 @@ use serde::Serialize;
 /// The answer's reserve is at most `1 / OUTPUT_RESERVE_WINDOW_DIVISOR` of the window: a
 /// `context.reserve_output_tokens` sized for a large model (4,096) would otherwise take all of
 /// a small one's window (2,048) and leave the prompt nothing.
-pub const OUTPUT_RESERVE_WINDOW_DIVISOR: u32 = 4;
+pub(crate) const OUTPUT_RESERVE_WINDOW_DIVISOR: u32 = 4;
 
 /// The context budget never falls below this many tokens (or the profile's `max_tokens`, if
 /// smaller): a budget of 0 would send the user's message as a bare cut marker. A real window
 /// smaller than that is the server's to refuse, and the overflow path (compact, retry, error
 /// reply) handles it.
-pub const MIN_CONTEXT_BUDGET_TOKENS: u32 = 128;
+pub(crate) const MIN_CONTEXT_BUDGET_TOKENS: u32 = 128;
 
 /// The token budget of one turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

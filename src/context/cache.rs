@@ -19,7 +19,7 @@ use crate::inbound::ChatKind;
 
 /// What an assembly was made from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheKey {
+pub(crate) struct CacheKey {
     /// The chat kind (picks the policy).
     pub chat_kind: ChatKind,
     /// The transcript's next sequence (0 for a session not stored yet).
@@ -65,7 +65,7 @@ struct Entry {
 type Entries = LruCache<String, Entry, RandomState>;
 
 /// At most `capacity` sessions' last assemblies.
-pub struct AssemblyCache {
+pub(crate) struct AssemblyCache {
     capacity: usize,
     max_age: Duration,
     entries: Mutex<Entries>,
@@ -75,7 +75,7 @@ pub struct AssemblyCache {
 
 impl AssemblyCache {
     /// A cache of at most `capacity` sessions (0 disables it), entries valid for `max_age`.
-    pub fn new(capacity: usize, max_age: Duration) -> Self {
+    pub(crate) fn new(capacity: usize, max_age: Duration) -> Self {
         Self {
             capacity,
             max_age,
@@ -94,7 +94,7 @@ impl AssemblyCache {
     }
 
     /// The cached assembly of `session` if it was made from `key`; counts a hit or a miss.
-    pub fn get(&self, session: &str, key: &CacheKey) -> Option<Arc<Assembly>> {
+    pub(crate) fn get(&self, session: &str, key: &CacheKey) -> Option<Arc<Assembly>> {
         let found = self
             .lock()
             .peek(session)
@@ -110,7 +110,7 @@ impl AssemblyCache {
     }
 
     /// Remembers `assembly` of `session`, made from `key`. When full, the oldest entry goes.
-    pub fn insert(&self, session: &str, key: CacheKey, assembly: Arc<Assembly>) {
+    pub(crate) fn insert(&self, session: &str, key: CacheKey, assembly: Arc<Assembly>) {
         if self.capacity == 0 {
             return;
         }
@@ -125,27 +125,17 @@ impl AssemblyCache {
     }
 
     /// Forgets `session` (its transcript changed).
-    pub fn invalidate(&self, session: &str) {
+    pub(crate) fn invalidate(&self, session: &str) {
         // Dropped after the lock: an assembly holds every block of a context.
         let removed = self.lock().pop(session);
         drop(removed);
     }
 
     /// Hits and misses so far.
-    pub fn stats(&self) -> CacheStats {
+    pub(crate) fn stats(&self) -> CacheStats {
         CacheStats {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
         }
-    }
-
-    /// Sessions cached now.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// True when nothing is cached.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }

@@ -45,12 +45,12 @@ impl StageSpec {
 /// its share of the budget first: the system prompt and the current message before anything
 /// else, then the stable prefix (bootstrap, skills) and the clock line, then the recent
 /// conversation, and chat recall last: it fills what the turn leaves.
-pub fn default_sources() -> Vec<StageSpec> {
+pub(crate) fn default_sources() -> Vec<StageSpec> {
     BUILTIN_SOURCES.into_iter().map(StageSpec::named).collect()
 }
 
 /// The built-in sources, in their default order.
-pub const BUILTIN_SOURCES: [&str; 12] = [
+pub(crate) const BUILTIN_SOURCES: [&str; 12] = [
     "system_prompt",
     "current_message",
     "bootstrap",
@@ -67,7 +67,7 @@ pub const BUILTIN_SOURCES: [&str; 12] = [
 
 /// The built-in processors in their default order. `trim_to_budget` comes last; the pipeline
 /// always repairs tool pairing and enforces the budget after the configured processors.
-pub fn default_processors() -> Vec<StageSpec> {
+pub(crate) fn default_processors() -> Vec<StageSpec> {
     BUILTIN_PROCESSORS
         .into_iter()
         .map(StageSpec::named)
@@ -75,7 +75,7 @@ pub fn default_processors() -> Vec<StageSpec> {
 }
 
 /// The built-in processors, in their default order.
-pub const BUILTIN_PROCESSORS: [&str; 6] = [
+pub(crate) const BUILTIN_PROCESSORS: [&str; 6] = [
     "dedupe",
     "sanitize",
     "message_count",
@@ -85,7 +85,7 @@ pub const BUILTIN_PROCESSORS: [&str; 6] = [
 ];
 
 /// Parses a stage's parameters into `T` (whose unknown keys are an error).
-pub fn parse_params<T: serde::de::DeserializeOwned>(
+pub(crate) fn parse_params<T: serde::de::DeserializeOwned>(
     stage: &str,
     params: &toml::Table,
 ) -> Result<T, StageError> {

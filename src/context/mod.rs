@@ -31,7 +31,7 @@
 //! - `memory_store.rs`, `text.rs`, `error.rs`: an in-memory store, text helpers, errors.
 //! - `order.rs`: sorting blocks by a key computed once, moving only those out of place.
 
-pub mod analysis;
+pub(crate) mod analysis;
 mod block;
 mod block_text;
 mod budget;
@@ -45,42 +45,37 @@ mod order;
 mod pipeline;
 mod presets;
 mod processor;
-pub mod processors;
+pub(crate) mod processors;
 mod registry;
 mod render;
-pub mod retrieval;
+pub(crate) mod retrieval;
 mod session;
 mod source;
 pub mod sources;
-pub mod text;
+pub(crate) mod text;
 
 #[cfg(test)]
 mod tests;
 
-pub use block::{
-    BlockKind, BlockMeta, ContextBlock, DroppedBlock, Placement, CUT_TO_FIT_MARKER,
-    DROPPED_PREVIEW_CHARS,
-};
-pub use block_text::{BlockText, MessageId};
-pub use budget::{TokenBudget, MIN_CONTEXT_BUDGET_TOKENS, OUTPUT_RESERVE_WINDOW_DIVISOR};
-pub use cache::{AssemblyCache, CacheKey, CacheStats};
-pub use config::{
-    default_processors, default_sources, parse_params, StageSpec, BUILTIN_PROCESSORS,
-    BUILTIN_SOURCES,
-};
-pub use dump::{Assembly, StageNames};
+pub use block::{BlockKind, BlockMeta, ContextBlock, DroppedBlock, Placement};
+pub(crate) use block_text::{BlockText, MessageId};
+pub(crate) use budget::TokenBudget;
+pub use cache::CacheStats;
+pub(crate) use config::{default_processors, default_sources, StageSpec};
+pub use dump::Assembly;
 pub use engine::{AssemblyRequest, ContextEngine};
 pub use error::{ContextError, StageError};
 pub use memory_store::MemoryStore;
-pub use pipeline::Pipeline;
-pub use presets::{
-    builtin_preset, policy_for, resolve_preset, ChatKindPresets, ChatPolicy, Keep, PresetConfig,
-    TtlRule,
-};
+pub use presets::PresetConfig;
+pub(crate) use presets::{policy_for, resolve_preset, ChatKindPresets, Keep};
 pub use processor::{Blocks, ContextProcessor, SummarySpan};
-pub use registry::{ProcessorFactory, Registry, SourceFactory, StageContext};
-pub use session::{
-    chat_kind_of_key, chatter_before, chatter_of, ChatRef, ChatWindow, ContextStore,
-    CurrentMessage, QueueInfo, SessionView, StoredSession, TranscriptWindow, MAX_CHATTER_LINES,
+pub use registry::{Registry, StageContext};
+pub(crate) use session::{chat_kind_of_key, chatter_before, chatter_of, QueueInfo, StoredSession};
+pub use session::{CurrentMessage, SessionView};
+pub use source::ContextSource;
+pub(crate) use source::ROOM_AFTER_SOURCE;
+#[cfg(test)]
+pub(crate) use {
+    presets::{builtin_preset, ChatPolicy},
+    session::ContextStore,
 };
-pub use source::{ContextSource, ROOM_AFTER_SOURCE};

@@ -33,7 +33,7 @@ struct ProcessorStage {
 }
 
 /// A configured pipeline. Built once per runtime; shared by every turn.
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     sources: Vec<SourceStage>,
     processors: Vec<ProcessorStage>,
     names: Arc<StageNames>,
@@ -54,7 +54,7 @@ const TAIL: [&str; 2] = ["tool_pairing", "trim_to_budget"];
 
 impl Pipeline {
     /// Builds the stages `config.context` names from `registry`.
-    pub fn from_config(config: &Config, registry: &Registry) -> Result<Self, ConfigError> {
+    pub(crate) fn from_config(config: &Config, registry: &Registry) -> Result<Self, ConfigError> {
         let mut seen = HashSet::new();
         let mut sources = Vec::new();
         for spec in &config.context.sources {
@@ -111,7 +111,7 @@ impl Pipeline {
     }
 
     /// Each source's fingerprint of its outside inputs (for the assembly cache).
-    pub fn fingerprints(&self, session: &SessionView<'_>) -> Vec<u64> {
+    pub(crate) fn fingerprints(&self, session: &SessionView<'_>) -> Vec<u64> {
         self.sources
             .iter()
             .map(|s| s.source.fingerprint(session))
@@ -119,7 +119,7 @@ impl Pipeline {
     }
 
     /// Assembles the context of `session` within `budget`.
-    pub fn assemble(
+    pub(crate) fn assemble(
         &self,
         session: &SessionView<'_>,
         budget: TokenBudget,

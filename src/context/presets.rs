@@ -58,15 +58,53 @@ enum KeepRepr {
     Word(String),
 }
 
-impl TryFrom<TtlRuleRepr> for TtlRule {
-    type Error = String;
+/// A `ttl` rule that does not parse.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TtlRuleError {
+    /// The age is neither a duration nor infinite.
+    #[error("ttl age {text:?}: {source}")]
+    Age {
+        /// The age as written.
+        text: String,
+        /// Why it is not a duration.
+        source: humantime::DurationError,
+    },
+    /// The keep word is none of the known ones.
+    #[error("ttl keep {0:?}: expected \"all\", \"none\", \"summary\" or a count")]
+    Keep(String),
+}
 
-    fn try_from(r: TtlRuleRepr) -> Result<Self, String> {
+/// A preset that cannot be resolved, or resolves to an unusable policy.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PresetError {
+    /// The built-in `assistant` preset, the base of configured ones, is missing.
+    #[error("missing assistant preset")]
+    MissingAssistant,
+    /// Neither built in nor configured.
+    #[error("unknown preset {0:?}")]
+    Unknown(String),
+    /// `max_messages = 0`.
+    #[error("preset {0:?}: max_messages must be at least 1")]
+    NoMessages(String),
+    /// `max_tokens = 0`.
+    #[error("preset {0:?}: max_tokens must be at least 1")]
+    NoTokens(String),
+    /// TTL rules out of order.
+    #[error("preset {0:?}: ttl rules must have strictly ascending ages")]
+    TtlOrder(String),
+}
+
+impl TryFrom<TtlRuleRepr> for TtlRule {
+    type Error = TtlRuleError;
+
+    fn try_from(r: TtlRuleRepr) -> Result<Self, TtlRuleError> {
         let age_ms = match r.age.trim() {
             "inf" | "infinite" | "∞" => u64::MAX,
             text => {
-                let d = humantime::parse_duration(text)
-                    .map_err(|e| format!("ttl age {text:?}: {e}"))?;
+                let d = humantime::parse_duration(text).map_err(|source| TtlRuleError::Age {
+                    text: text.to_string(),
+                    source,
+                })?;
                 u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
             }
         };
@@ -76,11 +114,7 @@ impl TryFrom<TtlRuleRepr> for TtlRule {
                 "all" => Keep::All,
                 "none" => Keep::None,
                 "summary" => Keep::Summary,
-                other => {
-                    return Err(format!(
-                        "ttl keep {other:?}: expected \"all\", \"none\", \"summary\" or a count"
-                    ))
-                }
+                other => return Err(TtlRuleError::Keep(other.to_string())),
             },
         };
         Ok(TtlRule { age_ms, keep })
@@ -139,7 +173,7 @@ fn minutes(n: u64) -> Option<Duration> {
 /// A built-in preset by name: `assistant` (100 messages, 32,000 tokens, 30m all / 4h 30 /
 /// 24h summary / older none), `support` (30, 8,000, 10m all / 1h 10 / none) and `group` (15,
 /// 4,000, 5m all / 30m 5 / none).
-pub fn builtin_preset(name: &str) -> Option<ChatPolicy> {
+pub(crate) fn builtin_preset(name: &str) -> Option<ChatPolicy> {
     let (max_messages, max_tokens, ttl) = match name {
         "assistant" => (
             100,
@@ -216,15 +250,15 @@ impl Default for ChatKindPresets {
 }
 
 /// Resolves preset `name` against the configured overrides.
-pub fn resolve_preset(
+pub(crate) fn resolve_preset(
     name: &str,
     configured: &BTreeMap<String, PresetConfig>,
-) -> Result<ChatPolicy, String> {
+) -> Result<ChatPolicy, PresetError> {
     let over = configured.get(name);
     let base = match (builtin_preset(name), over) {
         (Some(b), _) => b,
-        (None, Some(_)) => builtin_preset("assistant").ok_or("missing assistant preset")?,
-        (None, None) => return Err(format!("unknown preset {name:?}")),
+        (None, Some(_)) => builtin_preset("assistant").ok_or(PresetError::MissingAssistant)?,
+        (None, None) => return Err(PresetError::Unknown(name.to_string())),
     };
     let mut policy = ChatPolicy {
         preset: name.to_string(),
@@ -242,25 +276,23 @@ pub fn resolve_preset(
         }
     }
     if policy.max_messages == 0 {
-        return Err(format!("preset {name:?}: max_messages must be at least 1"));
+        return Err(PresetError::NoMessages(name.to_string()));
     }
     if policy.max_tokens == 0 {
-        return Err(format!("preset {name:?}: max_tokens must be at least 1"));
+        return Err(PresetError::NoTokens(name.to_string()));
     }
     if policy.ttl.windows(2).any(|w| w[0].age_ms >= w[1].age_ms) {
-        return Err(format!(
-            "preset {name:?}: ttl rules must have strictly ascending ages"
-        ));
+        return Err(PresetError::TtlOrder(name.to_string()));
     }
     Ok(policy)
 }
 
 /// The policy for chats of `kind`.
-pub fn policy_for(
+pub(crate) fn policy_for(
     kind: ChatKind,
     chat_kinds: &ChatKindPresets,
     configured: &BTreeMap<String, PresetConfig>,
-) -> Result<ChatPolicy, String> {
+) -> Result<ChatPolicy, PresetError> {
     let name = match kind {
         ChatKind::Direct => &chat_kinds.direct,
         ChatKind::Group => &chat_kinds.group,

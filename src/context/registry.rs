@@ -31,10 +31,10 @@ impl StageContext<'_> {
 }
 
 /// Builds a source from its stage settings.
-pub type SourceFactory =
+pub(crate) type SourceFactory =
     Arc<dyn Fn(&StageContext<'_>) -> Result<Box<dyn ContextSource>, StageError> + Send + Sync>;
 /// Builds a processor from its stage settings.
-pub type ProcessorFactory =
+pub(crate) type ProcessorFactory =
     Arc<dyn Fn(&StageContext<'_>) -> Result<Box<dyn ContextProcessor>, StageError> + Send + Sync>;
 
 /// Sources and processors by name.

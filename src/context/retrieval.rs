@@ -14,7 +14,7 @@ const B: f32 = 0.75;
 
 /// One scored document: its index in the corpus and its BM25 score.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Hit {
+pub(crate) struct Hit {
     /// Index into the corpus.
     pub doc: usize,
     /// BM25 score (> 0).
@@ -23,7 +23,7 @@ pub struct Hit {
 
 /// Ranks `docs` against `query` with BM25 (each query term counted once); only documents
 /// sharing a term, best first, ties to the higher index (in a chat: the newer message).
-pub fn bm25(docs: &[Vec<String>], query: &[String]) -> Vec<Hit> {
+pub(crate) fn bm25(docs: &[Vec<String>], query: &[String]) -> Vec<Hit> {
     if docs.is_empty() {
         return Vec::new();
     }

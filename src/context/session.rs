@@ -17,7 +17,7 @@ use crate::store::{
 
 /// Most chatter lines shown with one past user turn (the pending history it carried), like the
 /// `group_history` source's default for the current turn.
-pub const MAX_CHATTER_LINES: usize = 50;
+pub(crate) const MAX_CHATTER_LINES: usize = 50;
 
 /// Read access to what assembly needs from storage. [`Store`] implements it; tests and benches
 /// use [`super::MemoryStore`].
@@ -101,7 +101,7 @@ pub trait ContextStore: Send + Sync {
 /// The recorded chat message of user entry `entry` and the chatter that turn carried (the
 /// unaddressed messages of its thread just before it), if the entry came from the chat's
 /// record. Messages stored before chat order was kept carry no chatter.
-pub fn chatter_of(
+pub(crate) fn chatter_of(
     store: &dyn ContextStore,
     channel: &str,
     chat_id: &str,
@@ -129,7 +129,7 @@ pub fn chatter_of(
 
 /// The unaddressed messages of `thread` just before chat seq `before`, back to the previous
 /// message that addressed the bot, at most `limit`, oldest first.
-pub fn chatter_before(
+pub(crate) fn chatter_before(
     store: &dyn ContextStore,
     channel: &str,
     chat_id: &str,
@@ -555,7 +555,7 @@ impl<'a> SessionView<'a> {
 }
 
 /// The chat kind a session key names (`agent:<a>:<channel>:group:<id>`…); direct otherwise.
-pub fn chat_kind_of_key(key: &str) -> ChatKind {
+pub(crate) fn chat_kind_of_key(key: &str) -> ChatKind {
     for segment in key.split(':').skip(2).take(3) {
         match segment {
             "direct" => return ChatKind::Direct,

@@ -59,4 +59,4 @@ pub trait ContextSource: Send + Sync {
 /// sources after it add. Context blocks are large and the history is most of them: the list
 /// grows once past the history (while it holds only the blocks before it) instead of being
 /// copied whole again for the current message.
-pub const ROOM_AFTER_SOURCE: usize = 16;
+pub(crate) const ROOM_AFTER_SOURCE: usize = 16;

@@ -6,7 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 /// `text` with its middle cut out if it is longer than `head + tail` characters: the first
 /// `head` and last `tail` characters are kept around a `[... N more characters truncated]`
 /// line.
-pub fn truncate_middle(text: &str, head: usize, tail: usize) -> Cow<'_, str> {
+pub(crate) fn truncate_middle(text: &str, head: usize, tail: usize) -> Cow<'_, str> {
     let chars = text.chars().count();
     if chars <= head.saturating_add(tail) {
         return Cow::Borrowed(text);
@@ -25,7 +25,7 @@ pub fn truncate_middle(text: &str, head: usize, tail: usize) -> Cow<'_, str> {
 }
 
 /// At most `max` characters of `text` (cut at a character boundary).
-pub fn prefix_chars(text: &str, max: usize) -> &str {
+pub(crate) fn prefix_chars(text: &str, max: usize) -> &str {
     match text.char_indices().nth(max) {
         Some((i, _)) => &text[..i],
         None => text,
@@ -33,7 +33,7 @@ pub fn prefix_chars(text: &str, max: usize) -> &str {
 }
 
 /// A timestamp as RFC 3339 UTC to the second, e.g. `2025-11-30T02:33:20Z`.
-pub fn format_ts(ms: u64) -> String {
+pub(crate) fn format_ts(ms: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }
 

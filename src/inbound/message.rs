@@ -76,7 +76,7 @@ pub struct Attachment {
 }
 
 /// Longest accepted attachment URL, in characters.
-pub const MAX_ATTACHMENT_URL_CHARS: usize = 2_048;
+pub(crate) const MAX_ATTACHMENT_URL_CHARS: usize = 2_048;
 
 /// The JSON shape of an [`Attachment`].
 #[derive(Serialize, Deserialize)]
@@ -231,14 +231,14 @@ pub struct InboundMessage {
 }
 
 /// The channel of the OpenAI-compatible endpoint's messages.
-pub const OPENAI_API_CHANNEL: &str = "openai";
+pub(crate) const OPENAI_API_CHANNEL: &str = "openai";
 
 /// Longest accepted id (chat, message, sender, thread, channel, account).
-pub const MAX_ID_CHARS: usize = 256;
+pub(crate) const MAX_ID_CHARS: usize = 256;
 /// Most attachments on one message.
-pub const MAX_ATTACHMENTS: usize = 32;
+pub(crate) const MAX_ATTACHMENTS: usize = 32;
 /// Most mentions on one message.
-pub const MAX_MENTIONS: usize = 256;
+pub(crate) const MAX_MENTIONS: usize = 256;
 
 impl InboundMessage {
     /// Whether a later message may read this one back from its chat's record: group and
@@ -304,7 +304,7 @@ impl InboundMessage {
 /// Checks a session key named from outside (the API's `chat_id` of an explicit session, an
 /// imported key) as the API checks ids: not empty, at most [`MAX_ID_CHARS`], no control
 /// characters.
-pub fn check_session_key(key: &str) -> Result<(), InboundError> {
+pub(crate) fn check_session_key(key: &str) -> Result<(), InboundError> {
     check_id("session_key", key)
 }
 

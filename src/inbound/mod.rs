@@ -7,17 +7,13 @@ mod refusal;
 mod sanitize;
 mod session_key;
 
-pub use message::{
-    check_session_key, Attachment, ChatKind, InboundMessage, MessageKind, Sender, MAX_ATTACHMENTS,
-    MAX_ATTACHMENT_URL_CHARS, MAX_ID_CHARS, MAX_MENTIONS, OPENAI_API_CHANNEL,
-};
+pub(crate) use message::{check_session_key, MAX_ATTACHMENTS, OPENAI_API_CHANNEL};
+pub use message::{Attachment, ChatKind, InboundMessage, MessageKind, Sender};
 pub use preflight::{Preflight, PreflightStats};
 pub use refusal::{DropReason, Refusal};
-pub use sanitize::{sanitize_text, untrusted, untrusted_block, MAX_UNTRUSTED_CHARS};
-pub use session_key::{
-    channel_name, identity_links, normalize_id, normalize_session_key, peer_id, session_key,
-    user_session_key, SessionKeys, GLOBAL_SESSION_KEY, MAX_NORMALIZED_ID_CHARS, PHONE_CHANNELS,
-};
+pub(crate) use sanitize::{sanitize_text, untrusted, untrusted_block, MAX_UNTRUSTED_CHARS};
+pub(crate) use session_key::{identity_links, user_session_key};
+pub use session_key::{normalize_session_key, SessionKeys};
 
 /// What a channel submits: a validated message, and optionally the session it must go to
 /// (the OpenAI-compatible endpoint names its session explicitly).

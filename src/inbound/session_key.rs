@@ -30,21 +30,21 @@ use crate::config::{DmScope, SessionConfig, SessionScope};
 use crate::error::ConfigError;
 
 /// Longest normalised id.
-pub const MAX_NORMALIZED_ID_CHARS: usize = 64;
+pub(crate) const MAX_NORMALIZED_ID_CHARS: usize = 64;
 
 /// Channels whose peers are phone numbers when they look like one (see [`peer_id`]).
-pub const PHONE_CHANNELS: [&str; 3] = ["whatsapp", "signal", "sms"];
+pub(crate) const PHONE_CHANNELS: [&str; 3] = ["whatsapp", "signal", "sms"];
 
 /// Fewest and most digits of a phone number (E.164 allows at most 15).
 const PHONE_DIGITS: std::ops::RangeInclusive<usize> = 7..=15;
 
 /// The session key of everything under `scope = "global"`.
-pub const GLOBAL_SESSION_KEY: &str = "global";
+pub(crate) const GLOBAL_SESSION_KEY: &str = "global";
 
 /// Normalises an agent or account id: trimmed, lowercased, runs of characters outside
 /// `[a-z0-9_-]` become `-`, leading and trailing `-` stripped, cut to 64 chars; empty gives
 /// `fallback`.
-pub fn normalize_id(raw: &str, fallback: &str) -> String {
+pub(crate) fn normalize_id(raw: &str, fallback: &str) -> String {
     let mut out = String::with_capacity(raw.len().min(MAX_NORMALIZED_ID_CHARS));
     let mut in_run = false;
     for c in raw.trim().chars().flat_map(char::to_lowercase) {
@@ -70,7 +70,7 @@ pub fn normalize_id(raw: &str, fallback: &str) -> String {
 }
 
 /// The channel name as used in keys: trimmed and lowercased, `unknown` when empty.
-pub fn channel_name(raw: &str) -> String {
+pub(crate) fn channel_name(raw: &str) -> String {
     let c = raw.trim().to_lowercase();
     if c.is_empty() {
         "unknown".into()
@@ -87,7 +87,7 @@ pub fn channel_name(raw: &str) -> String {
 /// the separators ` -.()`, with 7 to 15 digits. The result is `+` and the digits, so numbers
 /// are expected in international form (a leading `+` is added, no country code is guessed).
 /// Anything else (Signal UUIDs, group JIDs, user names) is kept as it is.
-pub fn peer_id(channel: &str, raw: &str) -> String {
+pub(crate) fn peer_id(channel: &str, raw: &str) -> String {
     let raw = raw.trim();
     let channel = channel.trim();
     if PHONE_CHANNELS
@@ -167,7 +167,7 @@ pub(crate) fn normalize_peer_entry(entry: &str) -> String {
 /// Checks `[session.identity_links]` and maps each normalised `peer` or `channel:peer` to its
 /// canonical name: an empty canonical name or peer, or a peer linked to two names, is an error.
 /// A plain function so that config validation can call it without building [`SessionKeys`].
-pub fn identity_links(
+pub(crate) fn identity_links(
     config: &BTreeMap<String, Vec<String>>,
 ) -> Result<HashMap<String, String>, ConfigError> {
     let mut links = HashMap::new();
@@ -342,7 +342,8 @@ pub(crate) fn key_part(id: &str) -> std::borrow::Cow<'_, str> {
 
 /// The session key of `msg` for `agent_id`, with every other `[session]` setting at its
 /// default (`dm_scope = "main"`, `scope = "per-sender"`, no identity links).
-pub fn session_key(agent_id: &str, msg: &InboundMessage) -> String {
+#[cfg(test)]
+pub(crate) fn session_key(agent_id: &str, msg: &InboundMessage) -> String {
     SessionKeys::for_agent(agent_id).key(msg)
 }
 
@@ -358,7 +359,7 @@ pub fn normalize_session_key(raw: &str) -> String {
 /// control characters) and of `%` itself is written `%xx` (lower-case hex), everything else
 /// is kept. `alice-oa` stays `alice-oa`; `CaseUser` becomes `%43ase%55ser`, apart from
 /// `caseuser`. Injective, and unchanged by [`normalize_session_key`].
-pub fn user_session_key(user: &str) -> String {
+pub(crate) fn user_session_key(user: &str) -> String {
     let mut out = String::with_capacity(user.len());
     for c in user.chars() {
         let keep = c != '%'

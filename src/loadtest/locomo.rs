@@ -128,10 +128,51 @@ pub fn parse_session_date(text: &str) -> Option<DateTime> {
     DateTime::new(year, month, day, h, m, 0, 0).ok()
 }
 
+/// Why a LoCoMo conversation file does not parse; each message starts with the
+/// conversation's name.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// Not JSON.
+    #[error("{name}: {source}")]
+    Json {
+        /// The conversation's name.
+        name: String,
+        /// The JSON error.
+        source: serde_json::Error,
+    },
+    /// A session whose `session_N_date_time` is missing or unreadable.
+    #[error("{name}: session_{session} has no readable date")]
+    NoDate {
+        /// The conversation's name.
+        name: String,
+        /// The session's number.
+        session: usize,
+    },
+    /// A session date that does not exist in the time zone.
+    #[error("{name}: session_{session}: {source}")]
+    Date {
+        /// The conversation's name.
+        name: String,
+        /// The session's number.
+        session: usize,
+        /// What the time zone said.
+        source: jiff::Error,
+    },
+    /// More than `MAX_TURNS` (10,000) turns.
+    #[error("{0}: more than {MAX_TURNS} turns")]
+    TooManyTurns(String),
+    /// No session with turns.
+    #[error("{0}: no session turns (not a LoCoMo conversation?)")]
+    NoTurns(String),
+}
+
 /// Parses one LoCoMo conversation (`name` labels it in the report); session dates are read
 /// in `zone`.
-pub fn parse(name: &str, json: &str, zone: &TimeZone) -> Result<Conversation, String> {
-    let root: Value = serde_json::from_str(json).map_err(|e| format!("{name}: {e}"))?;
+pub fn parse(name: &str, json: &str, zone: &TimeZone) -> Result<Conversation, ParseError> {
+    let root: Value = serde_json::from_str(json).map_err(|source| ParseError::Json {
+        name: name.to_string(),
+        source,
+    })?;
     // The release nests the sessions under `conversation`; the copies here are flat.
     let conv = root.get("conversation").unwrap_or(&root);
     let mut turns = Vec::new();
@@ -147,15 +188,20 @@ pub fn parse(name: &str, json: &str, zone: &TimeZone) -> Result<Conversation, St
             .get(format!("session_{n}_date_time"))
             .and_then(Value::as_str)
             .and_then(parse_session_date)
-            .ok_or_else(|| format!("{name}: session_{n} has no readable date"))?;
-        let start = zone
-            .to_timestamp(date)
-            .map_err(|e| format!("{name}: session_{n}: {e}"))?;
+            .ok_or_else(|| ParseError::NoDate {
+                name: name.to_string(),
+                session: n,
+            })?;
+        let start = zone.to_timestamp(date).map_err(|source| ParseError::Date {
+            name: name.to_string(),
+            session: n,
+            source,
+        })?;
         let start_ms = u64::try_from(start.as_millisecond()).unwrap_or(0);
         let first = turns.len();
         for (i, t) in list.iter().enumerate() {
             if turns.len() >= MAX_TURNS {
-                return Err(format!("{name}: more than {MAX_TURNS} turns"));
+                return Err(ParseError::TooManyTurns(name.to_string()));
             }
             let field = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or_default();
             let mut text = field("text").to_string();
@@ -185,9 +231,7 @@ pub fn parse(name: &str, json: &str, zone: &TimeZone) -> Result<Conversation, St
         sessions.push((first..turns.len(), observations));
     }
     if turns.is_empty() {
-        return Err(format!(
-            "{name}: no session turns (not a LoCoMo conversation?)"
-        ));
+        return Err(ParseError::NoTurns(name.to_string()));
     }
     let ids: HashSet<&str> = turns.iter().map(|t| t.id.as_str()).collect();
     let mut questions = Vec::new();

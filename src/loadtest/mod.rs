@@ -24,7 +24,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 pub use report::{Latency, Report};
 pub use target::{rss_of, HttpTarget, InProcessTarget, Outcome, Target};
-pub use timeline::{Point, Timeline, MAX_POINTS};
+pub use timeline::{Point, Timeline};
 
 use crate::inbound::{ChatKind, InboundMessage, Sender};
 

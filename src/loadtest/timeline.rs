@@ -10,7 +10,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 /// Most points a timeline holds (16 bytes each).
-pub const MAX_POINTS: usize = 20_000;
+pub(crate) const MAX_POINTS: usize = 20_000;
 
 /// One reply's latency at the moment its message was sent.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -25,24 +25,24 @@ use lru::LruCache;
 use crate::error::ModelError;
 
 /// Most models remembered; the least recently updated is forgotten first.
-pub const MAX_CALIBRATED_MODELS: usize = 256;
+pub(crate) const MAX_CALIBRATED_MODELS: usize = 256;
 
 /// Smallest ratio (server tokens per our token) believed.
-pub const MIN_RATIO: f64 = 0.5;
+pub(crate) const MIN_RATIO: f64 = 0.5;
 
 /// Largest ratio believed.
-pub const MAX_RATIO: f64 = 3.0;
+pub(crate) const MAX_RATIO: f64 = 3.0;
 
 /// Weight of a new sample in the smoothed ratio (exponential moving average).
-pub const RATIO_SMOOTHING: f64 = 0.3;
+pub(crate) const RATIO_SMOOTHING: f64 = 0.3;
 
 /// Prompts smaller than this (in our tokens) teach nothing about the ratio: the chat template's
 /// fixed overhead dominates them.
-pub const MIN_SAMPLE_TOKENS: u32 = 64;
+pub(crate) const MIN_SAMPLE_TOKENS: u32 = 64;
 
 /// Smallest context window (server tokens) an overflow error is believed to state. Below it
 /// the statement is ignored: believing it would starve every session of the model.
-pub const MIN_PLAUSIBLE_WINDOW: u32 = 256;
+pub(crate) const MIN_PLAUSIBLE_WINDOW: u32 = 256;
 
 /// What is known about one model.
 #[derive(Debug, Clone, Copy, PartialEq)]

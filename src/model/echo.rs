@@ -7,11 +7,11 @@ use super::{DeltaSink, Encoding, Model, ModelReply, ModelRequest, Role, TokenCou
 use crate::error::ModelError;
 
 /// Longest excerpt of the last message quoted in an echo reply.
-pub const ECHO_QUOTE_CHARS: usize = 200;
+pub(crate) const ECHO_QUOTE_CHARS: usize = 200;
 
 /// The deterministic built-in model.
 #[derive(Debug, Default, Clone)]
-pub struct EchoModel;
+pub(crate) struct EchoModel;
 
 impl Model for EchoModel {
     fn name(&self) -> &str {

@@ -24,17 +24,17 @@ use tokio::time::Instant;
 
 /// Ceiling of the adaptive concurrency limit (the largest `lanes.max_concurrent_turns`): in
 /// effect no limit until the provider first answers 429.
-pub const MAX_ADAPTIVE_CONCURRENCY: u32 = 100_000;
+pub(crate) const MAX_ADAPTIVE_CONCURRENCY: u32 = 100_000;
 
 /// The adaptive limit never falls below this: one request probes whether the quota is back.
-pub const MIN_ADAPTIVE_CONCURRENCY: u32 = 1;
+pub(crate) const MIN_ADAPTIVE_CONCURRENCY: u32 = 1;
 
 /// Share of the requests in flight the limit is cut to on a 429 (multiplicative decrease).
-pub const DECREASE_FACTOR: f64 = 0.5;
+pub(crate) const DECREASE_FACTOR: f64 = 0.5;
 
 /// Seconds of quota a rate bucket holds: a burst may use up to this much of a minute's
 /// allowance at once, the rest is spread over the minute.
-pub const RATE_BURST_SECONDS: u32 = 6;
+pub(crate) const RATE_BURST_SECONDS: u32 = 6;
 
 /// Shortest sleep for a rate bucket: rounding must not turn a wait into a busy loop.
 const MIN_RATE_WAIT: Duration = Duration::from_millis(1);
@@ -44,7 +44,7 @@ const MAX_RATE_WAIT: Duration = Duration::from_secs(60);
 
 /// What a [`ModelLimiter`] enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LimiterSettings {
+pub(crate) struct LimiterSettings {
     /// Requests per minute; 0 = no limit.
     pub requests_per_minute: u32,
     /// Tokens (prompt plus answer reserve) per minute; 0 = no limit.
@@ -208,13 +208,13 @@ struct Shared {
 
 /// One model's limiter. Clones share the same limits.
 #[derive(Debug, Clone)]
-pub struct ModelLimiter {
+pub(crate) struct ModelLimiter {
     shared: Arc<Shared>,
 }
 
 impl ModelLimiter {
     /// A limiter enforcing `settings`, with full rate buckets.
-    pub fn new(settings: LimiterSettings) -> Self {
+    pub(crate) fn new(settings: LimiterSettings) -> Self {
         let now = Instant::now();
         Self {
             shared: Arc::new(Shared {
@@ -242,7 +242,7 @@ impl ModelLimiter {
 
     /// Waits until a request costing `tokens` may be sent. Dropping the future gives up the
     /// wait; the permit must be held until the answer is read.
-    pub async fn acquire(&self, tokens: u64) -> LimiterPermit {
+    pub(crate) async fn acquire(&self, tokens: u64) -> LimiterPermit {
         loop {
             // Registered before the check, so a slot freed in between is not missed.
             let notified = self.shared.notify.notified();
@@ -266,17 +266,20 @@ impl ModelLimiter {
     }
 
     /// The adaptive concurrency limit now.
-    pub fn concurrency_limit(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn concurrency_limit(&self) -> u32 {
         self.state().limit as u32
     }
 
     /// Requests granted and not yet finished.
-    pub fn in_flight(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> u32 {
         self.state().in_flight
     }
 
     /// When requests may go again after a 429, if they are paused.
-    pub fn paused_until(&self) -> Option<Instant> {
+    #[cfg(test)]
+    pub(crate) fn paused_until(&self) -> Option<Instant> {
         self.state().paused_until.filter(|u| *u > Instant::now())
     }
 }
@@ -284,7 +287,7 @@ impl ModelLimiter {
 /// The right to send one request; tell it how the request ended, or drop it (nothing
 /// learned).
 #[derive(Debug)]
-pub struct LimiterPermit {
+pub(crate) struct LimiterPermit {
     limiter: ModelLimiter,
     epoch: u64,
     outcome: Outcome,
@@ -292,13 +295,13 @@ pub struct LimiterPermit {
 
 impl LimiterPermit {
     /// The request was answered: the limit may grow.
-    pub fn succeeded(mut self) {
+    pub(crate) fn succeeded(mut self) {
         self.outcome = Outcome::Success;
     }
 
     /// The provider answered 429, asking to wait `retry_after`: every request to the model
     /// pauses and the limit is cut.
-    pub fn rate_limited(mut self, retry_after: Option<Duration>) {
+    pub(crate) fn rate_limited(mut self, retry_after: Option<Duration>) {
         self.outcome = Outcome::RateLimited(retry_after);
     }
 }

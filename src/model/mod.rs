@@ -6,7 +6,7 @@
 mod calibration;
 mod echo;
 mod limiter;
-pub mod openai;
+pub(crate) mod openai;
 mod pretokenize;
 mod text;
 mod tokens;
@@ -14,22 +14,13 @@ mod tokens;
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 
-pub use calibration::{
-    Calibration, CalibrationStore, MAX_CALIBRATED_MODELS, MAX_RATIO, MIN_PLAUSIBLE_WINDOW,
-    MIN_RATIO, MIN_SAMPLE_TOKENS, RATIO_SMOOTHING,
-};
-pub use echo::{EchoModel, ECHO_QUOTE_CHARS};
-pub use limiter::{
-    LimiterPermit, LimiterSettings, ModelLimiter, DECREASE_FACTOR, MAX_ADAPTIVE_CONCURRENCY,
-    MIN_ADAPTIVE_CONCURRENCY, RATE_BURST_SECONDS,
-};
-pub use openai::{ApiKey, OpenAiModel, OpenAiSettings};
-pub use pretokenize::{PIECE_MEMO_ENTRIES, PIECE_MEMO_MAX_BYTES};
-pub use text::MessageText;
-pub use tokens::{
-    Encoding, TokenCounter, MAX_RUN_BYTES, MEMO_ENTRIES, MEMO_MAX_TEXT_BYTES,
-    MESSAGE_OVERHEAD_TOKENS,
-};
+pub(crate) use calibration::{CalibrationStore, MIN_PLAUSIBLE_WINDOW};
+pub(crate) use echo::EchoModel;
+pub(crate) use limiter::{LimiterSettings, ModelLimiter};
+pub(crate) use openai::{OpenAiModel, OpenAiSettings};
+pub(crate) use text::MessageText;
+pub(crate) use tokens::MESSAGE_OVERHEAD_TOKENS;
+pub use tokens::{Encoding, TokenCounter};
 
 use crate::error::ModelError;
 

@@ -19,10 +19,10 @@ use foldhash::HashMap;
 
 /// Pieces remembered per thread that counts tokens (about 256 KiB at most each); when full,
 /// the memo starts over.
-pub const PIECE_MEMO_ENTRIES: usize = 4_096;
+pub(crate) const PIECE_MEMO_ENTRIES: usize = 4_096;
 
 /// Longest piece remembered (longer ones are counted each time).
-pub const PIECE_MEMO_MAX_BYTES: usize = 24;
+pub(crate) const PIECE_MEMO_MAX_BYTES: usize = 24;
 
 thread_local! {
     static PIECES: RefCell<HashMap<Box<str>, u32>> = RefCell::new(HashMap::default());

@@ -14,17 +14,17 @@ use tiktoken_rs::CoreBPE;
 use super::pretokenize::cl100k_ascii_count;
 
 /// Longest run of whitespace or of non-whitespace encoded as one piece.
-pub const MAX_RUN_BYTES: usize = 256;
+pub(crate) const MAX_RUN_BYTES: usize = 256;
 
 /// Longest text [`TokenCounter::count_recurring`] remembers.
-pub const MEMO_MAX_TEXT_BYTES: usize = 512;
+pub(crate) const MEMO_MAX_TEXT_BYTES: usize = 512;
 
 /// Counts [`TokenCounter::count_recurring`] remembers per vocabulary; when full, it starts
 /// over (about 1.5 MiB at most).
-pub const MEMO_ENTRIES: usize = 16_384;
+pub(crate) const MEMO_ENTRIES: usize = 16_384;
 
 /// Tokens a chat message costs beyond its content (role and separators), as OpenAI counts.
-pub const MESSAGE_OVERHEAD_TOKENS: u32 = 4;
+pub(crate) const MESSAGE_OVERHEAD_TOKENS: u32 = 4;
 
 /// Which vocabulary to count with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,17 +34,15 @@ impl QueueItem for InboxItem {
 
 /// What the supervisor answers for an accepted message.
 #[derive(Debug)]
-pub struct Accepted {
+pub(crate) struct Accepted {
     /// The session the message was routed to.
     pub session_key: SessionKey,
-    /// The inbox sequence.
-    pub seq: u64,
     /// The group-commit ticket to wait on before acknowledging.
     pub ticket: u64,
 }
 
 /// What admission needs: the store, the config, session keys and preflight.
-pub struct Admitter {
+pub(crate) struct Admitter {
     store: Store,
     config: Arc<Config>,
     /// Session keys from `[session]`.
@@ -55,7 +53,7 @@ pub struct Admitter {
 
 impl Admitter {
     /// Admits into `store` with `[session]` keys and `preflight`.
-    pub fn new(
+    pub(crate) fn new(
         store: Store,
         config: Arc<Config>,
         keys: SessionKeys,
@@ -95,13 +93,16 @@ impl Admitter {
     }
 
     /// The queue policy of `item`'s channel.
-    pub fn queue_policy(&self, item: &InboxItem) -> QueuePolicy {
+    pub(crate) fn queue_policy(&self, item: &InboxItem) -> QueuePolicy {
         queue_policy(&self.config.queue, &item.record.message.channel)
     }
 
     /// Admits `event`: on success it is in the durable inbox (durable once `Accepted::ticket`
     /// commits) and goes to the lane of the returned key.
-    pub fn admit(&self, event: InboundEvent) -> Result<(SessionKey, InboxItem, Accepted), Refusal> {
+    pub(crate) fn admit(
+        &self,
+        event: InboundEvent,
+    ) -> Result<(SessionKey, InboxItem, Accepted), Refusal> {
         let store = &self.store;
         let explicit = event.session_key.is_some();
         let key: SessionKey = match &event.session_key {
@@ -193,7 +194,6 @@ impl Admitter {
         }
         let accepted = Accepted {
             session_key: key.clone(),
-            seq: item.seq,
             ticket,
         };
         Ok((key, item, accepted))
@@ -202,7 +202,7 @@ impl Admitter {
 
 /// The queue policy for messages of `channel`: `[queue]` with `[queue.by_channel.<channel>]`
 /// applied on top.
-pub fn queue_policy(config: &QueueConfig, channel: &str) -> QueuePolicy {
+pub(crate) fn queue_policy(config: &QueueConfig, channel: &str) -> QueuePolicy {
     let o = config.by_channel.get(channel);
     let mode = o.and_then(|o| o.mode).unwrap_or(config.mode);
     let drop = o.and_then(|o| o.drop).unwrap_or(config.drop);

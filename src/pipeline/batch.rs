@@ -8,10 +8,10 @@ use crate::context::QueueInfo;
 use crate::store::InboxItem;
 
 /// Longest line kept for a message the cap dropped (`drop = "summarize"`).
-pub const DROPPED_LINE_CHARS: usize = 160;
+pub(crate) const DROPPED_LINE_CHARS: usize = 160;
 
 /// The queue view of `batch` for assembly.
-pub fn queue_info(batch: &TurnBatch<InboxItem>) -> QueueInfo {
+pub(crate) fn queue_info(batch: &TurnBatch<InboxItem>) -> QueueInfo {
     let dropped: Vec<String> = match batch.drop_policy {
         DropPolicy::Summarize => batch.dropped.iter().map(dropped_line).collect(),
         DropPolicy::Oldest | DropPolicy::Newest => Vec::new(),

@@ -22,9 +22,9 @@ use crate::metrics;
 use crate::store::Store;
 
 /// Longest a turn (hard overflow) or an operator (manual) waits for a compaction.
-pub const COMPACTION_WAIT: Duration = Duration::from_secs(300);
+pub(crate) const COMPACTION_WAIT: Duration = Duration::from_secs(300);
 /// Compactions a turn asks for after overflow errors before it answers with an error.
-pub const MAX_OVERFLOW_COMPACTIONS: u32 = 3;
+pub(crate) const MAX_OVERFLOW_COMPACTIONS: u32 = 3;
 
 /// Runs compactions for the Compactor actor.
 struct CompactionWorker {
@@ -61,7 +61,7 @@ impl CompactionWork for CompactionWorker {
 
 /// The turn's and the operator's side of compaction: asks the Compactor actor by message.
 #[derive(Clone)]
-pub struct Compaction {
+pub(crate) struct Compaction {
     handle: CompactorHandle,
     context: Arc<ContextEngine>,
     config: Arc<Config>,
@@ -69,7 +69,7 @@ pub struct Compaction {
 
 impl Compaction {
     /// Starts the Compactor actor over `store`.
-    pub async fn start(
+    pub(crate) async fn start(
         config: &Arc<Config>,
         store: &Store,
         context: &Arc<ContextEngine>,
@@ -100,7 +100,7 @@ impl Compaction {
     /// Asks for a background compaction when `history_tokens` passed the soft threshold, or
     /// (group and channel chats, whose window is short and full of chatter) when the turn's
     /// window left stored history out; the caller (the lane) does not wait.
-    pub fn maybe_compact(&self, session_key: &str, history_tokens: u64, window_full: bool) {
+    pub(crate) fn maybe_compact(&self, session_key: &str, history_tokens: u64, window_full: bool) {
         let threshold = history_budget(&self.context, session_key) as f64
             * self.config.compaction.soft_threshold;
         let group = chat_kind_of_key(session_key) != ChatKind::Direct;
@@ -112,13 +112,13 @@ impl Compaction {
     }
 
     /// Asks for a background compaction of the span a TTL `keep: summary` rule left out.
-    pub fn compact_ttl_span(&self, session_key: &str, up_to_seq: u64) {
+    pub(crate) fn compact_ttl_span(&self, session_key: &str, up_to_seq: u64) {
         self.handle
             .request(Arc::from(session_key), CompactionReason::Ttl { up_to_seq });
     }
 
     /// Compacts `session_key` and waits for it (hard overflow, manual).
-    pub async fn compact_now(
+    pub(crate) async fn compact_now(
         &self,
         session_key: &str,
         reason: CompactionReason,
@@ -130,7 +130,7 @@ impl Compaction {
     }
 
     /// Stops the Compactor actor (at shutdown).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.handle.stop();
     }
 }

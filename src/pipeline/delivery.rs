@@ -15,7 +15,7 @@ use crate::store::{Committed, InboxItem, Store, TranscriptEntry, TurnCommit, Tur
 
 /// What the reply says about how it was made, beside its text.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReplyMeta {
+pub(crate) struct ReplyMeta {
     /// Token counts of the answer.
     pub usage: Option<ReplyUsage>,
     /// Why the model stopped.
@@ -27,7 +27,7 @@ pub struct ReplyMeta {
 }
 
 /// What delivering a turn needs; owned by the turn engine.
-pub struct Delivery {
+pub(crate) struct Delivery {
     store: Store,
     /// Groups concurrent turn commits into one transaction.
     committer: TurnCommitter,
@@ -41,7 +41,7 @@ pub struct Delivery {
 impl Delivery {
     /// Delivers through `replies`, committing to `store`; `compaction` hears how long the
     /// history grew.
-    pub fn new(
+    pub(crate) fn new(
         store: Store,
         context: Arc<ContextEngine>,
         replies: Arc<ReplyHub>,
@@ -59,13 +59,13 @@ impl Delivery {
     }
 
     /// A cluster node's replication slot.
-    pub fn replication(&self) -> &ReplicationSlot {
+    pub(crate) fn replication(&self) -> &ReplicationSlot {
         &self.replication
     }
 
     /// Consumes `batch`'s inbox items here without answering them: the turn belongs to another
     /// node, whose copy of the partition's inbox still holds the messages.
-    pub async fn forget(&self, session_key: &str, batch: &[InboxItem]) -> Result<(), Error> {
+    pub(crate) async fn forget(&self, session_key: &str, batch: &[InboxItem]) -> Result<(), Error> {
         tracing::debug!(
             session_key,
             items = batch.len(),
@@ -90,7 +90,7 @@ impl Delivery {
     /// Commits the turn (entries, consumption of `batch`'s inbox items) in one transaction,
     /// waits until it is durable, then publishes the reply. The chat messages were recorded at
     /// admission. `window_full`: the turn's history window left stored entries out.
-    pub async fn deliver(
+    pub(crate) async fn deliver(
         &self,
         session_key: &str,
         batch: &[InboxItem],
@@ -116,7 +116,7 @@ impl Delivery {
     /// Like [`Delivery::deliver`] for a turn that stopped at calls of client-side tools: the
     /// entries end with the `tool_call` entries, and the published reply carries `calls` (its
     /// text is the model's text beside them). The client's tool results continue the turn.
-    pub async fn deliver_tool_calls(
+    pub(crate) async fn deliver_tool_calls(
         &self,
         session_key: &str,
         batch: &[InboxItem],

@@ -6,10 +6,10 @@ use crate::error::{Error, ModelError};
 use crate::replies::ReplyErrorKind;
 
 /// What replaces a URL in an error text.
-pub const URL_PLACEHOLDER: &str = "<url>";
+pub(crate) const URL_PLACEHOLDER: &str = "<url>";
 
 /// The kind of `error`, for the notice answering the turn.
-pub fn failure_kind(error: &Error) -> ReplyErrorKind {
+pub(crate) fn failure_kind(error: &Error) -> ReplyErrorKind {
     match error {
         Error::Model(ModelError::Transport(text)) if text.starts_with("timed out") => {
             ReplyErrorKind::Timeout
@@ -22,7 +22,7 @@ pub fn failure_kind(error: &Error) -> ReplyErrorKind {
 
 /// `text` with every `http://…` and `https://…` replaced by [`URL_PLACEHOLDER`]; a URL ends at
 /// whitespace, a quote, a bracket or a closing parenthesis.
-pub fn strip_urls(text: &str) -> String {
+pub(crate) fn strip_urls(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = find_url(rest) {

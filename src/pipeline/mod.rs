@@ -28,15 +28,15 @@
 //! ([`TurnEngine::run`]), [`delivery`] ([`Delivery::deliver`]). The actors reach them only
 //! through [`TurnBackend`], the domain's implementation of their [`Backend`] trait.
 
-pub mod admission;
+pub(crate) mod admission;
 mod batch;
 mod compaction;
-pub mod delivery;
-pub mod failure;
-pub mod replication;
-pub mod requests;
+pub(crate) mod delivery;
+pub(crate) mod failure;
+pub(crate) mod replication;
+pub(crate) mod requests;
 mod running;
-pub mod turn;
+pub(crate) mod turn;
 
 use std::sync::Arc;
 
@@ -46,23 +46,21 @@ use turnstile_actors::{
     TurnControl, TurnError, TurnFailure, TurnReport,
 };
 
-pub use admission::{queue_policy, Accepted, Admitter};
-pub use batch::{queue_info, DROPPED_LINE_CHARS};
-pub use compaction::{Compaction, COMPACTION_WAIT, MAX_OVERFLOW_COMPACTIONS};
-pub use delivery::{Delivery, ReplyMeta};
-pub use replication::{ReplicatedTurn, Replication, ReplicationError, ReplicationSlot};
-pub use requests::{
-    ClientToolResult, RequestExtras, Requests, MAX_RECENT_REQUESTS, RECENT_REQUEST_TTL_MS,
-};
+pub(crate) use admission::{Accepted, Admitter};
+pub(crate) use compaction::Compaction;
+#[cfg(feature = "cluster")]
+pub(crate) use replication::ReplicationError;
+pub(crate) use replication::{ReplicatedTurn, Replication, ReplicationSlot};
+pub(crate) use requests::{ClientToolResult, RequestExtras, Requests};
 pub(crate) use running::RunningTurns;
-pub use turn::TurnEngine;
+pub(crate) use turn::TurnEngine;
 
 use crate::inbound::{InboundEvent, Preflight, Refusal};
 use crate::metrics;
 use crate::store::{InboxItem, Store};
 
 /// The production backend: the actors' seam into the three stages.
-pub struct TurnBackend {
+pub(crate) struct TurnBackend {
     admitter: Admitter,
     engine: Arc<TurnEngine>,
     store: Store,

@@ -14,7 +14,7 @@ use crate::store::{ReplicaMarks, TranscriptEntry};
 /// A turn as its partition's changelog carries it: what every node applies to its copy of the
 /// session, and the reply it hands to whoever waits for it there.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplicatedTurn {
+pub(crate) struct ReplicatedTurn {
     /// The session.
     pub session_key: String,
     /// The entries the turn appends, in order.
@@ -25,10 +25,11 @@ pub struct ReplicatedTurn {
 
 /// Why a turn could not be appended.
 #[derive(Debug, thiserror::Error)]
-pub enum ReplicationError {
+pub(crate) enum ReplicationError {
     /// This node does not own the session's partition (any more): the turn must not commit,
     /// and its messages are left to the owner.
     #[error("partition {partition} is not owned by this node")]
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Fenced {
         /// The session's partition.
         partition: u32,
@@ -39,7 +40,7 @@ pub enum ReplicationError {
 }
 
 /// Where a clustered node's turns go before they commit locally.
-pub trait Replication: Send + Sync + 'static {
+pub(crate) trait Replication: Send + Sync + 'static {
     /// Whether this node owns `session_key`'s partition now (checked before a turn calls the
     /// model; the append itself is the fence).
     fn owns(&self, session_key: &str) -> bool;
@@ -55,14 +56,14 @@ pub trait Replication: Send + Sync + 'static {
 /// The replication a delivery uses: none for a single node; for a cluster node, installed by
 /// the cluster layer once it runs. Until then a cluster node owns nothing.
 #[derive(Default)]
-pub struct ReplicationSlot {
+pub(crate) struct ReplicationSlot {
     clustered: bool,
     installed: OnceLock<Arc<dyn Replication>>,
 }
 
 impl ReplicationSlot {
     /// The slot of a node that is (`clustered`) or is not part of a cluster.
-    pub fn new(clustered: bool) -> Self {
+    pub(crate) fn new(clustered: bool) -> Self {
         Self {
             clustered,
             installed: OnceLock::new(),
@@ -70,12 +71,13 @@ impl ReplicationSlot {
     }
 
     /// Installs the cluster's replication; `false` if one was installed before.
-    pub fn install(&self, replication: Arc<dyn Replication>) -> bool {
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn install(&self, replication: Arc<dyn Replication>) -> bool {
         self.installed.set(replication).is_ok()
     }
 
     /// `None` for a single node; for a cluster node, its replication (`Err` until installed).
-    pub fn get(&self) -> Option<Result<&Arc<dyn Replication>, ReplicationError>> {
+    pub(crate) fn get(&self) -> Option<Result<&Arc<dyn Replication>, ReplicationError>> {
         if !self.clustered {
             return None;
         }
@@ -85,7 +87,7 @@ impl ReplicationSlot {
     }
 
     /// Whether this node may run turns of `session_key`: always for a single node.
-    pub fn owns(&self, session_key: &str) -> bool {
+    pub(crate) fn owns(&self, session_key: &str) -> bool {
         match self.get() {
             None => true,
             Some(Ok(r)) => r.owns(session_key),

@@ -13,15 +13,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::model::{ChatMessage, RequestParams, Role, ToolSpec};
 
 /// Most requests remembered in each map; the oldest is forgotten first.
-pub const MAX_RECENT_REQUESTS: usize = 4_096;
+pub(crate) const MAX_RECENT_REQUESTS: usize = 4_096;
 
 /// How long a request is remembered, in ms: past the longest default reply wait
 /// (`[server] reply_timeout_ms`) plus the official clients' retry back-off.
-pub const RECENT_REQUEST_TTL_MS: u64 = 15 * 60 * 1_000;
+pub(crate) const RECENT_REQUEST_TTL_MS: u64 = 15 * 60 * 1_000;
 
 /// A client tool's result, sent as a `role: "tool"` message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientToolResult {
+pub(crate) struct ClientToolResult {
     /// The call it answers.
     pub call_id: String,
     /// Its text.
@@ -30,7 +30,7 @@ pub struct ClientToolResult {
 
 /// What one request asks of its turn.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct RequestExtras {
+pub(crate) struct RequestExtras {
     /// Forwarded to the model.
     pub params: RequestParams,
     /// Tools the client runs itself; calls of them end the turn with `tool_calls`.
@@ -41,7 +41,7 @@ pub struct RequestExtras {
 
 impl RequestExtras {
     /// True when the request asks nothing beyond its text.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         *self == Self::default()
     }
 }
@@ -49,7 +49,7 @@ impl RequestExtras {
 /// Keys to values, forgotten after `ttl_ms` or when more than `capacity` are held (oldest
 /// first). Entries are inserted in time order, so the front of the queue is the oldest.
 #[derive(Debug)]
-pub struct RecentMap<V> {
+pub(crate) struct RecentMap<V> {
     inner: Mutex<Recent<V>>,
     capacity: usize,
     ttl_ms: u64,
@@ -63,7 +63,7 @@ struct Recent<V> {
 
 impl<V: Clone> RecentMap<V> {
     /// An empty map of at most `capacity` entries, each kept `ttl_ms`.
-    pub fn new(capacity: usize, ttl_ms: u64) -> Self {
+    pub(crate) fn new(capacity: usize, ttl_ms: u64) -> Self {
         Self {
             inner: Mutex::new(Recent {
                 values: HashMap::new(),
@@ -80,7 +80,7 @@ impl<V: Clone> RecentMap<V> {
     }
 
     /// Remembers `value` under `key` from `now_ms` on.
-    pub fn insert(&self, key: &str, value: V, now_ms: u64) {
+    pub(crate) fn insert(&self, key: &str, value: V, now_ms: u64) {
         let mut r = self.lock();
         self.expire_locked(&mut r, now_ms);
         r.values.insert(key.to_string(), (value, now_ms));
@@ -107,27 +107,23 @@ impl<V: Clone> RecentMap<V> {
     }
 
     /// The value under `key`, if remembered and not expired at `now_ms`.
-    pub fn get(&self, key: &str, now_ms: u64) -> Option<V> {
+    pub(crate) fn get(&self, key: &str, now_ms: u64) -> Option<V> {
         let mut r = self.lock();
         self.expire_locked(&mut r, now_ms);
         r.values.get(key).map(|(v, _)| v.clone())
     }
 
     /// How many entries are held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.lock().values.len()
-    }
-
-    /// True when nothing is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
 /// The requests the OpenAI-compatible endpoint handed to turns, shared by the server and the
 /// turn engine.
 #[derive(Debug)]
-pub struct Requests {
+pub(crate) struct Requests {
     /// Message id → what its request asks of the turn.
     extras: RecentMap<Arc<RequestExtras>>,
     /// Session and request fingerprint → message id, for retries without an idempotency key.
@@ -145,25 +141,25 @@ impl Default for Requests {
 
 impl Requests {
     /// Remembers what the request of `message_id` asks (nothing is kept for a plain one).
-    pub fn set_extras(&self, message_id: &str, extras: RequestExtras, now_ms: u64) {
+    pub(crate) fn set_extras(&self, message_id: &str, extras: RequestExtras, now_ms: u64) {
         if !extras.is_empty() {
             self.extras.insert(message_id, Arc::new(extras), now_ms);
         }
     }
 
     /// What the request of `message_id` asked, if it is still remembered.
-    pub fn extras(&self, message_id: &str, now_ms: u64) -> Option<Arc<RequestExtras>> {
+    pub(crate) fn extras(&self, message_id: &str, now_ms: u64) -> Option<Arc<RequestExtras>> {
         self.extras.get(message_id, now_ms)
     }
 
     /// Remembers that the request with `fingerprint` became `message_id`.
-    pub fn remember_attempt(&self, fingerprint: &str, message_id: &str, now_ms: u64) {
+    pub(crate) fn remember_attempt(&self, fingerprint: &str, message_id: &str, now_ms: u64) {
         self.retries
             .insert(fingerprint, message_id.to_string(), now_ms);
     }
 
     /// The message id of an earlier request with `fingerprint`.
-    pub fn earlier_attempt(&self, fingerprint: &str, now_ms: u64) -> Option<String> {
+    pub(crate) fn earlier_attempt(&self, fingerprint: &str, now_ms: u64) -> Option<String> {
         self.retries.get(fingerprint, now_ms)
     }
 }
@@ -172,7 +168,10 @@ impl Requests {
 /// the placeholder the context's pairing repair put in for the missing one, or follows its
 /// call's run of tool messages. A result whose call is not in context is dropped (the pairing
 /// repair before the model call would drop it anyway). Returns how many were placed.
-pub fn place_tool_results(messages: &mut Vec<ChatMessage>, results: &[ClientToolResult]) -> usize {
+pub(crate) fn place_tool_results(
+    messages: &mut Vec<ChatMessage>,
+    results: &[ClientToolResult],
+) -> usize {
     let mut placed = 0;
     for result in results {
         let id = Some(result.call_id.as_str());

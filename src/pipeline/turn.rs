@@ -60,7 +60,7 @@ fn split_tool_results(
 }
 
 /// Everything a turn needs; shared by all lanes.
-pub struct TurnEngine {
+pub(crate) struct TurnEngine {
     store: Store,
     model: Arc<dyn Model>,
     tokens: TokenCounter,
@@ -86,11 +86,11 @@ pub struct TurnEngine {
 
 /// Most sessions whose failed turn's kind is remembered for its notice; past it, a notice says
 /// `internal`. A failing session holds an entry only between its failure and its retry's end.
-pub const MAX_REMEMBERED_FAILURES: usize = 10_000;
+pub(crate) const MAX_REMEMBERED_FAILURES: usize = 10_000;
 
 /// Most text deltas of one model call buffered between the model client and the fan-out; the
 /// fan-out never waits, so this only smooths bursts.
-pub const MODEL_DELTA_BUFFER: usize = 32;
+pub(crate) const MODEL_DELTA_BUFFER: usize = 32;
 
 /// A failed step of a turn, as the lane sees it.
 fn failed(e: Error) -> TurnError {
@@ -123,7 +123,7 @@ struct Turn<'a> {
 
 impl TurnEngine {
     /// An engine answering with `model` and publishing through `replies`.
-    pub fn new(
+    pub(crate) fn new(
         config: Arc<Config>,
         store: Store,
         model: Arc<dyn Model>,
@@ -155,12 +155,12 @@ impl TurnEngine {
     }
 
     /// A cluster node's changelog seam (see [`super::ReplicationSlot`]).
-    pub fn replication(&self) -> &super::ReplicationSlot {
+    pub(crate) fn replication(&self) -> &super::ReplicationSlot {
         self.delivery.replication()
     }
 
     /// Consumes `batch` here without answering it (its session belongs to another node).
-    pub async fn forget(
+    pub(crate) async fn forget(
         &self,
         session_key: &str,
         batch: &TurnBatch<InboxItem>,
@@ -170,7 +170,7 @@ impl TurnEngine {
     }
 
     /// What OpenAI-compatible requests ask of their turns.
-    pub fn requests(&self) -> &Arc<Requests> {
+    pub(crate) fn requests(&self) -> &Arc<Requests> {
         &self.requests
     }
 
@@ -184,19 +184,19 @@ impl TurnEngine {
     }
 
     /// The context engine (its cache figures, invalidation).
-    pub fn context(&self) -> &ContextEngine {
+    pub(crate) fn context(&self) -> &ContextEngine {
         &self.context
     }
 
     /// The Compactor actor's side (manual compaction, shutdown).
-    pub fn compaction(&self) -> &Compaction {
+    pub(crate) fn compaction(&self) -> &Compaction {
         &self.compaction
     }
 
     /// Assembles the context for `session_key` around `current` (empty: what the next turn
     /// would see without a new message), reading only as much history as the policy and the
     /// budget can use; cached for the next ask.
-    pub fn assemble(
+    pub(crate) fn assemble(
         &self,
         session_key: &str,
         current: &[CurrentMessage],
@@ -249,7 +249,7 @@ impl TurnEngine {
     /// rounds between them), compact and start over while the model finds the prompt too long,
     /// then commit. Cancellation (interrupt mode) aborts the model call and commits nothing;
     /// messages steered in between tool rounds are answered and consumed with the turn.
-    pub async fn run(
+    pub(crate) async fn run(
         &self,
         session_key: &str,
         batch: &TurnBatch<InboxItem>,
@@ -416,7 +416,7 @@ impl TurnEngine {
     }
 
     /// Answers a turn that failed past its retries with an error notice and consumes its items.
-    pub async fn abandon(
+    pub(crate) async fn abandon(
         &self,
         session_key: &str,
         batch: &TurnBatch<InboxItem>,

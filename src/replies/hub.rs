@@ -103,11 +103,11 @@ pub struct Delta {
 }
 
 /// Most deltas `/v1/events` subscribers may lag behind before they miss some.
-pub const DELTA_STREAM_BUFFER: usize = 256;
+pub(crate) const DELTA_STREAM_BUFFER: usize = 256;
 
 /// Most deltas queued for one waiting request (a streaming OpenAI client) before it misses
 /// some; it still gets the whole text with the final reply.
-pub const DELTA_WAITER_BUFFER: usize = 64;
+pub(crate) const DELTA_WAITER_BUFFER: usize = 64;
 
 /// Where a reply goes back to: the chat of the newest message it answers. Channels that push
 /// replies to a platform (Telegram, callbacks) read it; the channel router picks the channel by
@@ -151,7 +151,7 @@ type Waiting = (u64, oneshot::Sender<Arc<Reply>>);
 type DeltaWaiting = (u64, mpsc::Sender<Arc<Delta>>);
 
 /// Fan-out of replies.
-pub struct ReplyHub {
+pub(crate) struct ReplyHub {
     stream: broadcast::Sender<Arc<Reply>>,
     /// Waiters per message id: a retried request waits beside the original one.
     waiters: DashMap<String, Vec<Waiting>>,
@@ -238,7 +238,7 @@ impl Drop for DeltaWatch {
 
 /// The deltas of one model call sequence (one turn) on their way to whoever watches; made by
 /// [`ReplyHub::delta_fanout`] only when someone does.
-pub struct DeltaFanout<'a> {
+pub(crate) struct DeltaFanout<'a> {
     hub: &'a ReplyHub,
     session_key: String,
     in_reply_to: Vec<String>,
@@ -249,7 +249,7 @@ pub struct DeltaFanout<'a> {
 
 impl DeltaFanout<'_> {
     /// Sends `text` on; never waits (full queues drop it).
-    pub fn send(&mut self, text: String) {
+    pub(crate) fn send(&mut self, text: String) {
         if text.is_empty() {
             return;
         }
@@ -274,14 +274,14 @@ impl DeltaFanout<'_> {
     }
 
     /// The next model call starts (after a tool round): its text starts afresh.
-    pub fn next_round(&mut self) {
+    pub(crate) fn next_round(&mut self) {
         self.round += 1;
     }
 }
 
 impl ReplyHub {
     /// A hub whose subscribers each buffer up to `buffer` replies.
-    pub fn new(buffer: usize) -> Self {
+    pub(crate) fn new(buffer: usize) -> Self {
         let (stream, _) = broadcast::channel(buffer.max(1));
         let (delta_stream, _) = broadcast::channel(DELTA_STREAM_BUFFER);
         Self {
@@ -299,20 +299,20 @@ impl ReplyHub {
     /// than [`DELTA_STREAM_BUFFER`] behind misses some; replies are unaffected). A turn
     /// streams when a streaming request or channel waits for it, or while a [`DeltaWatch`]
     /// is held.
-    pub fn subscribe_deltas(&self) -> broadcast::Receiver<Arc<Delta>> {
+    pub(crate) fn subscribe_deltas(&self) -> broadcast::Receiver<Arc<Delta>> {
         self.delta_stream.subscribe()
     }
 
     /// Makes every turn stream while the guard lives (a subscriber asked for all deltas).
     /// Plain subscribers do not: a dashboard watching replies must not make every turn pay
     /// for streaming.
-    pub fn watch_deltas(self: &Arc<Self>) -> DeltaWatch {
+    pub(crate) fn watch_deltas(self: &Arc<Self>) -> DeltaWatch {
         self.delta_watchers.fetch_add(1, Ordering::Relaxed);
         DeltaWatch(Arc::clone(self))
     }
 
     /// Like [`ReplyHub::wait_for`], also hearing the reply's deltas while it streams.
-    pub fn wait_streaming(&self, message_id: &str) -> ReplyWaiter<'_> {
+    pub(crate) fn wait_streaming(&self, message_id: &str) -> ReplyWaiter<'_> {
         let mut waiter = self.wait_for(message_id);
         let (tx, rx) = mpsc::channel(DELTA_WAITER_BUFFER);
         self.delta_waiters
@@ -327,7 +327,11 @@ impl ReplyHub {
     /// them (no [`DeltaWatch`], no streaming waiter of these messages, no channel
     /// taking deltas for the batch's platform): then the turn calls the model without
     /// streaming, and this check allocates nothing.
-    pub fn delta_fanout(&self, session_key: &str, batch: &[InboxItem]) -> Option<DeltaFanout<'_>> {
+    pub(crate) fn delta_fanout(
+        &self,
+        session_key: &str,
+        batch: &[InboxItem],
+    ) -> Option<DeltaFanout<'_>> {
         let watched = self.delta_watchers.load(Ordering::Relaxed) > 0
             || batch.iter().any(|i| {
                 self.delta_waiters
@@ -351,12 +355,12 @@ impl ReplyHub {
 
     /// Subscribes to every reply from now on. A subscriber more than the buffer behind misses
     /// replies (they stay readable in the transcript).
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Reply>> {
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<Reply>> {
         self.stream.subscribe()
     }
 
     /// Registers interest in the reply to `message_id`; register before submitting.
-    pub fn wait_for(&self, message_id: &str) -> ReplyWaiter<'_> {
+    pub(crate) fn wait_for(&self, message_id: &str) -> ReplyWaiter<'_> {
         let (tx, rx) = oneshot::channel();
         let token = self.next_waiter.fetch_add(1, Ordering::Relaxed);
         self.waiters
@@ -373,25 +377,26 @@ impl ReplyHub {
     }
 
     /// Stops every pending waiter (they see `None`); used at shutdown.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.waiters.clear();
         self.delta_waiters.clear();
         self.router.clear();
     }
 
     /// The channels replies are pushed to.
-    pub fn router(&self) -> &ChannelRouter {
+    pub(crate) fn router(&self) -> &ChannelRouter {
         &self.router
     }
 
     /// Publishes a reply.
-    pub fn publish(&self, reply: Reply) {
+    pub(crate) fn publish(&self, reply: Reply) {
         self.publish_to(reply, true);
     }
 
     /// Publishes a reply another cluster node made: its waiters and the stream hear it, the
     /// platform channels do not (the node that made it delivered it there).
-    pub fn publish_remote(&self, reply: Reply) {
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn publish_remote(&self, reply: Reply) {
         self.publish_to(reply, false);
     }
 

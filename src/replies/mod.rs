@@ -6,7 +6,7 @@ mod hub;
 mod router;
 
 pub use hub::{
-    Delta, DeltaFanout, DeltaWatch, Heard, Reply, ReplyErrorKind, ReplyHub, ReplyRoute, ReplyUsage,
-    ReplyWaiter, DELTA_STREAM_BUFFER, DELTA_WAITER_BUFFER,
+    Delta, DeltaWatch, Heard, Reply, ReplyErrorKind, ReplyRoute, ReplyUsage, ReplyWaiter,
 };
-pub use router::{ChannelRouter, ReplySink, Serves};
+pub(crate) use hub::{DeltaFanout, ReplyHub};
+pub(crate) use router::{ReplySink, Serves};

@@ -13,7 +13,7 @@ use crate::metrics;
 
 /// Something that takes a reply for delivery without waiting for it (a channel actor's
 /// mailbox). Implemented for every started channel by `Runtime::add_channel`.
-pub trait ReplySink: Send + Sync + 'static {
+pub(crate) trait ReplySink: Send + Sync + 'static {
     /// The channel's name (metrics, logs).
     fn name(&self) -> &str;
     /// Hands the reply over; delivery (and its retries) happens elsewhere. Fails only when the
@@ -45,14 +45,14 @@ struct Routes {
 
 /// Reply routes by message channel. Written when channels start, read per reply.
 #[derive(Default)]
-pub struct ChannelRouter {
+pub(crate) struct ChannelRouter {
     routes: RwLock<Routes>,
 }
 
 impl ChannelRouter {
     /// Routes the replies `serves` names to `sink`. Two channels claiming the same name, or two
     /// fallbacks, are a configuration error.
-    pub fn add(&self, sink: Arc<dyn ReplySink>, serves: Serves) -> Result<(), ConfigError> {
+    pub(crate) fn add(&self, sink: Arc<dyn ReplySink>, serves: Serves) -> Result<(), ConfigError> {
         let mut routes = self
             .routes
             .write()
@@ -97,7 +97,7 @@ impl ChannelRouter {
     }
 
     /// Whether the channel serving replies to messages of `channel` takes deltas.
-    pub fn wants_deltas(&self, channel: &str) -> bool {
+    pub(crate) fn wants_deltas(&self, channel: &str) -> bool {
         match self.routes.read() {
             Ok(routes) => routes
                 .named
@@ -109,7 +109,7 @@ impl ChannelRouter {
     }
 
     /// Hands `delta` to the channel serving `route`, if it takes deltas.
-    pub fn route_delta(&self, route: Option<&ReplyRoute>, delta: &Arc<Delta>) {
+    pub(crate) fn route_delta(&self, route: Option<&ReplyRoute>, delta: &Arc<Delta>) {
         let Some(route) = route else { return };
         if let Some(sink) = self.sink(route) {
             if sink.wants_deltas() {
@@ -119,7 +119,7 @@ impl ChannelRouter {
     }
 
     /// Hands `reply` to the channel serving its route, if any.
-    pub fn route(&self, reply: &Arc<Reply>) {
+    pub(crate) fn route(&self, reply: &Arc<Reply>) {
         let Some(route) = &reply.route else { return };
         let Some(sink) = self.sink(route) else { return };
         if let Err(error) = sink.deliver(Arc::clone(reply)) {
@@ -134,7 +134,7 @@ impl ChannelRouter {
     }
 
     /// Forgets every route (at shutdown, so channel actors can stop).
-    pub fn clear(&self) {
+    pub(crate) fn clear(&self) {
         if let Ok(mut routes) = self.routes.write() {
             *routes = Routes::default();
         }

@@ -11,7 +11,7 @@ use crate::replies::Reply;
 /// The channel behind the HTTP API and the embedding API. API clients read replies from the
 /// reply hub (`/v1/events`, reply waiters, subscriptions), so there is nothing to push.
 #[derive(Debug, Default)]
-pub struct ApiChannel;
+pub(crate) struct ApiChannel;
 
 impl Channel for ApiChannel {
     type Reply = Arc<Reply>;

@@ -24,12 +24,12 @@ use turnstile_actors::{Channel, ChannelHandle, JanitorHandle, JanitorStatus, Sup
 
 use ports::ChannelTasks;
 
-pub use api_channel::ApiChannel;
+pub(crate) use api_channel::ApiChannel;
 pub use builder::RuntimeBuilder;
 pub use ops::{Compacted, Deleted, Stats};
 pub use ports::{ChannelPort, DeltaTaker};
-pub use replica::Ingress;
-pub use requests::{StoredAnswer, MAX_ANSWER_SCAN};
+pub(crate) use replica::Ingress;
+pub(crate) use requests::StoredAnswer;
 
 use crate::clock::now_ms;
 use crate::config::Config;
@@ -214,7 +214,7 @@ impl Runtime {
 
     /// Like [`Runtime::submit`], but into the session `session_key` instead of the one derived
     /// from the message.
-    pub async fn submit_to(
+    pub(crate) async fn submit_to(
         &self,
         message: InboundMessage,
         session_key: Option<String>,
@@ -528,7 +528,7 @@ impl Runtime {
     }
 
     /// Why the store cannot serve writes now (disk full, damaged), or `None`.
-    pub fn store_not_ready(&self) -> Option<String> {
+    pub(crate) fn store_not_ready(&self) -> Option<String> {
         self.inner.store.not_ready_reason()
     }
 

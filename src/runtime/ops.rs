@@ -162,7 +162,7 @@ impl Runtime {
     }
 
     /// Samples the gauges `/metrics` shows (disk, sessions, lanes, inbox depth).
-    pub fn sample_gauges(&self) {
+    pub(crate) fn sample_gauges(&self) {
         let store = &self.inner.store;
         metrics::runtime_gauges(metrics::RuntimeGauges {
             disk_bytes: data_dir_bytes(store),

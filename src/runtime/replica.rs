@@ -17,7 +17,7 @@ use crate::store::{ReplicaMarks, TurnCommit};
 
 /// Where a cluster node puts the messages it accepts: the partition's replicated inbox. `Ok`
 /// only once that inbox acknowledged the message (it is then as durable as the cluster).
-pub trait Ingress: Send + Sync + 'static {
+pub(crate) trait Ingress: Send + Sync + 'static {
     /// Publishes `event` (validated) for the session `session_key`.
     fn publish<'a>(
         &'a self,
@@ -26,6 +26,7 @@ pub trait Ingress: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), Refusal>>;
 }
 
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 impl Runtime {
     /// Whether this runtime was configured as a cluster node (`[cluster]`).
     pub fn is_clustered(&self) -> bool {
@@ -34,7 +35,7 @@ impl Runtime {
 
     /// Installs the cluster layer's ingress and changelog; a cluster node accepts and answers
     /// nothing before. Errs if already installed or not a cluster node.
-    pub fn install_cluster(
+    pub(crate) fn install_cluster(
         &self,
         ingress: Arc<dyn Ingress>,
         replication: Arc<dyn Replication>,
@@ -55,7 +56,7 @@ impl Runtime {
     }
 
     /// The session `event` goes to (its explicit key, else the one derived from it).
-    pub fn session_key_of(&self, event: &InboundEvent) -> String {
+    pub(crate) fn session_key_of(&self, event: &InboundEvent) -> String {
         match &event.session_key {
             Some(explicit) => normalize_session_key(explicit),
             None => self.inner.keys.key(&event.message),
@@ -89,13 +90,13 @@ impl Runtime {
     /// preflight into this node's inbox and lane, as on a single node, without waiting for
     /// a local flush (the replicated inbox keeps the message until its answer is in the
     /// changelog).
-    pub async fn admit_replicated(&self, event: InboundEvent) -> Result<Ack, SubmitError> {
+    pub(crate) async fn admit_replicated(&self, event: InboundEvent) -> Result<Ack, SubmitError> {
         let admitted = self.admit_local(&self.inner.api, "cluster", event).await?;
         Ok(admitted.ack)
     }
 
     /// Whether this node's inbox still holds `message_id` of `session_key`, unanswered.
-    pub fn inbox_holds(&self, session_key: &str, message_id: &str) -> Result<bool, Error> {
+    pub(crate) fn inbox_holds(&self, session_key: &str, message_id: &str) -> Result<bool, Error> {
         let limit = self.inner.config.lanes.queue_cap.max(1);
         Ok(self
             .inner
@@ -104,7 +105,11 @@ impl Runtime {
     }
 
     /// Whether a turn applied on this node answered `message_id` of `session_key`.
-    pub fn replica_answered(&self, session_key: &str, message_id: &str) -> Result<bool, Error> {
+    pub(crate) fn replica_answered(
+        &self,
+        session_key: &str,
+        message_id: &str,
+    ) -> Result<bool, Error> {
         Ok(self
             .inner
             .store
@@ -112,13 +117,13 @@ impl Runtime {
     }
 
     /// The highest changelog sequence applied on this node for `partition`.
-    pub fn replica_applied(&self, partition: u32) -> Result<u64, Error> {
+    pub(crate) fn replica_applied(&self, partition: u32) -> Result<u64, Error> {
         Ok(self.inner.store.replica_applied(partition)?)
     }
 
     /// Applies another node's turn from the changelog to this node's copy of the session (with
     /// `marks`, in one transaction), then hands its reply to whoever waits for it here.
-    pub async fn apply_replicated(
+    pub(crate) async fn apply_replicated(
         &self,
         turn: ReplicatedTurn,
         marks: ReplicaMarks,

@@ -13,11 +13,11 @@ use crate::store::{EntryKind, TranscriptEntry};
 
 /// Most transcript entries read back, newest first, looking for a message's stored answer: a
 /// retry comes seconds after its original, so its answer is among the newest entries.
-pub const MAX_ANSWER_SCAN: usize = 256;
+pub(crate) const MAX_ANSWER_SCAN: usize = 256;
 
 /// A message's stored answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredAnswer {
+pub(crate) struct StoredAnswer {
     /// The reply's text (beside tool calls, possibly empty).
     pub text: String,
     /// Calls of client-side tools the turn stopped at.
@@ -26,7 +26,7 @@ pub struct StoredAnswer {
 
 impl Runtime {
     /// What OpenAI-compatible requests ask of their turns (shared with the turn engine).
-    pub fn requests(&self) -> &Arc<Requests> {
+    pub(crate) fn requests(&self) -> &Arc<Requests> {
         self.inner.engine.requests()
     }
 
@@ -34,7 +34,11 @@ impl Runtime {
     /// they differ from the stored ones (the next assembly sees them). They are kept beside
     /// the session, not in it, so a cold session stays cold. While the disk is full:
     /// `InsufficientStorage` and nothing written, as admission would answer the message.
-    pub async fn set_session_instructions(&self, key: &str, text: &str) -> Result<(), Error> {
+    pub(crate) async fn set_session_instructions(
+        &self,
+        key: &str,
+        text: &str,
+    ) -> Result<(), Error> {
         let key = &normalize_session_key(key);
         let store = &self.inner.store;
         if let Some(reason) = store.disk_full() {
@@ -49,7 +53,7 @@ impl Runtime {
 
     /// The stored answer to message `message_id` of session `key`, if it was answered (among
     /// the newest [`MAX_ANSWER_SCAN`] entries).
-    pub fn stored_answer(
+    pub(crate) fn stored_answer(
         &self,
         key: &str,
         message_id: &str,

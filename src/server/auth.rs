@@ -12,7 +12,7 @@ use crate::error::ConfigError;
 use crate::secret::Secret;
 
 /// Paths answered without auth (probes).
-pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz"];
+pub(crate) const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz"];
 
 /// The server's credentials.
 #[derive(Debug, Clone, Default)]
@@ -51,7 +51,7 @@ impl Auth {
 }
 
 /// The bearer token of a request, if it has one.
-pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.trim().split_once(' ')?;
     scheme

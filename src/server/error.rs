@@ -13,7 +13,7 @@ use crate::runtime::SubmitError;
 
 /// An error answered to an HTTP client.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     code: &'static str,
     message: String,
@@ -24,7 +24,7 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error with a status, a stable machine-readable code and a human message.
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -35,29 +35,29 @@ impl ApiError {
     }
 
     /// 400 `invalid_request` naming the request field `param` at fault.
-    pub fn invalid_param(param: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn invalid_param(param: impl Into<String>, message: impl Into<String>) -> Self {
         Self::bad_request("invalid_request", message).with_param(param)
     }
 
     /// Names the request field at fault.
-    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+    pub(crate) fn with_param(mut self, param: impl Into<String>) -> Self {
         self.param = Some(param.into());
         self
     }
 
     /// 400 with `code`.
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
     /// Sets the `Retry-After` header, in seconds.
-    pub fn with_retry_after(mut self, secs: u64) -> Self {
+    pub(crate) fn with_retry_after(mut self, secs: u64) -> Self {
         self.retry_after_secs = Some(secs);
         self
     }
 
     /// 404.
-    pub fn not_found(what: impl Into<String>) -> Self {
+    pub(crate) fn not_found(what: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", what)
     }
 }
@@ -173,12 +173,14 @@ impl From<Refusal> for ApiError {
 
 impl ApiError {
     /// The status answered.
-    pub fn status(&self) -> StatusCode {
+    #[cfg(test)]
+    pub(crate) fn status(&self) -> StatusCode {
         self.status
     }
 
     /// The request field at fault, if named.
-    pub fn param(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn param(&self) -> Option<&str> {
         self.param.as_deref()
     }
 

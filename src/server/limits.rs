@@ -31,7 +31,7 @@ enum Client {
 }
 
 /// The rate limiter of one server.
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     gcra: DefaultKeyedRateLimiter<Client>,
     by: RateLimitBy,
     max_clients: usize,
@@ -49,7 +49,7 @@ impl std::fmt::Debug for RateLimiter {
 
 impl RateLimiter {
     /// A limiter for `config`, or `None` when rate limiting is off.
-    pub fn from_config(config: &RateLimitConfig) -> Option<Self> {
+    pub(crate) fn from_config(config: &RateLimitConfig) -> Option<Self> {
         let rate = NonZeroU32::new(config.requests_per_second)?;
         let burst = NonZeroU32::new(config.burst).unwrap_or(rate);
         Some(Self {
@@ -62,7 +62,7 @@ impl RateLimiter {
 
     /// Counts one request from `ip` (`authenticated`: it carried the valid API key). `Err`
     /// holds how long the client should wait.
-    pub fn check(&self, ip: Option<IpAddr>, authenticated: bool) -> Result<(), Duration> {
+    pub(crate) fn check(&self, ip: Option<IpAddr>, authenticated: bool) -> Result<(), Duration> {
         let mut client = match (self.by, authenticated, ip) {
             (RateLimitBy::Key, true, _) => Client::ApiKey,
             (_, _, Some(ip)) => Client::Ip(ip),

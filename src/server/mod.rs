@@ -37,9 +37,8 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-pub use auth::{bearer, check_exposure, Auth, PUBLIC_PATHS};
-pub use error::ApiError;
-pub use limits::RateLimiter;
+pub use auth::{check_exposure, Auth};
+pub(crate) use limits::RateLimiter;
 
 use crate::runtime::Runtime;
 

@@ -15,7 +15,7 @@ use super::{export::write_session_jsonl, SessionRecord, Store};
 use crate::error::StoreError;
 
 /// The archive directory under the data dir.
-pub const ARCHIVE_DIR: &str = "archives";
+pub(crate) const ARCHIVE_DIR: &str = "archives";
 
 /// Most archive files listed in one janitor pass; bounds the listing's memory.
 const MAX_LISTED: usize = 100_000;

@@ -37,7 +37,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use turnstile_actors::{DiskBudget, DiskUsage, ReclaimReport};
+use turnstile_actors::{BudgetError, DiskBudget, DiskUsage, ReclaimReport};
 
 use super::evict::{Candidate, TRANSCRIPT_KEY_BYTES};
 use super::health::FLUSH_TIMEOUT;
@@ -48,7 +48,7 @@ use crate::error::StoreError;
 
 /// Tells whether a session has a live lane (a turn may be running); such sessions are never
 /// evicted.
-pub type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+pub(crate) type Liveness = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Disk bytes budgeted per live byte over high water: sled's own amplification (2.2–3.3×
 /// measured) plus room for the copy a rewrite makes. Once the data dir passes high water, live
@@ -844,9 +844,9 @@ impl StoreBudget {
 }
 
 impl DiskBudget for StoreBudget {
-    fn usage(&self) -> Result<DiskUsage, String> {
-        let disk_bytes = self.measure().map_err(|e| e.to_string())?;
-        let db_bytes = self.db_bytes().map_err(|e| e.to_string())?;
+    fn usage(&self) -> Result<DiskUsage, BudgetError> {
+        let disk_bytes = self.measure().map_err(BudgetError::new)?;
+        let db_bytes = self.db_bytes().map_err(BudgetError::new)?;
         if let Ok(mut m) = self.measured.lock() {
             m.db_bytes = db_bytes;
         }
@@ -857,9 +857,8 @@ impl DiskBudget for StoreBudget {
         })
     }
 
-    fn reclaim(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, String> {
-        self.reclaim_inner(usage, enforce)
-            .map_err(|e| e.to_string())
+    fn reclaim(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, BudgetError> {
+        self.reclaim_inner(usage, enforce).map_err(BudgetError::new)
     }
 }
 

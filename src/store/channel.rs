@@ -19,7 +19,7 @@ use crate::inbound::MAX_UNTRUSTED_CHARS;
 
 /// Most order-index keys one backwards scan of a chat visits (pending history, chatter of a
 /// past turn, recall candidates): a scan past other threads' messages stops here.
-pub const MAX_CHAT_SCAN: usize = 4_096;
+pub(crate) const MAX_CHAT_SCAN: usize = 4_096;
 
 /// How a backwards scan of a chat goes on after a message.
 pub enum Scan {
@@ -35,7 +35,7 @@ pub enum Scan {
 
 /// Runs a backwards scan over `newest_first` messages as `step` says; the kept ones, oldest
 /// first.
-pub fn walk_back(
+pub(crate) fn walk_back(
     newest_first: impl Iterator<Item = Result<ChannelMessage, StoreError>>,
     mut step: impl FnMut(&ChannelMessage) -> Scan,
 ) -> Result<Vec<ChannelMessage>, StoreError> {

@@ -7,12 +7,12 @@ use serde::Serialize;
 use crate::error::StoreError;
 
 /// The format version written in front of every value.
-pub const VALUE_VERSION: u8 = 1;
+pub(crate) const VALUE_VERSION: u8 = 1;
 
 /// The largest value decoded or encoded. A stored value is at most a few hundred KB (texts are
 /// capped at admission); the limit makes a corrupt length prefix an error instead of an
 /// attempt to allocate it (found by the `stored_value` fuzz target).
-pub const MAX_VALUE_BYTES: usize = 16 << 20;
+pub(crate) const MAX_VALUE_BYTES: usize = 16 << 20;
 
 fn config() -> bincode::config::Configuration<
     bincode::config::LittleEndian,
@@ -23,7 +23,7 @@ fn config() -> bincode::config::Configuration<
 }
 
 /// Encodes `value` with the version byte in front.
-pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
     let mut out = vec![VALUE_VERSION];
     bincode::serde::encode_into_std_write(value, &mut out, config())
         .map_err(|e| StoreError::Encode(e.to_string()))?;
@@ -31,7 +31,10 @@ pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
 }
 
 /// Decodes a value written by [`encode`]; anything else is a clear error, never a panic.
-pub fn decode<T: DeserializeOwned>(tree: &'static str, bytes: &[u8]) -> Result<T, StoreError> {
+pub(crate) fn decode<T: DeserializeOwned>(
+    tree: &'static str,
+    bytes: &[u8],
+) -> Result<T, StoreError> {
     let (version, body) = bytes.split_first().ok_or_else(|| StoreError::Decode {
         tree,
         reason: "empty value".into(),

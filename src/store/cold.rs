@@ -40,7 +40,7 @@ use super::{by_updated, decode, encode, keys, SessionRecord, Store, TranscriptEn
 use crate::error::StoreError;
 
 /// The cold tier's directory under the data dir.
-pub const COLD_DIR: &str = "cold";
+pub(crate) const COLD_DIR: &str = "cold";
 
 /// Transcript entries read (when freezing) or written (when thawing) per batch.
 const BATCH: usize = 1_000;

@@ -48,7 +48,7 @@ pub(super) const PACK_MIN_BYTES: u64 = 256 << 10;
 /// Most pack files held open for reading at once; the least recently used is closed first.
 /// With the writer's one file, the cold tier holds at most `MAX_OPEN_PACKS + 1` files open
 /// (a reader in the middle of a frame keeps its handle until it is done).
-pub const MAX_OPEN_PACKS: usize = 16;
+pub(crate) const MAX_OPEN_PACKS: usize = 16;
 /// Bytes of a frame's length prefix.
 pub(super) const PREFIX_BYTES: u64 = 4;
 

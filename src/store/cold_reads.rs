@@ -14,7 +14,7 @@ use super::{SessionRecord, Store, TranscriptEntry};
 use crate::error::StoreError;
 
 /// A session's record and a page of its transcript (`(seq, entry)`, in order).
-pub type SessionPage = (SessionRecord, Vec<(u64, TranscriptEntry)>);
+pub(crate) type SessionPage = (SessionRecord, Vec<(u64, TranscriptEntry)>);
 
 /// A session as the listing and a lookup find it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use crate::error::StoreError;
 
 /// Batches of at most this many turns are committed on the committer's own task; larger ones
 /// on the blocking pool.
-pub const INLINE_COMMIT_TURNS: usize = 2;
+pub(crate) const INLINE_COMMIT_TURNS: usize = 2;
 
 /// Times the committer yields to the other tasks of its worker before it commits what it
 /// received, taking the turns that finished meanwhile into the same transaction. Every sled
@@ -26,10 +26,10 @@ pub const INLINE_COMMIT_TURNS: usize = 2;
 /// connections, 6 another 3.5%, 16 nothing more; 6 against none, 11% at 16 and 6% at 64. Again
 /// once a flush synced those buffers together (sled patch 6): 6 still answered most (3 and 1
 /// yields: 1.6% and 4.7% fewer turns/s at 16 connections).
-pub const GATHER_YIELDS: usize = 6;
+pub(crate) const GATHER_YIELDS: usize = 6;
 
 /// Turns waiting for the committer; a lane finishing a turn waits for room when it is full.
-pub const COMMIT_QUEUE: usize = 1_024;
+pub(crate) const COMMIT_QUEUE: usize = 1_024;
 
 /// The handle lanes commit through. Cheap to clone; the committer task ends when the last
 /// handle is dropped. It holds no store between commits, so dropping the store still releases

@@ -15,7 +15,7 @@ use super::{decode, encode, keys, SessionRecord, Store, TranscriptEntry};
 use crate::error::StoreError;
 
 /// Most entries one compaction may replace (they are removed in one transaction).
-pub const MAX_COMPACTED_ENTRIES: usize = 10_000;
+pub(crate) const MAX_COMPACTED_ENTRIES: usize = 10_000;
 
 impl Store {
     /// Replaces the entries of `key` with `seq <= through_seq` by `summary`. Returns the new

@@ -14,9 +14,9 @@ use super::{decode, encode, keys, InboxItem, InboxRecord, Store};
 use crate::error::StoreError;
 
 /// Entries visited by the prune that runs when the store opens.
-pub const DEDUPE_PRUNE_ON_OPEN: usize = 200_000;
+pub(crate) const DEDUPE_PRUNE_ON_OPEN: usize = 200_000;
 /// Entries visited by the prune that follows each deduped write.
-pub const DEDUPE_PRUNE_PER_WRITE: usize = 8;
+pub(crate) const DEDUPE_PRUNE_PER_WRITE: usize = 8;
 
 /// A dedupe key to remember durably with an inbox write.
 #[derive(Debug, Clone, Copy)]

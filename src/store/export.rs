@@ -18,11 +18,11 @@ use crate::error::StoreError;
 const EXPORT_PAGE: usize = 500;
 
 /// The export format's version (the `version` field of the header line).
-pub const EXPORT_VERSION: u32 = 1;
+pub(crate) const EXPORT_VERSION: u32 = 1;
 
 /// The first line of an export.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExportHeader {
+pub(crate) struct ExportHeader {
     /// Always `session`.
     #[serde(rename = "type")]
     pub kind: String,
@@ -48,7 +48,7 @@ pub struct ExportHeader {
 
 /// One transcript line of an export.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExportEntry {
+pub(crate) struct ExportEntry {
     /// Always `entry`.
     #[serde(rename = "type")]
     pub line: String,
@@ -90,7 +90,7 @@ impl ExportEntry {
 }
 
 /// Writes session `key` (stored as `record`) as JSONL to `out`. Returns the entries written.
-pub fn write_session_jsonl(
+pub(crate) fn write_session_jsonl(
     store: &Store,
     key: &str,
     record: &SessionRecord,

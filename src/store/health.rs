@@ -23,16 +23,16 @@ use std::time::Duration;
 use crate::error::StoreError;
 
 /// How often a store that cannot write probes for space.
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// Bytes the probe writes and fsyncs: the room a recovery needs at least.
 pub const PROBE_BYTES: usize = 256 * 1024;
 /// A flush that has not finished after this long counts as failed (sled can hang on a full
 /// disk); the tokio workers never wait on it, only the blocking pool.
-pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a turn commit (or a flush waiter) caught by a full disk waits for the recovery
 /// before it is refused, so a turn is not failed, retried and abandoned for a disk that is
 /// about to have room again.
-pub const RECOVERY_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const RECOVERY_WAIT: Duration = Duration::from_secs(10);
 /// The probe's file under the data dir.
 const PROBE_FILE: &str = ".write-probe";
 

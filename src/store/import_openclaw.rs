@@ -39,7 +39,7 @@ use crate::error::StoreError;
 use crate::inbound::{check_session_key, normalize_session_key};
 
 /// Longest transcript line read; longer lines are reported and skipped.
-pub const MAX_LINE_BYTES: usize = 16 << 20;
+pub(crate) const MAX_LINE_BYTES: usize = 16 << 20;
 /// Largest `sessions.json` read.
 const MAX_INDEX_BYTES: u64 = 256 << 20;
 /// Most problems listed in a report; the rest are counted.
@@ -307,7 +307,7 @@ fn read_transcript(
             Ok(p) => parsed.push(p),
             Err(why) => {
                 report.lines_skipped += 1;
-                report.problem(name, line_no, why);
+                report.problem(name, line_no, why.to_string());
             }
         }
     }
@@ -329,7 +329,18 @@ fn skip_rest_of_line(reader: &mut impl BufRead) -> std::io::Result<()> {
     }
 }
 
-fn parse_entry(v: &Value, count_tokens: &dyn Fn(&str) -> u32) -> Result<Parsed, String> {
+/// Why a transcript line is not an entry.
+#[derive(Debug, thiserror::Error)]
+enum EntryError {
+    #[error("message entry without \"message\"")]
+    WithoutMessage,
+    #[error("message without role")]
+    Roleless,
+    #[error("compaction without summary")]
+    EmptyCompaction,
+}
+
+fn parse_entry(v: &Value, count_tokens: &dyn Fn(&str) -> u32) -> Result<Parsed, EntryError> {
     let kind = v.get("type").and_then(Value::as_str).unwrap_or_default();
     let id = v.get("id").and_then(Value::as_str).map(str::to_string);
     let parent = v
@@ -347,13 +358,11 @@ fn parse_entry(v: &Value, count_tokens: &dyn Fn(&str) -> u32) -> Result<Parsed, 
     };
     let body = match kind {
         "message" => {
-            let m = v
-                .get("message")
-                .ok_or("message entry without \"message\"")?;
+            let m = v.get("message").ok_or(EntryError::WithoutMessage)?;
             let role = m
                 .get("role")
                 .and_then(Value::as_str)
-                .ok_or("message without role")?;
+                .ok_or(EntryError::Roleless)?;
             let ts = m.get("timestamp").and_then(as_ms);
             let content = m.get("content");
             let mut out = Vec::new();
@@ -434,7 +443,7 @@ fn parse_entry(v: &Value, count_tokens: &dyn Fn(&str) -> u32) -> Result<Parsed, 
             summary: v
                 .get("summary")
                 .and_then(Value::as_str)
-                .ok_or("compaction without summary")?
+                .ok_or(EntryError::EmptyCompaction)?
                 .to_string(),
             first_kept: v
                 .get("firstKeptEntryId")

@@ -22,9 +22,9 @@ use super::generations::write_durably;
 use crate::error::StoreError;
 
 /// The ledger file under the data dir.
-pub const LEDGER_FILE: &str = "LEDGER";
+pub(crate) const LEDGER_FILE: &str = "LEDGER";
 /// The ledger is written at most this often (one small fsync), whatever the flush rate.
-pub const LEDGER_INTERVAL: Duration = Duration::from_millis(250);
+pub(crate) const LEDGER_INTERVAL: Duration = Duration::from_millis(250);
 /// The `meta` key of the database's own mark.
 const MARK_KEY: &[u8] = b"ledger_mark";
 const HEADER: &str = "turnstile-ledger 1";

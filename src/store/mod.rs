@@ -74,42 +74,44 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-pub use archive::ARCHIVE_DIR;
-pub use budget::{Liveness, StoreBudget};
-pub use channel::{walk_back, Scan, MAX_CHAT_SCAN};
-pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
-pub use cold::COLD_DIR;
-pub use cold_pack::MAX_OPEN_PACKS;
-pub use cold_reads::{FoundSession, SessionPage};
-pub use committer::{TurnCommitter, COMMIT_QUEUE, GATHER_YIELDS, INLINE_COMMIT_TURNS};
-pub use compact::{SummarySwap, SwapOutcome, MAX_COMPACTED_ENTRIES};
-pub use dedupe::{DedupeMark, DEDUPE_PRUNE_ON_OPEN, DEDUPE_PRUNE_PER_WRITE};
-pub use delete::SessionDeletion;
+pub use budget::StoreBudget;
+pub(crate) use channel::{walk_back, Scan, MAX_CHAT_SCAN};
+pub(crate) use codec::{decode, encode, MAX_VALUE_BYTES};
+pub(crate) use cold_reads::FoundSession;
+pub use committer::TurnCommitter;
+pub(crate) use compact::{SummarySwap, SwapOutcome};
+pub use dedupe::DedupeMark;
+pub(crate) use dedupe::DEDUPE_PRUNE_ON_OPEN;
 pub use disk::dir_disk_bytes;
-pub use doctor::{Depth, DoctorReport, Finding, Quarantined};
-pub use durability::GroupCommit;
-pub use evict::Evicted;
-pub use export::{write_session_jsonl, ExportEntry, ExportHeader, EXPORT_VERSION};
-pub use generations::GenerationRepair;
-pub use health::{FLUSH_TIMEOUT, PROBE_BYTES, PROBE_INTERVAL, RECOVERY_WAIT};
-pub use import_openclaw::{import_openclaw, ImportReport, MAX_LINE_BYTES};
-pub use ledger::{Loss, Mark, LEDGER_FILE, LEDGER_INTERVAL};
-pub use memo::{EntryMemo, SharedEntry};
-pub use queued_events::QueuedEvents;
-pub use records::{
-    ChannelMessage, EntryKind, EntrySender, HistoryLine, InboxRecord, SessionRecord, SystemEvent,
-    ToolInfo, TranscriptEntry,
+pub use doctor::Depth;
+pub(crate) use doctor::DoctorReport;
+pub(crate) use durability::GroupCommit;
+pub use health::PROBE_BYTES;
+pub(crate) use health::PROBE_INTERVAL;
+pub use import_openclaw::import_openclaw;
+pub(crate) use ledger::Loss;
+pub(crate) use memo::SharedEntry;
+pub(crate) use records::{
+    ChannelMessage, EntrySender, HistoryLine, SessionRecord, SystemEvent, ToolInfo,
 };
-pub use replica::ANSWERED_PREFIX;
-pub use rewrite::Rewritten;
-pub use tails::{TailStamp, MAX_TAIL_ENTRIES};
-pub use totals::Totals;
-pub use turn_commit::{Committed, ReplicaMarks, TurnCommit, MAX_TURNS_PER_COMMIT};
+pub use records::{EntryKind, InboxRecord, TranscriptEntry};
+pub(crate) use tails::TailStamp;
+pub(crate) use totals::Totals;
+pub use turn_commit::TurnCommit;
+pub(crate) use turn_commit::{Committed, ReplicaMarks, MAX_TURNS_PER_COMMIT};
 
 use crate::config::StorageConfig;
 use crate::error::StoreError;
 #[cfg(test)]
 use migrate::SCHEMA_KEY;
+#[cfg(test)]
+pub(crate) use {
+    budget::Liveness,
+    cold::COLD_DIR,
+    cold_pack::MAX_OPEN_PACKS,
+    dedupe::DEDUPE_PRUNE_PER_WRITE,
+    export::{ExportEntry, ExportHeader},
+};
 
 /// Attempts to open a database whose lock is held before reporting it in use.
 pub const OPEN_LOCK_ATTEMPTS: u32 = 10;

@@ -18,7 +18,7 @@ fn prefix(session_key: &str) -> Vec<u8> {
 }
 
 /// Queued events read back: their keys (to remove them) and the events, oldest first.
-pub type QueuedEvents = (Vec<Vec<u8>>, Vec<SystemEvent>);
+pub(crate) type QueuedEvents = (Vec<Vec<u8>>, Vec<SystemEvent>);
 
 impl Store {
     /// Adjusts the count of queued events by `added − removed`; counts them first if that was

@@ -12,7 +12,7 @@ const STATE_CHANNEL: &str = "cluster";
 
 /// Prefix of an answered mark's key in the `dedupe` tree. Preflight's dedupe keys start with
 /// the agent id, which cannot contain a NUL, so the two never meet.
-pub const ANSWERED_PREFIX: &str = "\0cluster-answered\0";
+pub(crate) const ANSWERED_PREFIX: &str = "\0cluster-answered\0";
 
 /// The `dedupe` key of the mark "`message_id` of `session_key` is answered".
 pub(super) fn answered_key(session_key: &str, message_id: &str) -> String {

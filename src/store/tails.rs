@@ -23,7 +23,7 @@ use lru::LruCache;
 use super::{EntrySender, SessionRecord, SharedEntry, ToolInfo, TranscriptEntry};
 
 /// Most entries kept per session: more than any assembly window of the default policies reads.
-pub const MAX_TAIL_ENTRIES: usize = 512;
+pub(crate) const MAX_TAIL_ENTRIES: usize = 512;
 
 /// What a tail was read or extended against: changes with every change to the transcript.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use crate::error::StoreError;
 
 /// Most turns committed in one transaction: bounds the transaction's write set (and the time
 /// other writers wait for sled's write lock).
-pub const MAX_TURNS_PER_COMMIT: usize = 64;
+pub(crate) const MAX_TURNS_PER_COMMIT: usize = 64;
 
 /// What a turn writes.
 #[derive(Debug, Clone)]

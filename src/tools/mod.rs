@@ -19,7 +19,7 @@ use crate::model::{ChatMessage, Role, ToolCall, ToolSpec};
 
 mod pairing;
 
-pub use pairing::repair_tool_messages;
+pub(crate) use pairing::repair_tool_messages;
 
 /// The future a tool handler returns: the result text, or an error message for the model.
 pub type ToolFuture = BoxFuture<'static, Result<String, String>>;
@@ -43,24 +43,24 @@ where
 
 /// A registered tool.
 #[derive(Clone)]
-pub struct Tool {
+pub(crate) struct Tool {
     /// What the model is told about it.
     pub spec: ToolSpec,
     handler: Arc<dyn ToolHandler>,
 }
 
 /// Longest tool name (OpenAI's limit).
-pub const MAX_TOOL_NAME_CHARS: usize = 64;
+pub(crate) const MAX_TOOL_NAME_CHARS: usize = 64;
 
 /// The tools of a runtime, by name.
 #[derive(Clone, Default)]
-pub struct ToolRegistry {
+pub(crate) struct ToolRegistry {
     tools: BTreeMap<String, Tool>,
 }
 
 impl ToolRegistry {
     /// Registers a tool; a name must be 1–64 characters of `[A-Za-z0-9_-]` and not taken.
-    pub fn register(
+    pub(crate) fn register(
         &mut self,
         name: &str,
         description: &str,
@@ -96,18 +96,13 @@ impl ToolRegistry {
         Ok(())
     }
 
-    /// True when no tool is registered.
-    pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
-    }
-
     /// What the model is told about every tool.
-    pub fn specs(&self) -> Vec<ToolSpec> {
+    pub(crate) fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|t| t.spec.clone()).collect()
     }
 
     /// Runs `call` within `timeout`; the result is cut to `max_chars` characters.
-    pub async fn run(&self, call: &ToolCall, timeout: Duration, max_chars: usize) -> String {
+    pub(crate) async fn run(&self, call: &ToolCall, timeout: Duration, max_chars: usize) -> String {
         let Some(tool) = self.tools.get(&call.name) else {
             return format!("error: there is no tool named {:?}", call.name);
         };
@@ -133,20 +128,20 @@ impl ToolRegistry {
 
 /// `text` cut to about `max_chars` characters (the first three quarters and the last quarter
 /// kept around a `[... N more characters truncated]` line).
-pub fn cut_result(text: &str, max_chars: usize) -> String {
+pub(crate) fn cut_result(text: &str, max_chars: usize) -> String {
     let head = max_chars * 3 / 4;
     truncate_middle(text, head, max_chars - head).into_owned()
 }
 
 /// The assistant message that carries `calls`.
-pub fn call_message(text: &str, calls: &[ToolCall]) -> ChatMessage {
+pub(crate) fn call_message(text: &str, calls: &[ToolCall]) -> ChatMessage {
     let mut m = ChatMessage::text(Role::Assistant, text);
     m.tool_calls = calls.to_vec();
     m
 }
 
 /// The `tool` message answering `call_id`.
-pub fn result_message(call_id: &str, text: &str) -> ChatMessage {
+pub(crate) fn result_message(call_id: &str, text: &str) -> ChatMessage {
     let mut m = ChatMessage::text(Role::Tool, text);
     m.tool_call_id = Some(call_id.to_string());
     m

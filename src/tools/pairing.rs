@@ -10,7 +10,7 @@ use super::result_message;
 
 /// Drops orphan `tool` messages and adds a synthetic error result for every unanswered call.
 /// Returns how many messages were dropped or added.
-pub fn repair_tool_messages(messages: &mut Vec<ChatMessage>) -> usize {
+pub(crate) fn repair_tool_messages(messages: &mut Vec<ChatMessage>) -> usize {
     if is_paired(messages) {
         return 0;
     }

@@ -15,7 +15,7 @@ pub(super) const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A failed Bot API call.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// The request did not complete (connection, timeout).
     #[error("Bot API unreachable: {0}")]
     Transport(String),
@@ -36,13 +36,13 @@ pub enum ApiError {
 
 impl ApiError {
     /// Whether this is an edit's "message is not modified": the text is already shown.
-    pub fn is_not_modified(&self) -> bool {
+    pub(crate) fn is_not_modified(&self) -> bool {
         matches!(self, ApiError::Api { code: 400, description, .. }
             if description.contains("message is not modified"))
     }
 
     /// Worth retrying: transport trouble, 429 and 5xx.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             ApiError::Transport(_) => true,
             ApiError::Api { code, .. } => *code == 429 || *code >= 500,
@@ -71,7 +71,7 @@ struct ResponseParameters {
 
 /// A Telegram user or bot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct User {
+pub(crate) struct User {
     /// Id.
     pub id: i64,
     /// Is a bot.
@@ -90,7 +90,7 @@ pub struct User {
 
 /// A chat.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Chat {
+pub(crate) struct Chat {
     /// Id (negative for groups).
     pub id: i64,
     /// `private`, `group`, `supergroup` or `channel`.
@@ -106,7 +106,7 @@ pub struct Chat {
 
 /// A formatting entity in a text (offsets and lengths in UTF-16 code units).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MessageEntity {
+pub(crate) struct MessageEntity {
     /// `mention`, `text_mention`, `bot_command`…
     #[serde(rename = "type")]
     pub kind: String,
@@ -121,7 +121,7 @@ pub struct MessageEntity {
 
 /// A document attachment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Document {
+pub(crate) struct Document {
     /// File name.
     #[serde(default)]
     pub file_name: Option<String>,
@@ -135,7 +135,7 @@ pub struct Document {
 
 /// A message (only the fields the channel reads).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
+pub(crate) struct Message {
     /// Id, unique per chat.
     pub message_id: i64,
     /// Forum topic (or reply thread) id.
@@ -179,7 +179,7 @@ pub struct Message {
 
 /// One update.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Update {
+pub(crate) struct Update {
     /// Its id; the next poll's offset is the largest seen plus one.
     pub update_id: i64,
     /// A new message.
@@ -192,7 +192,7 @@ pub struct Update {
 
 /// The Bot API of one bot.
 #[derive(Clone)]
-pub struct BotApi {
+pub(crate) struct BotApi {
     client: reqwest::Client,
     /// `<api_base>/bot<token>`: secret, never logged.
     base: String,
@@ -206,7 +206,7 @@ impl std::fmt::Debug for BotApi {
 
 impl BotApi {
     /// A client for the bot with `token` at `api_base`.
-    pub fn new(api_base: &str, token: &str) -> Result<Self, ApiError> {
+    pub(crate) fn new(api_base: &str, token: &str) -> Result<Self, ApiError> {
         let client = reqwest::Client::builder()
             .build()
             .map_err(|e| ApiError::Transport(e.without_url().to_string()))?;
@@ -247,13 +247,13 @@ impl BotApi {
     }
 
     /// `getMe`: the bot itself.
-    pub async fn get_me(&self) -> Result<User, ApiError> {
+    pub(crate) async fn get_me(&self) -> Result<User, ApiError> {
         self.call("getMe", &serde_json::json!({}), CALL_TIMEOUT)
             .await
     }
 
     /// `getUpdates` long poll from `offset`, waiting up to `timeout_secs` for updates.
-    pub async fn get_updates(
+    pub(crate) async fn get_updates(
         &self,
         offset: i64,
         limit: u32,
@@ -270,13 +270,13 @@ impl BotApi {
     }
 
     /// `sendMessage` with a prepared body.
-    pub async fn send_message(&self, body: &Value) -> Result<Message, ApiError> {
+    pub(crate) async fn send_message(&self, body: &Value) -> Result<Message, ApiError> {
         self.call("sendMessage", body, CALL_TIMEOUT).await
     }
 
     /// `editMessageText` with a prepared body. Telegram's 400 "message is not modified" (the
     /// text is already shown) counts as done.
-    pub async fn edit_message_text(&self, body: &Value) -> Result<(), ApiError> {
+    pub(crate) async fn edit_message_text(&self, body: &Value) -> Result<(), ApiError> {
         match self
             .call::<Value>("editMessageText", body, CALL_TIMEOUT)
             .await

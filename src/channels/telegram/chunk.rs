@@ -2,10 +2,10 @@
 //! API's limit), cut at a line break or space when one lies in the second half of the window.
 
 /// The Bot API's longest message text, in UTF-16 code units.
-pub const MAX_MESSAGE_UTF16: usize = 4_096;
+pub(crate) const MAX_MESSAGE_UTF16: usize = 4_096;
 
 /// `text` in pieces of at most `max` UTF-16 code units (`max` ≥ 2), in order, none empty.
-pub fn split_message(text: &str, max: usize) -> Vec<String> {
+pub(crate) fn split_message(text: &str, max: usize) -> Vec<String> {
     let max = max.max(2);
     let mut out = Vec::new();
     let mut rest = text;

@@ -6,11 +6,11 @@ use super::api::{Message, MessageEntity, Update, User};
 use crate::inbound::{Attachment, ChatKind, InboundMessage, Sender, MAX_ATTACHMENTS};
 
 /// The channel name Telegram messages carry.
-pub const TELEGRAM: &str = "telegram";
+pub(crate) const TELEGRAM: &str = "telegram";
 
 /// Who the bot is, for mention detection.
 #[derive(Debug, Clone)]
-pub struct BotIdentity {
+pub(crate) struct BotIdentity {
     /// The bot's user id.
     pub id: i64,
     /// Its username, lowercased, without `@`.
@@ -19,7 +19,7 @@ pub struct BotIdentity {
 
 impl BotIdentity {
     /// From `getMe`.
-    pub fn from_user(me: &User) -> Self {
+    pub(crate) fn from_user(me: &User) -> Self {
         Self {
             id: me.id,
             username: me.username.clone().unwrap_or_default().to_lowercase(),
@@ -37,7 +37,7 @@ fn chat_id(m: &Message) -> String {
 
 /// Splits a chat id made by [`chat_id`] back into the Bot API's `chat_id` and
 /// `message_thread_id`.
-pub fn split_chat_id(chat_id: &str) -> (&str, Option<&str>) {
+pub(crate) fn split_chat_id(chat_id: &str) -> (&str, Option<&str>) {
     match chat_id.split_once(":topic:") {
         Some((chat, topic)) => (chat, Some(topic)),
         None => (chat_id, None),
@@ -117,7 +117,11 @@ fn attachments(m: &Message) -> Vec<Attachment> {
 
 /// The inbound message of an update, or `None` for updates that are not messages with text
 /// (service messages such as joins are not turns).
-pub fn to_inbound(update: &Update, bot: &BotIdentity, account_id: &str) -> Option<InboundMessage> {
+pub(crate) fn to_inbound(
+    update: &Update,
+    bot: &BotIdentity,
+    account_id: &str,
+) -> Option<InboundMessage> {
     let m = update.message.as_ref().or(update.channel_post.as_ref())?;
     let (text, entities) = match (&m.text, &m.caption) {
         (Some(t), _) => (t.clone(), &m.entities),

@@ -25,10 +25,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use turnstile_actors::Channel;
 
-pub use api::{ApiError, BotApi, Message, Update, User};
-pub use chunk::{split_message, MAX_MESSAGE_UTF16};
-pub use convert::{split_chat_id, to_inbound, BotIdentity, TELEGRAM};
-pub use preview::{Draft, Throttle, MAX_PREVIEWS, PREVIEW_MAX_AGE};
+pub(super) use api::{ApiError, BotApi};
+pub(super) use chunk::{split_message, MAX_MESSAGE_UTF16};
+pub(super) use convert::{split_chat_id, TELEGRAM};
 
 use crate::config::TelegramConfig;
 use crate::error::{ConfigError, Error};
@@ -41,7 +40,7 @@ use preview::Previews;
 
 /// The Telegram channel's delivery side.
 #[derive(Debug)]
-pub struct TelegramChannel {
+pub(crate) struct TelegramChannel {
     api: BotApi,
     config: TelegramConfig,
     /// The previews of streaming replies, when `stream_edits` is on.
@@ -68,7 +67,7 @@ fn message_body(chat: &Value, topic: Option<i64>, reply_to: Option<i64>, text: &
 
 impl TelegramChannel {
     /// The channel for the bot behind `api`.
-    pub fn new(api: BotApi, config: TelegramConfig) -> Self {
+    pub(crate) fn new(api: BotApi, config: TelegramConfig) -> Self {
         let previews = config.stream_edits.then(|| {
             Arc::new(Previews::new(
                 api.clone(),

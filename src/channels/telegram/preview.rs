@@ -25,11 +25,11 @@ use crate::replies::{Delta, ReplyRoute};
 use crate::runtime::DeltaTaker;
 
 /// Most replies shown as previews at once; the replies past it are sent only when final.
-pub const MAX_PREVIEWS: usize = 256;
+pub(crate) const MAX_PREVIEWS: usize = 256;
 
 /// How long a preview lives without its final reply (a turn that never ends); then it is
 /// forgotten and a late final reply is sent as a new message.
-pub const PREVIEW_MAX_AGE: Duration = Duration::from_secs(15 * 60);
+pub(crate) const PREVIEW_MAX_AGE: Duration = Duration::from_secs(15 * 60);
 
 /// How long the final reply waits for its preview's send or edit in flight (one Bot API call)
 /// before it gives up on the preview.
@@ -37,14 +37,14 @@ const PREVIEW_SETTLE: Duration = CALL_TIMEOUT.saturating_add(Duration::from_secs
 
 /// When the next edit may go: edits are at least `interval` apart.
 #[derive(Debug, Clone)]
-pub struct Throttle {
+pub(crate) struct Throttle {
     interval: Duration,
     last: Option<Instant>,
 }
 
 impl Throttle {
     /// A throttle allowing one edit per `interval`.
-    pub fn new(interval: Duration) -> Self {
+    pub(crate) fn new(interval: Duration) -> Self {
         Self {
             interval,
             last: None,
@@ -52,13 +52,13 @@ impl Throttle {
     }
 
     /// The earliest instant from `now` on when the next edit may go.
-    pub fn next_at(&self, now: Instant) -> Instant {
+    pub(crate) fn next_at(&self, now: Instant) -> Instant {
         self.last
             .map_or(now, |last| (last + self.interval).max(now))
     }
 
     /// An edit (or the first send) went at `at`; a 429 may set it later, to its `Retry-After`.
-    pub fn sent(&mut self, at: Instant) {
+    pub(crate) fn sent(&mut self, at: Instant) {
         self.last = Some(at);
     }
 }
@@ -66,7 +66,7 @@ impl Throttle {
 /// The text of a preview so far, cut at one message's length (the rest only matters for the
 /// final reply, which is chunked).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Draft {
+pub(crate) struct Draft {
     /// The text.
     pub text: String,
     utf16: usize,
@@ -75,7 +75,7 @@ pub struct Draft {
 
 impl Draft {
     /// Appends `piece` of model call `round`; a new round (after a tool call) starts afresh.
-    pub fn push(&mut self, round: u32, piece: &str) {
+    pub(crate) fn push(&mut self, round: u32, piece: &str) {
         if round != self.round {
             *self = Draft {
                 round,

@@ -53,7 +53,7 @@ impl Eq for IdKey<'_> {}
 
 /// The `dedupe` processor.
 #[derive(Debug, Default)]
-pub struct Dedupe;
+pub(crate) struct Dedupe;
 
 impl Dedupe {
     pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {

@@ -16,7 +16,7 @@ struct Params {
 
 /// The `message_count` processor.
 #[derive(Debug, Default)]
-pub struct MessageCount {
+pub(crate) struct MessageCount {
     max_messages: Option<usize>,
 }
 

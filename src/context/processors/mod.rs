@@ -8,15 +8,15 @@ mod tool_result_guard;
 mod trim_to_budget;
 mod ttl_decay;
 
-pub use dedupe::Dedupe;
-pub use message_count::MessageCount;
-pub use sanitize::Sanitize;
-pub use tool_pairing::{ToolPairing, MISSING_RESULT_TEXT};
-pub use tool_result_guard::{
+pub(crate) use dedupe::Dedupe;
+pub(crate) use message_count::MessageCount;
+pub(crate) use sanitize::Sanitize;
+pub(crate) use tool_pairing::{ToolPairing, MISSING_RESULT_TEXT};
+pub(crate) use tool_result_guard::{
     ToolResultGuard, CLEARED_TOOL_RESULT, KEEP_HEAD_CHARS, KEEP_TAIL_CHARS, TRIM_ABOVE_CHARS,
 };
-pub use trim_to_budget::TrimToBudget;
-pub use ttl_decay::TtlDecay;
+pub(crate) use trim_to_budget::TrimToBudget;
+pub(crate) use ttl_decay::TtlDecay;
 
 use super::processor::ContextProcessor;
 use super::registry::Registry;

@@ -18,7 +18,7 @@ struct Params {}
 
 /// The `sanitize` processor.
 #[derive(Debug, Default)]
-pub struct Sanitize;
+pub(crate) struct Sanitize;
 
 impl Sanitize {
     pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {

@@ -16,7 +16,7 @@ use crate::model::MESSAGE_OVERHEAD_TOKENS;
 use crate::store::ToolInfo;
 
 /// The content of a synthetic result for a call whose result is missing.
-pub const MISSING_RESULT_TEXT: &str =
+pub(crate) const MISSING_RESULT_TEXT: &str =
     "error: this tool call has no result (it was lost or left out of the context)";
 
 #[derive(Debug, Default, Deserialize)]
@@ -25,7 +25,7 @@ struct Params {}
 
 /// The `tool_pairing` processor.
 #[derive(Debug, Default)]
-pub struct ToolPairing;
+pub(crate) struct ToolPairing;
 
 impl ToolPairing {
     pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {

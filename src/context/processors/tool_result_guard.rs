@@ -16,13 +16,13 @@ use crate::context::{
 use crate::model::MESSAGE_OVERHEAD_TOKENS;
 
 /// What a cleared tool result says.
-pub const CLEARED_TOOL_RESULT: &str = "[Old tool result content cleared]";
+pub(crate) const CLEARED_TOOL_RESULT: &str = "[Old tool result content cleared]";
 /// Default: results longer than this many characters are trimmed.
-pub const TRIM_ABOVE_CHARS: usize = 4_000;
+pub(crate) const TRIM_ABOVE_CHARS: usize = 4_000;
 /// Default: characters kept from the start of a trimmed result.
-pub const KEEP_HEAD_CHARS: usize = 1_500;
+pub(crate) const KEEP_HEAD_CHARS: usize = 1_500;
 /// Default: characters kept from the end of a trimmed result.
-pub const KEEP_TAIL_CHARS: usize = 1_500;
+pub(crate) const KEEP_TAIL_CHARS: usize = 1_500;
 
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -48,7 +48,7 @@ impl Default for Params {
 
 /// The `tool_result_guard` processor.
 #[derive(Debug, Default)]
-pub struct ToolResultGuard {
+pub(crate) struct ToolResultGuard {
     p: Params,
 }
 

@@ -18,7 +18,7 @@ struct Params {}
 
 /// The `trim_to_budget` processor.
 #[derive(Debug, Default)]
-pub struct TrimToBudget;
+pub(crate) struct TrimToBudget;
 
 impl TrimToBudget {
     pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {

@@ -17,7 +17,7 @@ struct Params {}
 
 /// The `ttl_decay` processor.
 #[derive(Debug, Default)]
-pub struct TtlDecay;
+pub(crate) struct TtlDecay;
 
 impl TtlDecay {
     pub(super) fn build(c: &StageContext<'_>) -> Result<Self, StageError> {

@@ -36,12 +36,31 @@ struct Params {}
 
 /// Resolves an IANA time zone name (the system's zoneinfo first, else the copy bundled into
 /// the binary, so a machine without `/usr/share/zoneinfo` works too).
-pub(crate) fn time_zone(name: &str) -> Result<TimeZone, String> {
+pub(crate) fn time_zone(name: &str) -> Result<TimeZone, TimeZoneError> {
     let name = name.trim();
     if name.is_empty() {
-        return Err("must name an IANA time zone, e.g. \"UTC\" or \"Europe/Berlin\"".into());
+        return Err(TimeZoneError::Empty);
     }
-    TimeZone::get(name).map_err(|e| format!("unknown time zone {name:?}: {e}"))
+    TimeZone::get(name).map_err(|source| TimeZoneError::Unknown {
+        name: name.to_string(),
+        source,
+    })
+}
+
+/// A `context.time_zone` that names no time zone.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TimeZoneError {
+    /// Blank.
+    #[error("must name an IANA time zone, e.g. \"UTC\" or \"Europe/Berlin\"")]
+    Empty,
+    /// Not in the system's zoneinfo nor the bundled copy.
+    #[error("unknown time zone {name:?}: {source}")]
+    Unknown {
+        /// The name as given, trimmed.
+        name: String,
+        /// What the time zone database said.
+        source: jiff::Error,
+    },
 }
 
 pub(super) struct TimeAndPlaceSource {

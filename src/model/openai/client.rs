@@ -22,23 +22,23 @@ use super::sse::{SseDecoder, SseEvent};
 use super::transport::{Answer, Transport};
 use super::{errors, request_json, wire};
 use crate::backoff::{self, RetryPolicy};
-use crate::config::ModelConfig;
 use crate::error::{ConfigError, ModelError};
 use crate::model::{
     CalibrationStore, DeltaSink, LimiterSettings, Model, ModelLimiter, ModelReply, ModelRequest,
 };
 
 /// Most bytes read of an error answer (the message is at the start).
-pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 /// Most bytes read of a complete (non-streamed) answer.
-pub const MAX_RESPONSE_BYTES: usize = wire::MAX_REPLY_BYTES + 64 * 1024;
+pub(crate) const MAX_RESPONSE_BYTES: usize = wire::MAX_REPLY_BYTES + 64 * 1024;
 
 /// A model behind any OpenAI-compatible server (OpenAI, vLLM, Ollama, llama.cpp server,
 /// LM Studio…). Cheap to share behind an `Arc`; `Debug` never shows the API key.
 #[derive(Debug)]
-pub struct OpenAiModel {
+pub(crate) struct OpenAiModel {
     transport: Transport,
+    #[cfg_attr(not(test), allow(dead_code))]
     endpoint: reqwest::Url,
     /// The `Authorization` header, built once (`Err` for a key that is not a valid header
     /// value: every call fails with it).
@@ -89,7 +89,7 @@ impl Forward<'_> {
 
 impl OpenAiModel {
     /// A client for `settings`. Fails on a base URL that is not http(s).
-    pub fn new(settings: OpenAiSettings) -> Result<Self, ConfigError> {
+    pub(crate) fn new(settings: OpenAiSettings) -> Result<Self, ConfigError> {
         Self::with_proxies(settings, &Matcher::from_env())
     }
 
@@ -142,31 +142,23 @@ impl OpenAiModel {
         })
     }
 
-    /// A client for `[model]`, with the key from the environment variable it names.
-    pub fn from_config(config: &ModelConfig) -> Result<Self, ConfigError> {
-        Self::new(OpenAiSettings::from_config(config))
-    }
-
     /// Records token usage and overflow limits of every call in `store`, under the name of
     /// the model that answered.
-    pub fn with_calibration(mut self, store: CalibrationStore) -> Self {
+    pub(crate) fn with_calibration(mut self, store: CalibrationStore) -> Self {
         self.calibration = Some(store);
         self
     }
 
-    /// The settings in force.
-    pub fn settings(&self) -> &OpenAiSettings {
-        &self.settings
-    }
-
     /// The URL requests go to.
-    pub fn endpoint(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn endpoint(&self) -> &str {
         self.endpoint.as_str()
     }
 
     /// True when requests go over hyper directly (plain HTTP, no proxy), false when through
     /// reqwest (TLS or a proxy from the environment).
-    pub fn is_direct(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_direct(&self) -> bool {
         self.transport.is_direct()
     }
 
@@ -278,11 +270,6 @@ impl OpenAiModel {
             Err(_) => drop(permit),
         }
         result
-    }
-
-    /// The limiter of `model` (the primary or a fallback), for figures and tests.
-    pub fn limiter(&self, model: &str) -> Option<&ModelLimiter> {
-        self.limiters.get(model)
     }
 
     /// One HTTP request.

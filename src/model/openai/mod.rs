@@ -23,8 +23,7 @@ mod wire;
 #[cfg(test)]
 mod tests;
 
-pub use crate::sse::MAX_SSE_LINE_BYTES;
-pub use client::{OpenAiModel, MAX_ERROR_BODY_BYTES, MAX_RESPONSE_BYTES};
-pub use settings::{ApiKey, OpenAiSettings};
-pub use transport::MAX_IDLE_MODEL_CONNECTIONS;
-pub use wire::{MAX_REPLY_BYTES, MAX_TOOL_CALLS};
+pub(crate) use client::OpenAiModel;
+#[cfg(test)]
+use settings::ApiKey;
+pub(crate) use settings::OpenAiSettings;

@@ -8,11 +8,11 @@ use crate::config::ModelConfig;
 
 /// A secret API key. Its `Debug` and `Display` never show it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct ApiKey(String);
+pub(crate) struct ApiKey(String);
 
 impl ApiKey {
     /// Wraps a key.
-    pub fn new(key: impl Into<String>) -> Self {
+    pub(crate) fn new(key: impl Into<String>) -> Self {
         Self(key.into())
     }
 
@@ -36,7 +36,7 @@ impl fmt::Display for ApiKey {
 
 /// Settings of an OpenAI-compatible client. `Debug` redacts the key.
 #[derive(Debug, Clone)]
-pub struct OpenAiSettings {
+pub(crate) struct OpenAiSettings {
     /// Base URL, e.g. `http://127.0.0.1:11434/v1`; requests go to `{base_url}/chat/completions`.
     pub base_url: String,
     /// The primary model.
@@ -63,7 +63,8 @@ pub struct OpenAiSettings {
 
 impl OpenAiSettings {
     /// Settings for `model` at `base_url`, with the defaults of `[model]` and no key.
-    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         let defaults = ModelConfig::default();
         let mut settings = Self::from_config_with_env(&defaults, |_| None);
         settings.base_url = base_url.into();
@@ -72,13 +73,13 @@ impl OpenAiSettings {
     }
 
     /// Settings from `[model]`, reading the key from the environment variable it names.
-    pub fn from_config(config: &ModelConfig) -> Self {
+    pub(crate) fn from_config(config: &ModelConfig) -> Self {
         Self::from_config_with_env(config, |name| std::env::var(name).ok())
     }
 
     /// Settings from `[model]`, looking the key up with `env` (testable without touching the
     /// process environment). An unset or empty variable means no key.
-    pub fn from_config_with_env(
+    pub(crate) fn from_config_with_env(
         config: &ModelConfig,
         env: impl Fn(&str) -> Option<String>,
     ) -> Self {

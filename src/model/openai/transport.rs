@@ -27,7 +27,7 @@ use crate::error::{ConfigError, ModelError};
 /// Most idle keep-alive connections kept open to the model server; a connection past this
 /// is closed after its answer instead of pooled. Far above the turns in flight at once on
 /// two cores (each holds one connection), so the pool never churns under load.
-pub const MAX_IDLE_MODEL_CONNECTIONS: usize = 1024;
+pub(crate) const MAX_IDLE_MODEL_CONNECTIONS: usize = 1024;
 
 /// How long an idle pooled connection is kept (reqwest's default).
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -90,6 +90,7 @@ impl Transport {
     }
 
     /// True for the direct hyper path.
+    #[cfg(test)]
     pub(super) fn is_direct(&self) -> bool {
         matches!(self, Self::Direct { .. })
     }

@@ -12,10 +12,10 @@ use crate::error::ModelError;
 use crate::model::{ModelReply, ToolCall, Usage};
 
 /// Most bytes of text and tool arguments accepted in one answer; more means a runaway stream.
-pub const MAX_REPLY_BYTES: usize = 8 << 20;
+pub(crate) const MAX_REPLY_BYTES: usize = 8 << 20;
 
 /// Most tool calls accepted in one answer.
-pub const MAX_TOOL_CALLS: usize = 128;
+pub(crate) const MAX_TOOL_CALLS: usize = 128;
 
 #[derive(Debug, Default, Deserialize)]
 struct WireCompletion {
