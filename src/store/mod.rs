@@ -27,6 +27,7 @@
 //! panics on damaged data become errors).
 
 mod archive;
+mod audit;
 mod budget;
 mod by_updated;
 mod changes;
@@ -75,6 +76,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 pub use archive::ARCHIVE_DIR;
+pub use audit::{AuditRecord, MAX_AUDIT_PAGE, MAX_AUDIT_RECORDS};
 pub use budget::{Liveness, StoreBudget};
 pub use channel::{walk_back, Scan, MAX_CHAT_SCAN};
 pub use codec::{decode, encode, MAX_VALUE_BYTES, VALUE_VERSION};
@@ -206,6 +208,10 @@ struct StoreInner {
     channel_state: sled::Tree,
     /// The cold tier's index (`cold_index.rs`).
     cold: sled::Tree,
+    /// The audit log (`audit.rs`) and how many records it holds (counted on open: it is
+    /// bounded by `MAX_AUDIT_RECORDS`).
+    audit: sled::Tree,
+    audit_len: std::sync::atomic::AtomicUsize,
     commit: GroupCommit,
     /// Added to sled's `generate_id`, so ids keep increasing across generations.
     id_base: u64,
@@ -269,6 +275,8 @@ impl StoreInner {
             channel_messages: open("channel_messages")?,
             channel_state: open(channel_state::TREE)?,
             cold: open(cold_index::TREE)?,
+            audit_len: std::sync::atomic::AtomicUsize::new(0),
+            audit: open(audit::TREE)?,
             id_base: rewrite::id_base(&db)?,
             tails: tails::TailCache::new(config.transcript_cache_bytes),
             commit: GroupCommit::start_for_store(
@@ -282,6 +290,10 @@ impl StoreInner {
             db,
             dir,
         };
+        // Bounded (at most MAX_AUDIT_RECORDS), so counting it on open is cheap.
+        inner
+            .audit_len
+            .store(inner.audit.len(), std::sync::atomic::Ordering::SeqCst);
         Ok(inner)
     }
 
