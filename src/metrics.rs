@@ -510,6 +510,11 @@ pub fn http_rejected(reason: &'static str) {
     counter!("turnstile_http_rejected_total", "reason" => reason).increment(1);
 }
 
+/// A refused authentication left out of the audit log (over its per-second bound).
+pub fn audit_suppressed() {
+    counter!("turnstile_audit_suppressed_total").increment(1);
+}
+
 // ---- process-wide figures for `turnstile stats` ----
 
 struct ProcessStats {

@@ -506,6 +506,25 @@ impl Runtime {
         self.inner.supervisor.registry().len()
     }
 
+    /// Appends `record` to the audit log (see `store::AuditRecord`); returns its id.
+    pub(crate) fn append_audit(&self, record: &crate::store::AuditRecord) -> Result<u64, Error> {
+        Ok(self.inner.store.append_audit(record)?)
+    }
+
+    /// The newest `n` audit records, oldest first.
+    pub(crate) fn audit_tail(&self, n: usize) -> Result<Vec<crate::store::AuditRecord>, Error> {
+        Ok(self.inner.store.audit_tail(n)?)
+    }
+
+    /// Audit records with ids above `after` (all when `None`), oldest first, at most `limit`.
+    pub(crate) fn audit_page(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<crate::store::AuditRecord>, Error> {
+        Ok(self.inner.store.audit_page(after, limit)?)
+    }
+
     /// Messages accepted but not yet answered.
     pub fn queued(&self) -> usize {
         self.inner.store.queued()

@@ -31,16 +31,21 @@ pub(super) struct RequestBounds {
 }
 
 /// What the edge middleware checks.
-#[derive(Debug)]
 pub(super) struct Edge {
     pub(super) bounds: RequestBounds,
     pub(super) guard: Guard,
+    /// Where audited requests are recorded (`audit.rs`).
+    pub(super) runtime: crate::Runtime,
+    pub(super) refusals: super::audit::RefusalWindow,
 }
 
 /// The edge middleware: the guard, then the bounds, then the route; any error answer in the
 /// JSON error shape.
 pub(super) async fn edge(State(edge): State<Arc<Edge>>, request: Request, next: Next) -> Response {
     let probe = request.method() == Method::GET && PUBLIC_PATHS.contains(&request.uri().path());
+    let (method, path) = (request.method().clone(), request.uri().path().to_string());
+    let client = super::audit::client_of(&request);
+    let headers = (!probe).then(|| request.headers().clone());
     let response = match guard::refusal(&edge.guard, &request) {
         Some(refused) => refused,
         None => match bound_request(&edge.bounds, request).await {
@@ -48,6 +53,17 @@ pub(super) async fn edge(State(edge): State<Arc<Edge>>, request: Request, next: 
             Err(refused) => refused,
         },
     };
+    if let Some(headers) = headers {
+        super::audit::observe(
+            &edge.runtime,
+            &edge.refusals,
+            &method,
+            &path,
+            &headers,
+            client,
+            response.status(),
+        );
+    }
     json_errors(probe, response).await
 }
 

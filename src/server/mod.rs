@@ -8,6 +8,7 @@
 //! `history.rs` the figures its overview reads.
 
 mod admin;
+mod audit;
 mod auth;
 mod chat_request;
 mod conn_io;
@@ -84,6 +85,8 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
             auth,
             limiter: RateLimiter::from_config(&runtime.config().server.rate_limit),
         },
+        runtime: runtime.clone(),
+        refusals: audit::RefusalWindow::default(),
     });
     Router::new()
         .route("/v1/messages", post(messages::post_message))
@@ -94,6 +97,7 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         )
         .route("/v1/sessions/{key}/compact", post(admin::compact))
         .route("/v1/admin/drain", post(admin::drain))
+        .route("/v1/admin/audit", get(audit::read))
         .route("/v1/stats", get(stats::stats))
         .route("/v1/stats/history", get(stats::history))
         .route("/metrics", get(admin::metrics))

@@ -48,7 +48,7 @@ fn check_utf8(raw: &str) -> Result<(), ApiError> {
 }
 
 /// `%XX` escapes decoded (a `%` not followed by two hex digits is kept, as browsers send it).
-fn percent_decode(s: &str) -> Vec<u8> {
+pub(super) fn percent_decode(s: &str) -> Vec<u8> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

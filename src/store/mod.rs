@@ -27,6 +27,7 @@
 //! panics on damaged data become errors).
 
 mod archive;
+mod audit;
 mod budget;
 mod by_updated;
 mod changes;
@@ -74,6 +75,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+pub(crate) use audit::{AuditRecord, MAX_AUDIT_PAGE};
 pub use budget::StoreBudget;
 pub(crate) use channel::{walk_back, Scan, MAX_CHAT_SCAN};
 pub(crate) use codec::{decode, encode, MAX_VALUE_BYTES};
@@ -208,6 +210,10 @@ struct StoreInner {
     channel_state: sled::Tree,
     /// The cold tier's index (`cold_index.rs`).
     cold: sled::Tree,
+    /// The audit log (`audit.rs`) and how many records it holds (counted on open: it is
+    /// bounded by `MAX_AUDIT_RECORDS`).
+    audit: sled::Tree,
+    audit_len: std::sync::atomic::AtomicUsize,
     commit: GroupCommit,
     /// Added to sled's `generate_id`, so ids keep increasing across generations.
     id_base: u64,
@@ -271,6 +277,8 @@ impl StoreInner {
             channel_messages: open("channel_messages")?,
             channel_state: open(channel_state::TREE)?,
             cold: open(cold_index::TREE)?,
+            audit_len: std::sync::atomic::AtomicUsize::new(0),
+            audit: open(audit::TREE)?,
             id_base: rewrite::id_base(&db)?,
             tails: tails::TailCache::new(config.transcript_cache_bytes),
             commit: GroupCommit::start_for_store(
@@ -284,6 +292,10 @@ impl StoreInner {
             db,
             dir,
         };
+        // Bounded (at most MAX_AUDIT_RECORDS), so counting it on open is cheap.
+        inner
+            .audit_len
+            .store(inner.audit.len(), std::sync::atomic::Ordering::SeqCst);
         Ok(inner)
     }
 

@@ -161,3 +161,127 @@ async fn the_library_server_refuses_too() {
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     runtime.shutdown().await.unwrap();
 }
+
+/// The audit log (issue 44): admin actions and refused keys are recorded with the time, the
+/// key's fingerprint (never the key), the client and the target, read back as JSON lines —
+/// and they survive a restart.
+#[tokio::test]
+async fn admin_actions_and_refused_keys_are_audited() {
+    const KEY: &str = "an audit key of some length";
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    c.server.api_key_env = env_var(KEY);
+    let server = TestServer::with_config(c.clone()).await;
+    let http = reqwest::Client::new();
+    let url = server.base.clone();
+
+    let wrong = http
+        .get(format!("{url}/v1/sessions"))
+        .bearer_auth("a guessed key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let compact = http
+        .post(format!("{url}/v1/sessions/agent%3Amain%3Anone/compact"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(compact.status(), StatusCode::NOT_FOUND);
+    let delete = http
+        .delete(format!("{url}/v1/sessions/agent%3Amain%3Anone"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    let delete_status = delete.status().as_u16();
+    // Reads are not audited.
+    let _ = http
+        .get(format!("{url}/v1/stats"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+
+    let read = |url: String| {
+        let http = http.clone();
+        async move {
+            let r = http
+                .get(format!("{url}/v1/admin/audit"))
+                .bearer_auth(KEY)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+            assert_eq!(r.headers()["content-type"], "application/x-ndjson");
+            let text = r.text().await.unwrap();
+            text.lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    let records = read(url.clone()).await;
+    let actions: Vec<&str> = records
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        ["auth.refused", "session.compact", "session.delete"],
+        "{records:?}"
+    );
+    assert_eq!(records[0]["target"], "GET /v1/sessions");
+    assert_eq!(records[1]["target"], "agent:main:none");
+    assert_eq!(records[1]["status"], 404);
+    assert_eq!(records[2]["status"], delete_status);
+    let text = serde_json::to_string(&records).unwrap();
+    assert!(
+        !text.contains(KEY) && !text.contains("a guessed key"),
+        "{text}"
+    );
+    let (guessed, right) = (
+        &records[0]["key_fingerprint"],
+        &records[1]["key_fingerprint"],
+    );
+    assert!(guessed.as_str().unwrap().starts_with("sha256:"));
+    assert_ne!(guessed, right);
+    assert_eq!(records[1]["key_fingerprint"], records[2]["key_fingerprint"]);
+    assert!(records[0]["client"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
+    assert!(records
+        .windows(2)
+        .all(|w| w[0]["id"].as_u64() < w[1]["id"].as_u64()));
+    let after = records[0]["id"].as_u64().unwrap();
+    let page = http
+        .get(format!("{url}/v1/admin/audit?after={after}&limit=1"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(page.lines().count(), 1);
+    assert!(page.contains("session.compact"), "{page}");
+    let tail = http
+        .get(format!("{url}/v1/admin/audit?tail=2"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let tail: Vec<&str> = tail.lines().collect();
+    assert_eq!(tail.len(), 2);
+    assert!(tail[0].contains("session.compact") && tail[1].contains("session.delete"));
+    server.stop().await;
+
+    let server = TestServer::with_config(c).await;
+    let again = read(server.base.clone()).await;
+    assert_eq!(again.len(), 3, "kept across a restart: {again:?}");
+    server.stop().await;
+}

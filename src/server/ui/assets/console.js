@@ -8,6 +8,8 @@
   // ---- settings (every loop and buffer here is bounded by one of these) ----
   /** Overview refresh period; the server samples every 2 s, so faster would show nothing new. */
   const REFRESH_MS = 2000;
+  // Audit records the overview shows.
+  const AUDIT_SHOWN = 8;
   /** Page sizes offered on the sessions list (the API's largest page is 1000). */
   const PAGE_SIZES = [100, 1000];
   /** Transcript entries fetched per request, and the most a session page holds. */
@@ -239,18 +241,32 @@
     const hist = { interval_seconds: 2, max_samples: 0, samples: [] };
     refreshFn = async () => {
       const last = hist.samples.length ? hist.samples[hist.samples.length - 1].at_ms : 0;
-      const [st, fresh] = await Promise.all([api('/v1/stats'), api('/v1/stats/history?after_ms=' + last)]);
+      const [st, fresh, audit] = await Promise.all([api('/v1/stats'), api('/v1/stats/history?after_ms=' + last),
+        api('/v1/admin/audit?tail=' + AUDIT_SHOWN).catch(() => null)]);
       hist.interval_seconds = fresh.interval_seconds;
       hist.max_samples = fresh.max_samples;
       hist.samples.push(...fresh.samples);
       if (hist.samples.length > hist.max_samples) hist.samples.splice(0, hist.samples.length - hist.max_samples);
       overviewRefreshes += 1;
-      renderOverview(main, st, hist);
+      renderOverview(main, st, hist, audit);
       status('updated ' + new Date().toLocaleTimeString());
     };
     await runRefresh();
   }
-  function renderOverview(main, st, hist) {
+  // The audit log's newest records (JSON lines), newest first.
+  function auditCard(text) {
+    const records = typeof text === 'string'
+      ? text.split('\n').filter((l) => l).map((l) => { try { return JSON.parse(l); } catch (_) { return null; } }).filter((r) => r).reverse()
+      : null;
+    return h('div', { class: 'card wide', id: 'audit' },
+      h('div', { class: 'label' }, 'Audit log (newest)'),
+      records === null ? h('div', { class: 'sub' }, 'did not answer')
+        : records.length === 0 ? h('div', { class: 'sub' }, 'no admin action or refused key yet')
+          : records.map((r) => h('div', { class: 'sub', 'data-audit': r.action },
+            `${ago(r.at_ms)} · ${r.action}${r.target ? ' ' + r.target : ''} → ${r.status}` +
+            `${r.key_fingerprint ? ' · key ' + r.key_fingerprint : ' · no key'}${r.client ? ' · ' + r.client : ''}`)));
+  }
+  function renderOverview(main, st, hist, audit) {
     const rc = st.recent || {};
     const j = st.janitor;
     const cards = h('div', { class: 'cards' },
@@ -293,6 +309,7 @@
       ], '', span));
     const root = h('div', { id: 'overview', 'data-refreshes': String(overviewRefreshes) },
       h('h1', null, 'Overview'), cards, h('div', { class: 'cards' }, disk, jan), charts,
+      h('div', { class: 'cards' }, auditCard(audit)),
       h('p', { class: 'muted' }, `Refreshes every ${REFRESH_MS / 1000} s while this tab is visible; samples every ${hist.interval_seconds} s, ${samples.length} of ${hist.max_samples} kept.`));
     clear(main).append(root);
   }

@@ -1,0 +1,207 @@
+//! What the audit log records from the HTTP edge (`edge::edge` calls [`observe`] with every
+//! answered request): admin actions (`DELETE /v1/sessions/{key}`,
+//! `POST /v1/sessions/{key}/compact`, `POST /v1/admin/*`) with their outcome, and every
+//! refused authentication — at most [`MAX_REFUSALS_PER_SECOND`] of those, so a client
+//! guessing keys cannot turn the log into a write flood. `GET /v1/admin/audit` reads it as
+//! JSON lines.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::{ConnectInfo, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::auth::bearer;
+use super::error::ApiError;
+use super::query::{percent_decode, StrictQuery};
+use super::AppState;
+use crate::store::{AuditRecord, MAX_AUDIT_PAGE};
+use crate::Runtime;
+
+/// Refused authentications recorded per second at most; the rest are counted
+/// (`turnstile_audit_suppressed_total`).
+pub(super) const MAX_REFUSALS_PER_SECOND: u64 = 20;
+
+/// The refusals recorded in the current second: `second << 32 | count`.
+#[derive(Debug, Default)]
+pub(super) struct RefusalWindow(AtomicU64);
+
+impl RefusalWindow {
+    /// Whether one more refusal may be recorded in `second`.
+    fn admit(&self, second: u64) -> bool {
+        let mut current = self.0.load(Ordering::SeqCst);
+        loop {
+            let (at, count) = (current >> 32, current & 0xffff_ffff);
+            let next = if at == second & 0xffff_ffff {
+                if count >= MAX_REFUSALS_PER_SECOND {
+                    return false;
+                }
+                current + 1
+            } else {
+                ((second & 0xffff_ffff) << 32) | 1
+            };
+            match self
+                .0
+                .compare_exchange(current, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => return true,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+}
+
+/// The audited action of a request, and its target, if it is one.
+fn action_of(method: &Method, path: &str) -> Option<(String, Option<String>)> {
+    let session = |rest: &str| String::from_utf8_lossy(&percent_decode(rest)).into_owned();
+    if let Some(rest) = path.strip_prefix("/v1/sessions/") {
+        if *method == Method::DELETE && !rest.contains('/') {
+            return Some(("session.delete".into(), Some(session(rest))));
+        }
+        if let Some(key) = rest.strip_suffix("/compact") {
+            if *method == Method::POST && !key.contains('/') {
+                return Some(("session.compact".into(), Some(session(key))));
+            }
+        }
+        return None;
+    }
+    let admin = path.strip_prefix("/v1/admin/")?;
+    (*method == Method::POST).then(|| (format!("server.{admin}"), None))
+}
+
+/// `sha256:` and the first 12 hex digits of the key's hash: enough to tell keys apart in the
+/// log, useless for finding the key.
+fn fingerprint(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// Records the request if it is audited (see the module). Failures to write are logged,
+/// never turned into the client's answer.
+pub(super) fn observe(
+    runtime: &Runtime,
+    refusals: &RefusalWindow,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    client: Option<SocketAddr>,
+    status: StatusCode,
+) {
+    let (action, target) = if status == StatusCode::UNAUTHORIZED {
+        let now_s = crate::clock::now_ms() / 1_000;
+        if !refusals.admit(now_s) {
+            crate::metrics::audit_suppressed();
+            return;
+        }
+        ("auth.refused".to_string(), Some(format!("{method} {path}")))
+    } else {
+        match action_of(method, path) {
+            Some(action) => action,
+            None => return,
+        }
+    };
+    let record = AuditRecord {
+        id: 0,
+        at_ms: crate::clock::now_ms(),
+        action,
+        target,
+        status: status.as_u16(),
+        key_fingerprint: bearer(headers).map(fingerprint),
+        client: client.map(|c| c.to_string()),
+    };
+    if let Err(error) = runtime.append_audit(&record) {
+        tracing::warn!(%error, action = %record.action, "could not write an audit record");
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct AuditQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
+    tail: Option<usize>,
+}
+
+/// `GET /v1/admin/audit?after=&limit=`: records with ids above `after`, oldest first, as JSON
+/// lines (at most `limit`, default and cap [`MAX_AUDIT_PAGE`]); `?tail=N`: the newest `N`
+/// (what the console shows).
+pub(super) async fn read(
+    State(state): State<AppState>,
+    StrictQuery(q): StrictQuery<AuditQuery>,
+) -> Result<Response, ApiError> {
+    let runtime = state.runtime.clone();
+    let limit = q.limit.unwrap_or(MAX_AUDIT_PAGE).clamp(1, MAX_AUDIT_PAGE);
+    let after = q.after;
+    let tail = q.tail;
+    let records = tokio::task::spawn_blocking(move || match tail {
+        Some(n) => runtime.audit_tail(n),
+        None => runtime.audit_page(after, limit),
+    })
+    .await
+    .map_err(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "reading the audit log did not finish",
+        )
+    })??;
+    let mut body = String::new();
+    for record in &records {
+        if let Ok(line) = serde_json::to_string(record) {
+            body.push_str(&line);
+            body.push('\n');
+        }
+    }
+    Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
+}
+
+/// The client address of a request, when the listener recorded it.
+pub(super) fn client_of(request: &axum::extract::Request) -> Option<SocketAddr> {
+    request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admin_paths_map_to_actions() {
+        assert_eq!(
+            action_of(&Method::DELETE, "/v1/sessions/agent%3Amain%3Ax"),
+            Some(("session.delete".into(), Some("agent:main:x".into())))
+        );
+        assert_eq!(
+            action_of(&Method::POST, "/v1/sessions/k/compact"),
+            Some(("session.compact".into(), Some("k".into())))
+        );
+        assert_eq!(
+            action_of(&Method::POST, "/v1/admin/drain"),
+            Some(("server.drain".into(), None))
+        );
+        assert_eq!(action_of(&Method::GET, "/v1/sessions/k"), None);
+        assert_eq!(action_of(&Method::GET, "/v1/admin/audit"), None);
+        assert_eq!(action_of(&Method::POST, "/v1/messages"), None);
+    }
+
+    #[test]
+    fn fingerprints_hide_the_key_and_tell_keys_apart() {
+        let a = fingerprint("secret-key-a");
+        assert!(a.starts_with("sha256:") && a.len() == 19, "{a}");
+        assert!(!a.contains("secret"));
+        assert_ne!(a, fingerprint("secret-key-b"));
+    }
+
+    #[test]
+    fn refusals_are_bounded_per_second() {
+        let window = RefusalWindow::default();
+        let admitted = (0..100).filter(|_| window.admit(7)).count();
+        assert_eq!(admitted as u64, MAX_REFUSALS_PER_SECOND);
+        assert!(window.admit(8), "a new second starts a new window");
+    }
+}
