@@ -824,12 +824,14 @@ async fn writes_go_on_during_a_rewrite_and_none_is_lost() {
     let cfg = config(dir.path());
     let store = Store::open(&cfg).unwrap();
     let big = "w".repeat(20_000);
-    for i in 0..300u64 {
+    for i in 0..600u64 {
         turn(&store, &format!("old{i:03}"), 1_000 + i, &big);
     }
-    // Half of it evicted: the garbage a rewrite is for (a copy no smaller than its source is
-    // given up, and this test is about the writes during one that is kept).
-    for i in 0..150u64 {
+    // Nine tenths of it evicted: the garbage a rewrite is for. A copy that reaches 80% of its
+    // source is given up, and this test is about the writes during one that is kept: with
+    // half evicted, sled's fixed overhead in the fresh generation (6-10 MB) plus the writes
+    // made during the copy brought a loaded machine's copy to the 80% line.
+    for i in 0..540u64 {
         store.evict_session(&format!("old{i:03}"), None).unwrap();
     }
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -876,7 +878,7 @@ async fn writes_go_on_during_a_rewrite_and_none_is_lost() {
     store.close().await.unwrap();
     drop(store);
     let store = Store::open(&cfg).unwrap();
-    assert_eq!(store.session_count(), 152);
+    assert_eq!(store.session_count(), 62);
     store.close().await.unwrap();
 }
 
