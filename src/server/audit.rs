@@ -1,5 +1,5 @@
-//! What the audit log records from the HTTP edge (`edge::edge` calls [`observe`] with every
-//! answered request): admin actions (`DELETE /v1/sessions/{key}`,
+//! What the audit log records from the HTTP edge (`edge::edge` asks [`admin_action`] of every
+//! request and reports guard refusals to [`refused`]): admin actions (`DELETE /v1/sessions/{key}`,
 //! `POST /v1/sessions/{key}/compact`, `POST /v1/admin/*`) with their outcome, and every
 //! refused authentication — at most [`MAX_REFUSALS_PER_SECOND`] of those, so a client
 //! guessing keys cannot turn the log into a write flood. `GET /v1/admin/audit` reads it as
@@ -8,8 +8,8 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::extract::{ConnectInfo, State};
-use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -80,38 +80,73 @@ fn fingerprint(key: &str) -> String {
     format!("sha256:{hex}")
 }
 
-/// Records the request if it is audited (see the module). Failures to write are logged,
-/// never turned into the client's answer.
-pub(super) fn observe(
+/// An audited request, taken from it before it is answered.
+pub(super) struct Action {
+    action: String,
+    target: Option<String>,
+    key_fingerprint: Option<String>,
+    client: Option<SocketAddr>,
+}
+
+impl Action {
+    fn of(request: &Request, action: String, target: Option<String>) -> Self {
+        Self {
+            action,
+            target,
+            key_fingerprint: bearer(request.headers()).map(fingerprint),
+            client: request
+                .extensions()
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0),
+        }
+    }
+}
+
+/// The admin action `request` asks for, if it is one (see the module).
+pub(super) fn admin_action(request: &Request) -> Option<Action> {
+    let (action, target) = action_of(request.method(), request.uri().path())?;
+    Some(Action::of(request, action, target))
+}
+
+/// Records a refused authentication of `request` (within [`MAX_REFUSALS_PER_SECOND`]).
+pub(super) fn refused(
     runtime: &Runtime,
     refusals: &RefusalWindow,
-    method: &Method,
-    path: &str,
-    headers: &HeaderMap,
-    client: Option<SocketAddr>,
+    request: &Request,
     status: StatusCode,
 ) {
-    let (action, target) = if status == StatusCode::UNAUTHORIZED {
-        let now_s = crate::clock::now_ms() / 1_000;
-        if !refusals.admit(now_s) {
-            crate::metrics::audit_suppressed();
-            return;
-        }
-        ("auth.refused".to_string(), Some(format!("{method} {path}")))
-    } else {
-        match action_of(method, path) {
-            Some(action) => action,
-            None => return,
-        }
-    };
+    if status != StatusCode::UNAUTHORIZED {
+        return;
+    }
+    if !refusals.admit(crate::clock::now_ms() / 1_000) {
+        crate::metrics::audit_suppressed();
+        return;
+    }
+    let target = format!("{} {}", request.method(), request.uri().path());
+    write(
+        runtime,
+        Action::of(request, "auth.refused".into(), Some(target)),
+        status,
+    );
+}
+
+/// Records an admin action answered with `status` (a refused one is recorded as a refusal).
+pub(super) fn record(runtime: &Runtime, action: Action, status: StatusCode) {
+    if status != StatusCode::UNAUTHORIZED {
+        write(runtime, action, status);
+    }
+}
+
+/// Appends the record; a failure is logged, never turned into the client's answer.
+fn write(runtime: &Runtime, action: Action, status: StatusCode) {
     let record = AuditRecord {
         id: 0,
         at_ms: crate::clock::now_ms(),
-        action,
-        target,
+        action: action.action,
+        target: action.target,
         status: status.as_u16(),
-        key_fingerprint: bearer(headers).map(fingerprint),
-        client: client.map(|c| c.to_string()),
+        key_fingerprint: action.key_fingerprint,
+        client: action.client.map(|c| c.to_string()),
     };
     if let Err(error) = runtime.append_audit(&record) {
         tracing::warn!(%error, action = %record.action, "could not write an audit record");
@@ -156,14 +191,6 @@ pub(super) async fn read(
         }
     }
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
-}
-
-/// The client address of a request, when the listener recorded it.
-pub(super) fn client_of(request: &axum::extract::Request) -> Option<SocketAddr> {
-    request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0)
 }
 
 #[cfg(test)]

@@ -43,26 +43,20 @@ pub(super) struct Edge {
 /// JSON error shape.
 pub(super) async fn edge(State(edge): State<Arc<Edge>>, request: Request, next: Next) -> Response {
     let probe = request.method() == Method::GET && PUBLIC_PATHS.contains(&request.uri().path());
-    let (method, path) = (request.method().clone(), request.uri().path().to_string());
-    let client = super::audit::client_of(&request);
-    let headers = (!probe).then(|| request.headers().clone());
+    // Only admin paths and refusals are audited: nothing is copied for any other request.
+    let admin = super::audit::admin_action(&request);
     let response = match guard::refusal(&edge.guard, &request) {
-        Some(refused) => refused,
+        Some(refused) => {
+            super::audit::refused(&edge.runtime, &edge.refusals, &request, refused.status());
+            refused
+        }
         None => match bound_request(&edge.bounds, request).await {
             Ok(request) => next.run(request).await,
             Err(refused) => refused,
         },
     };
-    if let Some(headers) = headers {
-        super::audit::observe(
-            &edge.runtime,
-            &edge.refusals,
-            &method,
-            &path,
-            &headers,
-            client,
-            response.status(),
-        );
+    if let Some(action) = admin {
+        super::audit::record(&edge.runtime, action, response.status());
     }
     json_errors(probe, response).await
 }
