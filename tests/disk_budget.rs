@@ -367,14 +367,11 @@ async fn four_times_the_budget_stays_within_it() {
 /// reads: a cold session is found and its transcript read from its pack, which stays as it
 /// is (no thaw, no write), and a DELETE removes it.
 ///
-/// Ignored in the default run since 2026-12-06: it failed 6 of 12 runs here, in two ways that
-/// are open defects, not test noise — the data dir peaking at 111-117% of the 32 MiB budget
-/// (3 runs), and a cold session whose transcript read back with fewer entries than its record
-/// says (3 runs, one of them after the test waited for every queued turn). See
-/// docs/storage.md. Run it with
-/// `cargo test --test disk_budget -- --ignored refused_messages_to_cold`.
+/// It failed 6 of 12 runs on 2026-12-06 in two ways, both since fixed: a rewrite's copy over
+/// high water could take a quarter of the budget beside a data dir already far over it
+/// (peaks of 111-117%), and a freeze that raced a compaction paired the old record with a
+/// transcript the compaction had half changed (a cold transcript shorter than its record).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open defects: peaks over budget + 10% at 32 MiB, a cold read disagreeing with its record (docs/storage.md)"]
 async fn refused_messages_to_cold_sessions_write_nothing() {
     const SENDERS: u64 = 8;
     const SESSIONS_PER_SENDER: u64 = 100;

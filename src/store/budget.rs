@@ -92,8 +92,8 @@ const REWRITE_PEAK: f64 = 1.0;
 /// While a rewrite copies, the data dir may pass the budget by this fraction of it, for the
 /// length of the copy.
 const COPY_OVERSHOOT: f64 = 0.1;
-/// Over high water a rewrite's copy may take this much (at most a quarter of the budget)
-/// whatever the budget leaves: a fresh generation is at least sled's fixed overhead (6–10 MB
+/// Over high water a rewrite's copy may take the data dir up to high water plus this much (at
+/// most a quarter of the budget) whatever else the budget leaves: a fresh generation is at least sled's fixed overhead (6–10 MB
 /// measured), which no eviction can make room for, and without the rewrite a store whose
 /// sessions were all frozen stays over high water with admission closed.
 const MIN_COPY_ROOM: u64 = 16 << 20;
@@ -550,12 +550,16 @@ impl StoreBudget {
 
     /// Room a rewrite's copy may take: what the budget leaves beside the data dir, plus
     /// [`COPY_OVERSHOOT`] of the budget (the copy is given up past that). Over high water,
-    /// never less than [`MIN_COPY_ROOM`] (at most a quarter of the budget).
+    /// enough for the data dir to reach high water plus [`MIN_COPY_ROOM`] (at most a quarter
+    /// of the budget): a floor measured from the data dir itself let a store far over high
+    /// water (a backlog of acknowledged messages) pass the budget by that floor.
     fn rewrite_room(&self, disk_bytes: u64) -> u64 {
         let room = ((self.limit_bytes as f64 * (REWRITE_PEAK + COPY_OVERSHOOT)) as u64)
             .saturating_sub(disk_bytes);
         if disk_bytes > self.high_water_bytes {
-            room.max(MIN_COPY_ROOM.min(self.limit_bytes / 4))
+            let floor = (self.high_water_bytes + MIN_COPY_ROOM.min(self.limit_bytes / 4))
+                .saturating_sub(disk_bytes);
+            room.max(floor)
         } else {
             room
         }

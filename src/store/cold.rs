@@ -487,7 +487,14 @@ impl Store {
             };
             #[cfg(test)]
             self.run_thaw_hook();
-            let id = self.inner().next_id()?;
+            // Under the write gate, as every id: a rewrite computes the next generation's id
+            // base under it, and an id the old generation handed out after that would be
+            // handed out again by the new one (two sessions sharing transcript keys: the
+            // eviction of one deleted the other's entries).
+            let id = {
+                let _write = self.write_gate();
+                self.inner().next_id()?
+            };
             let committed = self
                 .write_thawed_transcript(id, segment)
                 .and_then(|record| self.commit_thaw(key, record, &source));

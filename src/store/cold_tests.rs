@@ -790,3 +790,48 @@ async fn measure_usable_ratio() {
         println!("{mb} MiB, cold_max_fraction = {fraction}: {r}");
     }
 }
+
+/// A freeze commits only if the session is still exactly what its frame copied: a compaction
+/// keeps `updated_at_ms`, and one that changed the transcript under the copy (even one only
+/// half visible to the copy's reads) must keep the session hot, or the index would pair the
+/// old record with a transcript that lacks entries.
+#[tokio::test]
+async fn a_freeze_keeps_a_session_that_changed_under_its_copy_hot() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path());
+    turn(&store, "a", 1_000, "hello there");
+    turn(&store, "a", 2_000, "and again");
+    let copied = store.session("a").unwrap().unwrap();
+    let remove: Vec<u64> = whole_transcript(&store, "a")
+        .iter()
+        .take(2)
+        .map(|(seq, _)| *seq)
+        .collect();
+    let summary = TranscriptEntry::new(EntryKind::Summary, "they said hello", 3, 2_500);
+    let swapped = store
+        .swap_summary(super::SummarySwap {
+            session_key: "a",
+            session_id: copied.id,
+            epoch: copied.compaction_count,
+            remove: &remove,
+            summary: &summary,
+        })
+        .unwrap();
+    assert!(matches!(swapped, super::SwapOutcome::Done(..)));
+    let now = store.session("a").unwrap().unwrap();
+    assert_eq!(now.updated_at_ms, copied.updated_at_ms, "compaction keeps it");
+    let stale = super::cold_index::ColdEntry {
+        loc: super::cold_pack::FrameLoc {
+            pack: 0,
+            offset: 0,
+            length: 1,
+        },
+        record: copied.clone(),
+    };
+    let left = store
+        .evict_records("a", Some(copied.updated_at_ms), Some(&stale))
+        .unwrap();
+    assert!(left.is_none(), "the freeze gives up");
+    assert_eq!(store.session("a").unwrap(), Some(now), "still hot, as compacted");
+    assert!(!store.may_be_cold("a"), "and the index does not name it");
+}

@@ -138,6 +138,12 @@ impl Store {
                 if expected_updated_at.is_some_and(|t| t != record.updated_at_ms) {
                     return Ok(None);
                 }
+                // A freeze's frame was copied from `entry.record`'s transcript: any change
+                // since (a compaction keeps `updated_at_ms`; one half-applied while the copy
+                // read the transcript commits before this transaction) keeps it hot.
+                if cold.is_some_and(|entry| entry.record != record) {
+                    return Ok(None);
+                }
                 sessions.remove(key.as_bytes())?;
                 index.remove(by_updated::key(record.updated_at_ms, key))?;
                 match cold {

@@ -299,7 +299,9 @@ impl StoreInner {
         Ok(inner)
     }
 
-    /// A new id, larger than every id handed out before in any generation.
+    /// A new id, larger than every id handed out before in any generation. Call it holding
+    /// the store's write gate: a rewrite takes the next generation's id base under the gate
+    /// held exclusively, so only then is an id from this generation below that base.
     fn next_id(&self) -> Result<u64, StoreError> {
         Ok(self.id_base
             + self

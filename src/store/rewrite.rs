@@ -138,15 +138,21 @@ impl SizeCap<'_> {
 
 /// Copies one tree in batches (bounding the memory of a rewrite). `copied_bytes` counts the
 /// keys and values copied so far across trees: the copy stops as soon as they alone pass the
-/// cap, and its size on disk is checked at every flush. Returns the keys copied.
+/// cap, and its size on disk is checked at every flush. A flush comes every
+/// [`FLUSH_BATCHES`] batches, or sooner once a quarter of the cap was copied since the last
+/// one: on a small budget four full batches would be more than the room the copy was given,
+/// and the data dir could pass the budget by that much before the check saw it. Returns the
+/// keys copied.
 fn copy_tree(copy: &TreeCopy, cap: &SizeCap<'_>, copied_bytes: &mut u64) -> Result<u64, Stop> {
     let mut copied = 0u64;
     let mut batches = 0u64;
+    let batch_bytes = COPY_BATCH_BYTES.min(usize::try_from(cap.bytes / 8).unwrap_or(usize::MAX));
+    let mut since_flush = 0u64;
     let mut iter = copy.src.iter().peekable();
     while iter.peek().is_some() {
         let mut batch = sled::Batch::default();
         let (mut keys, mut bytes) = (0usize, 0usize);
-        while keys < COPY_BATCH && bytes < COPY_BATCH_BYTES {
+        while keys < COPY_BATCH && (keys == 0 || bytes < batch_bytes) {
             let Some(kv) = iter.next() else {
                 break;
             };
@@ -168,7 +174,9 @@ fn copy_tree(copy: &TreeCopy, cap: &SizeCap<'_>, copied_bytes: &mut u64) -> Resu
             return Err(Stop::TooBig(*copied_bytes));
         }
         batches += 1;
-        if batches.is_multiple_of(FLUSH_BATCHES) {
+        since_flush += bytes as u64;
+        if batches.is_multiple_of(FLUSH_BATCHES) || since_flush >= cap.bytes / 4 {
+            since_flush = 0;
             let started = Instant::now();
             copy.dst
                 .flush()
