@@ -819,7 +819,10 @@ async fn a_freeze_keeps_a_session_that_changed_under_its_copy_hot() {
         .unwrap();
     assert!(matches!(swapped, super::SwapOutcome::Done(..)));
     let now = store.session("a").unwrap().unwrap();
-    assert_eq!(now.updated_at_ms, copied.updated_at_ms, "compaction keeps it");
+    assert_eq!(
+        now.updated_at_ms, copied.updated_at_ms,
+        "compaction keeps it"
+    );
     let stale = super::cold_index::ColdEntry {
         loc: super::cold_pack::FrameLoc {
             pack: 0,
@@ -832,6 +835,10 @@ async fn a_freeze_keeps_a_session_that_changed_under_its_copy_hot() {
         .evict_records("a", Some(copied.updated_at_ms), Some(&stale))
         .unwrap();
     assert!(left.is_none(), "the freeze gives up");
-    assert_eq!(store.session("a").unwrap(), Some(now), "still hot, as compacted");
+    assert_eq!(
+        store.session("a").unwrap(),
+        Some(now),
+        "still hot, as compacted"
+    );
     assert!(!store.may_be_cold("a"), "and the index does not name it");
 }
