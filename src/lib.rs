@@ -59,6 +59,7 @@ pub mod loadtest;
 pub mod metrics;
 pub mod model;
 mod pipeline;
+mod quotas;
 mod replies;
 mod runtime;
 pub mod secret;
@@ -69,7 +70,7 @@ mod tools;
 
 pub use config::Config;
 pub use error::Error;
-pub use inbound::{DropReason, Refusal};
+pub use inbound::{DropReason, QuotaRefusal, Refusal};
 pub use replies::{
     Delta, DeltaWatch, Heard, Reply, ReplyErrorKind, ReplyRoute, ReplyUsage, ReplyWaiter,
 };

@@ -99,6 +99,10 @@ fn describe() {
         "Inbound messages not turned into a turn, by channel and reason"
     );
     describe_counter!("turnstile_turns_total", "Turns finished, by outcome");
+    describe_counter!(
+        "turnstile_quota_refused_total",
+        "Messages refused over a [[quotas]] rule, by limit (messages, tokens)"
+    );
     describe_histogram!(
         "turnstile_turn_phase_seconds",
         metrics::Unit::Seconds,
@@ -222,6 +226,11 @@ pub fn inbound_dropped(channel: &str, reason: &'static str) {
         "reason" => reason
     )
     .increment(1);
+}
+
+/// A message refused over a quota (`limit`: `messages` or `tokens`).
+pub fn quota_refused(limit: &'static str) {
+    counter!("turnstile_quota_refused_total", "limit" => limit).increment(1);
 }
 
 // ---- turns ----

@@ -280,7 +280,7 @@ impl Owner {
                 metrics::cluster_inbox(p, "admitted");
                 self.changelog.hold(p, key, id, message);
             }
-            Err(SubmitError::Refused(Refusal::Dropped(_))) => {
+            Err(SubmitError::Refused(Refusal::Dropped(_) | Refusal::OverQuota(_))) => {
                 metrics::cluster_inbox(p, "dropped");
                 let _ = message.ack_with(AckKind::Ack).await;
             }

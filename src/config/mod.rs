@@ -18,6 +18,7 @@ mod limits;
 mod model;
 mod preflight;
 mod queue;
+mod quotas;
 mod server;
 mod session;
 mod storage;
@@ -43,6 +44,8 @@ pub use model::ModelConfig;
 use model::{MAX_REQUESTS_PER_MINUTE, MAX_TOKENS_PER_MINUTE, MIN_CONTEXT_WINDOW};
 pub use preflight::{AccessPolicy, AllowBots, PreflightConfig, PreflightOverride};
 pub use queue::{DropSetting, QueueConfig, QueueModeSetting, QueueOverride};
+pub(crate) use quotas::QuotaKind;
+pub use quotas::{OverQuota, QuotaMatch, QuotaRule};
 pub use server::{RateLimitBy, RateLimitConfig, ServerConfig};
 pub use session::{DmScope, SessionConfig, SessionScope};
 pub use storage::{Durability, JanitorMode, StorageConfig};
@@ -82,6 +85,9 @@ pub struct Config {
     /// runs alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterConfig>,
+    /// `[[quotas]]`: limits per sender, chat, account or agent (none by default).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quotas: Vec<QuotaRule>,
 }
 
 impl Config {
@@ -115,6 +121,7 @@ impl Config {
         self.compaction.validate()?;
         self.tools.validate()?;
         self.channels.validate()?;
+        quotas::validate(&self.quotas)?;
         if let Some(cluster) = &self.cluster {
             // A node built without the feature must not run alone on a cluster's config.
             if !cfg!(feature = "cluster") {

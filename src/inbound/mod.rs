@@ -5,12 +5,12 @@ mod message;
 pub mod preflight;
 mod refusal;
 mod sanitize;
-mod session_key;
+pub(crate) mod session_key;
 
 pub(crate) use message::{check_session_key, MAX_ATTACHMENTS, OPENAI_API_CHANNEL};
 pub use message::{Attachment, ChatKind, InboundMessage, MessageKind, Sender};
 pub use preflight::{Preflight, PreflightStats};
-pub use refusal::{DropReason, Refusal};
+pub use refusal::{DropReason, QuotaRefusal, Refusal};
 pub(crate) use sanitize::{sanitize_text, untrusted, untrusted_block, MAX_UNTRUSTED_CHARS};
 pub(crate) use session_key::{identity_links, user_session_key};
 pub use session_key::{normalize_session_key, SessionKeys};

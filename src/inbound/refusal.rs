@@ -43,6 +43,7 @@ impl Refusal {
             Refusal::Storage(_) => "storage",
             Refusal::Unavailable(_) => "unavailable",
             Refusal::InsufficientStorage(_) => "insufficient_storage",
+            Refusal::OverQuota(_) => "quota",
         }
     }
 }
@@ -61,9 +62,27 @@ impl DropReason {
     }
 }
 
+/// A message refused over a `[[quotas]]` rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaRefusal {
+    /// The session it was for.
+    pub session_key: String,
+    /// What was counted: `sender:<channel>:<id>`, `chat:…`, `account:…` or `agent:<id>`.
+    pub subject: String,
+    /// The limit it is over: `messages` or `tokens`.
+    pub limit: &'static str,
+    /// The rule's notice, when this refusal is the first of its window and the rule sends
+    /// one (the runtime delivers it as a reply).
+    pub notice: Option<std::sync::Arc<str>>,
+}
+
 /// Why the runtime did not accept a message. Nothing was stored for it as a turn.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    /// Over a quota: not queued (answered like a drop on the webhook, `429 quota_exceeded`
+    /// on the OpenAI endpoint).
+    #[error("over the {} quota of {}", .0.limit, .0.subject)]
+    OverQuota(Box<QuotaRefusal>),
     /// Preflight decided it is not a turn (not an error: answered with 200).
     #[error("dropped: {}", .0.as_str())]
     Dropped(DropReason),

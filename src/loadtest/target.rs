@@ -174,6 +174,7 @@ impl Target for InProcessTarget {
             Ok(_) => Outcome::Accepted,
             Err(SubmitError::Refused(refusal)) => match refusal {
                 Refusal::Dropped(reason) => Outcome::Dropped(reason.as_str().into()),
+                Refusal::OverQuota(_) => Outcome::Dropped("quota".into()),
                 Refusal::Overloaded(_) => Outcome::Error("overloaded".into()),
                 Refusal::ShuttingDown => Outcome::Error("shutting_down".into()),
                 Refusal::Storage(_) => Outcome::Error("storage".into()),

@@ -21,9 +21,10 @@ use crate::context::chatter_before;
 use crate::error::StoreError;
 use crate::inbound::preflight::{event_of, history_line, Verdict};
 use crate::inbound::{
-    normalize_session_key, DropReason, IdOrigin, InboundEvent, InboundMessage, Preflight, Refusal,
-    SessionKeys,
+    normalize_session_key, DropReason, IdOrigin, InboundEvent, InboundMessage, Preflight,
+    QuotaRefusal, Refusal, SessionKeys,
 };
+use crate::quotas::Quotas;
 use crate::store::{ChannelMessage, DedupeMark, InboxItem, InboxRecord, Store};
 
 impl QueueItem for InboxItem {
@@ -49,6 +50,8 @@ pub(crate) struct Admitter {
     keys: SessionKeys,
     /// Preflight from `[preflight]`; shared with the `Runtime` handle (stats, bot messages).
     preflight: Arc<Preflight>,
+    /// `[[quotas]]`; shared with the delivery stage (tokens) and the admin API.
+    quotas: Arc<Quotas>,
 }
 
 impl Admitter {
@@ -58,12 +61,14 @@ impl Admitter {
         config: Arc<Config>,
         keys: SessionKeys,
         preflight: Arc<Preflight>,
+        quotas: Arc<Quotas>,
     ) -> Self {
         Self {
             store,
             config,
             keys,
             preflight,
+            quotas,
         }
     }
 
@@ -137,6 +142,21 @@ impl Admitter {
                 return Err(Refusal::Dropped(reason));
             }
         };
+        // Over a quota: never queued (a message preflight dropped above was not counted).
+        if !self.quotas.is_empty() {
+            if let Err(over) = self
+                .quotas
+                .check(&event.message, &key, now)
+                .map_err(storage)?
+            {
+                return Err(Refusal::OverQuota(Box::new(QuotaRefusal {
+                    session_key: key.to_string(),
+                    subject: over.subject,
+                    limit: over.limit,
+                    notice: over.notice,
+                })));
+            }
+        }
         let cap = self.config.storage.max_queued_messages;
         if store.queued() >= cap {
             return Err(Refusal::Overloaded(format!(
@@ -187,6 +207,12 @@ impl Admitter {
         };
         let (item, ticket) = store.enqueue_deduped(&key, record, mark).map_err(storage)?;
         self.preflight.confirm(&admission, now);
+        if !self.quotas.is_empty() {
+            // Queued: it counts. A failed count is logged, not a refusal (it is in the inbox).
+            if let Err(e) = self.quotas.take(&item.record.message, &key, now) {
+                tracing::warn!(session_key = %key, error = %e, "could not count a message's quota");
+            }
+        }
         // After the inbox entry that carries them: a crash in between shows them twice, never
         // loses them.
         if let Err(e) = store.remove_system_events(event_keys) {

@@ -10,6 +10,7 @@ use crate::clock::now_ms;
 use crate::context::ContextEngine;
 use crate::error::Error;
 use crate::model::ToolCall;
+use crate::quotas::Quotas;
 use crate::replies::{Reply, ReplyErrorKind, ReplyHub, ReplyRoute, ReplyUsage};
 use crate::store::{Committed, InboxItem, Store, TranscriptEntry, TurnCommit, TurnCommitter};
 
@@ -36,6 +37,8 @@ pub(crate) struct Delivery {
     compaction: Compaction,
     /// A cluster node's changelog (see [`ReplicationSlot`]).
     replication: ReplicationSlot,
+    /// Each answer's model tokens count against `[[quotas]]`.
+    quotas: Arc<Quotas>,
 }
 
 impl Delivery {
@@ -47,6 +50,7 @@ impl Delivery {
         replies: Arc<ReplyHub>,
         compaction: Compaction,
         replication: ReplicationSlot,
+        quotas: Arc<Quotas>,
     ) -> Self {
         Self {
             store,
@@ -55,6 +59,7 @@ impl Delivery {
             replies,
             compaction,
             replication,
+            quotas,
         }
     }
 
@@ -212,7 +217,26 @@ impl Delivery {
         self.compaction
             .maybe_compact(session_key, record.tokens, window_full);
         reply.seq = seqs.last().copied().unwrap_or_default();
+        self.charge_quota(session_key, batch, reply.usage);
         self.replies.publish(reply);
         Ok(())
+    }
+
+    /// Counts an answer's model tokens against the quota of the newest message it answers.
+    /// A failed count is logged: the answer is committed and goes out all the same.
+    fn charge_quota(&self, session_key: &str, batch: &[InboxItem], usage: Option<ReplyUsage>) {
+        let (Some(item), Some(usage)) = (batch.last(), usage) else {
+            return;
+        };
+        if self.quotas.is_empty() {
+            return;
+        }
+        let tokens = u64::from(usage.total_tokens);
+        if let Err(e) =
+            self.quotas
+                .charge_tokens(&item.record.message, session_key, tokens, now_ms())
+        {
+            tracing::warn!(session_key, error = %e, "could not count a turn's tokens");
+        }
     }
 }

@@ -123,6 +123,8 @@ struct Turn<'a> {
 
 impl TurnEngine {
     /// An engine answering with `model` and publishing through `replies`.
+    // The engine's parts, each built once by the runtime builder and named where it is used.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         config: Arc<Config>,
         store: Store,
@@ -131,6 +133,7 @@ impl TurnEngine {
         tools: ToolRegistry,
         replies: Arc<ReplyHub>,
         compaction: Compaction,
+        quotas: Arc<crate::quotas::Quotas>,
     ) -> Self {
         Self {
             delivery: Delivery::new(
@@ -139,6 +142,7 @@ impl TurnEngine {
                 Arc::clone(&replies),
                 compaction.clone(),
                 super::ReplicationSlot::new(config.cluster.is_some()),
+                quotas,
             ),
             replies,
             failures: DashMap::new(),

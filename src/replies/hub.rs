@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::router::ChannelRouter;
-use crate::inbound::ChatKind;
+use crate::inbound::{ChatKind, InboundMessage};
 use crate::model::ToolCall;
 use crate::store::InboxItem;
 
@@ -132,15 +132,19 @@ pub struct ReplyRoute {
 impl ReplyRoute {
     /// The route of a turn over `batch`: the newest message's chat.
     pub fn of(batch: &[InboxItem]) -> Option<Self> {
-        let m = &batch.last()?.record.message;
-        Some(Self {
+        Some(Self::of_message(&batch.last()?.record.message))
+    }
+
+    /// The route back to `m`'s chat.
+    pub fn of_message(m: &InboundMessage) -> Self {
+        Self {
             channel: m.channel.clone(),
             account_id: m.account_id.clone(),
             chat_kind: m.chat_kind,
             chat_id: m.chat_id.clone(),
             thread_id: m.thread_id.clone(),
             message_id: m.message_id.clone(),
-        })
+        }
     }
 }
 

@@ -23,6 +23,7 @@ use crate::model::{
     CalibrationStore, EchoModel, Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter,
 };
 use crate::pipeline::{Admitter, Compaction, RunningTurns, TurnBackend, TurnEngine};
+use crate::quotas::Quotas;
 use crate::replies::ReplyHub;
 use crate::store::{Store, StoreBudget};
 use crate::tools::{ToolHandler, ToolRegistry};
@@ -164,6 +165,7 @@ impl RuntimeBuilder {
         let replies = Arc::new(ReplyHub::new(config.server.events_buffer));
         // The Compactor first: the engine holds its handle, it holds nothing of the engine.
         let compaction = Compaction::start(&config, &store, &context).await?;
+        let quotas = Arc::new(Quotas::new(&config.quotas, store.clone()));
         let engine = Arc::new(TurnEngine::new(
             Arc::clone(&config),
             store.clone(),
@@ -172,6 +174,7 @@ impl RuntimeBuilder {
             self.tools,
             Arc::clone(&replies),
             compaction,
+            Arc::clone(&quotas),
         ));
         let preflight = Arc::new(Preflight::new(&config)?);
         let running = Arc::new(RunningTurns::default());
@@ -181,6 +184,7 @@ impl RuntimeBuilder {
             Arc::clone(&config),
             keys.clone(),
             Arc::clone(&preflight),
+            Arc::clone(&quotas),
         );
         let settings = LaneSettings {
             idle_timeout: config.idle_timeout(),
@@ -207,6 +211,7 @@ impl RuntimeBuilder {
                 store: store.clone(),
                 replies,
                 preflight,
+                quotas,
                 supervisor,
                 api,
                 janitor,

@@ -161,6 +161,8 @@ struct Inner {
     store: Store,
     replies: Arc<ReplyHub>,
     preflight: Arc<Preflight>,
+    /// `[[quotas]]` and their usage.
+    quotas: Arc<crate::quotas::Quotas>,
     supervisor: SupervisorHandle<TurnBackend>,
     api: ChannelHandle<TurnBackend, ApiChannel>,
     janitor: JanitorHandle,
@@ -334,10 +336,16 @@ impl Runtime {
     ) -> Result<Admitted, SubmitError> {
         let message = self.accepting(channel, event.message)?;
         let message_id = message.message_id.clone();
+        // Where a quota notice would go (only built when quotas are configured).
+        let notice_route = (!self.inner.quotas.is_empty())
+            .then(|| crate::replies::ReplyRoute::of_message(&message));
         let event = InboundEvent { message, ..event };
         let accepted = match handle.submit(event).await.map_err(Error::from)? {
             Ok(a) => a,
             Err(refusal) => {
+                if let (Refusal::OverQuota(q), Some(route)) = (&refusal, notice_route) {
+                    self.send_quota_notice(q, route, &message_id);
+                }
                 if let Refusal::Dropped(reason) = &refusal {
                     if reason.keeps_record() {
                         // What the drop left (chatter, a queued event) is durable before the
@@ -358,6 +366,51 @@ impl Runtime {
             },
             ticket: Some(accepted.ticket),
         })
+    }
+
+    /// Answers a message refused over its quota with the rule's notice (when this refusal is
+    /// the first of its window): a reply like any other, so every channel delivers it. It is
+    /// not stored in the transcript (the message was not taken).
+    fn send_quota_notice(
+        &self,
+        refused: &crate::inbound::QuotaRefusal,
+        route: crate::replies::ReplyRoute,
+        message_id: &str,
+    ) {
+        let Some(text) = &refused.notice else {
+            return;
+        };
+        self.inner.replies.publish(Reply {
+            session_key: refused.session_key.clone(),
+            text: text.to_string(),
+            in_reply_to: vec![message_id.to_string()],
+            seq: 0,
+            error: false,
+            route: Some(route),
+            tool_calls: Vec::new(),
+            usage: None,
+            finish_reason: Some("quota".into()),
+            model: None,
+            error_kind: None,
+        });
+    }
+
+    /// What `[[quotas]]` refused since start, and the top offenders.
+    pub(crate) fn quota_stats(&self) -> crate::quotas::QuotaStats {
+        self.inner.quotas.stats()
+    }
+
+    /// The stored quota usage of `subject` (`sender:<channel>:<id>`, …).
+    pub(crate) fn quota_usage(
+        &self,
+        subject: &str,
+    ) -> Result<Option<crate::quotas::QuotaUsage>, Error> {
+        Ok(self.inner.quotas.usage(subject)?)
+    }
+
+    /// Resets `subject`'s quota usage; true when it had any.
+    pub(crate) fn reset_quota(&self, subject: &str) -> Result<bool, Error> {
+        Ok(self.inner.quotas.reset(subject)?)
     }
 
     /// Every reply from now on.

@@ -69,6 +69,9 @@ fn action_of(method: &Method, path: &str) -> Option<(String, Option<String>)> {
         return None;
     }
     let admin = path.strip_prefix("/v1/admin/")?;
+    if let Some(subject) = admin.strip_prefix("quotas/") {
+        return (*method == Method::DELETE).then(|| ("quota.reset".into(), Some(session(subject))));
+    }
     (*method == Method::POST).then(|| (format!("server.{admin}"), None))
 }
 
@@ -213,6 +216,14 @@ mod tests {
         );
         assert_eq!(action_of(&Method::GET, "/v1/sessions/k"), None);
         assert_eq!(action_of(&Method::GET, "/v1/admin/audit"), None);
+        assert_eq!(
+            action_of(&Method::DELETE, "/v1/admin/quotas/sender:slack:u1"),
+            Some(("quota.reset".into(), Some("sender:slack:u1".into())))
+        );
+        assert_eq!(
+            action_of(&Method::GET, "/v1/admin/quotas/sender:slack:u1"),
+            None
+        );
         assert_eq!(action_of(&Method::POST, "/v1/messages"), None);
     }
 

@@ -135,6 +135,13 @@ impl From<SubmitError> for ApiError {
 impl From<Refusal> for ApiError {
     fn from(r: Refusal) -> Self {
         match r {
+            // The webhook answers it as a drop before reaching here; the OpenAI endpoint
+            // (a client that can wait) gets a 429 it can act on.
+            Refusal::OverQuota(q) => Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                format!("over the {} quota of {}", q.limit, q.subject),
+            ),
             Refusal::Overloaded(m) => Self {
                 retry_after_secs: Some(1),
                 ..Self::new(StatusCode::TOO_MANY_REQUESTS, "overloaded", m)

@@ -26,6 +26,10 @@ pub(super) async fn post_message(
             let body = json!({"status": "dropped", "reason": reason.as_str()});
             return Ok((StatusCode::OK, Json(body)).into_response());
         }
+        Err(SubmitError::Refused(Refusal::OverQuota(q))) => {
+            let body = json!({"status": "dropped", "reason": "quota", "limit": q.limit});
+            return Ok((StatusCode::OK, Json(body)).into_response());
+        }
         Err(e) => return Err(e.into()),
     };
     Ok((

@@ -22,6 +22,7 @@ mod listen;
 mod messages;
 mod openai;
 mod query;
+mod quotas;
 mod sessions;
 pub mod socket;
 mod stats;
@@ -98,6 +99,11 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         .route("/v1/sessions/{key}/compact", post(admin::compact))
         .route("/v1/admin/drain", post(admin::drain))
         .route("/v1/admin/audit", get(audit::read))
+        .route("/v1/admin/quotas", get(quotas::summary))
+        .route(
+            "/v1/admin/quotas/{subject}",
+            get(quotas::read).delete(quotas::reset),
+        )
         .route("/v1/stats", get(stats::stats))
         .route("/v1/stats/history", get(stats::history))
         .route("/metrics", get(admin::metrics))

@@ -35,6 +35,9 @@ pub(super) struct StatsView {
     janitor: Option<JanitorView>,
     /// The last [`RECENT_WINDOW`] (or less, just after start); `None` before the first sample.
     recent: Option<Recent>,
+    /// `[[quotas]]`: refusals since start and the top offenders; absent without rules.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quotas: Option<crate::quotas::QuotaStats>,
 }
 
 /// What the janitor last did.
@@ -106,6 +109,7 @@ pub(super) async fn stats(State(state): State<AppState>) -> Result<Json<StatsVie
             last_error: j.last_error,
             enforcing: j.enforcing,
         }),
+        quotas: Some(state.runtime.quota_stats()).filter(|q| q.rules > 0),
     }))
 }
 

@@ -61,6 +61,7 @@ mod ledger;
 mod memo;
 mod migrate;
 mod queued_events;
+mod quotas;
 mod records;
 mod recover;
 mod replica;
@@ -214,6 +215,8 @@ struct StoreInner {
     /// bounded by `MAX_AUDIT_RECORDS`).
     audit: sled::Tree,
     audit_len: std::sync::atomic::AtomicUsize,
+    /// Quota usage per subject (`quotas.rs`).
+    quotas: sled::Tree,
     commit: GroupCommit,
     /// Added to sled's `generate_id`, so ids keep increasing across generations.
     id_base: u64,
@@ -279,6 +282,7 @@ impl StoreInner {
             cold: open(cold_index::TREE)?,
             audit_len: std::sync::atomic::AtomicUsize::new(0),
             audit: open(audit::TREE)?,
+            quotas: open(quotas::TREE)?,
             id_base: rewrite::id_base(&db)?,
             tails: tails::TailCache::new(config.transcript_cache_bytes),
             commit: GroupCommit::start_for_store(

@@ -62,6 +62,7 @@ mod openai_client;
 mod openai_requests;
 mod ops_cli;
 mod queue;
+mod quotas;
 mod rate_limits;
 mod real_model;
 mod restart;

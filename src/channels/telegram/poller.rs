@@ -141,7 +141,10 @@ impl Poller {
             return Next::Advance;
         };
         match self.port.submit(message).await {
-            Ok(_) | Err(SubmitError::Refused(Refusal::Dropped(_))) => Next::Advance,
+            // Over a quota is final for the update: retrying it would only count it again.
+            Ok(_) | Err(SubmitError::Refused(Refusal::Dropped(_) | Refusal::OverQuota(_))) => {
+                Next::Advance
+            }
             Err(SubmitError::Refused(refusal)) => Next::Retry(refusal.to_string()),
             Err(SubmitError::Failed(Error::Inbound(error))) => {
                 tracing::warn!(update_id = update.update_id, %error, "telegram update is not a valid message; skipped");
