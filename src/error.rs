@@ -99,6 +99,15 @@ pub enum StoreError {
     /// The store holds less than its ledger says was made durable (see `store/ledger.rs`).
     #[error("data loss detected: {0}; run `turnstile doctor` for details, or start with `turnstile serve --accept-data-loss` to serve what is left")]
     DataLoss(String),
+    /// A backup file cannot be written or restored (damaged, truncated, or a restore into a
+    /// data dir that is not empty); a refused restore changed nothing.
+    #[error("backup {path}: {reason}")]
+    Backup {
+        /// The backup file, or the data dir it was to be restored into.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// The store was written by a newer Turnstile.
     #[error("store schema version {found} is newer than this build supports ({supported})")]
     SchemaTooNew {

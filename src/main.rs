@@ -213,6 +213,18 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Write a consistent snapshot of a running server (`--url`) or of a stopped one's data
+    /// dir (`--data-dir`) to a file, with a checksum.
+    Backup(cli::backup::BackupArgs),
+    /// Rebuild a data dir (absent or empty) from a backup file, then check it as `doctor` does.
+    Restore {
+        /// The backup file.
+        #[arg(long)]
+        from: PathBuf,
+        /// The data dir to create; refused if it holds anything.
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
     /// Chat interactively with a running server.
     Chat {
         /// The server's base URL.
@@ -270,6 +282,10 @@ fn main() -> anyhow::Result<()> {
         )),
         Command::Chat { url, session } => runtime.block_on(cli::chat::chat(url, session)),
         Command::Loadtest(args) => runtime.block_on(cli::loadtest::loadtest(args)),
+        Command::Backup(args) => runtime.block_on(cli::backup::backup(args)),
+        Command::Restore { from, data_dir } => {
+            runtime.block_on(cli::backup::restore(from, data_dir))
+        }
         Command::Stats(target) => runtime.block_on(cli::ops::stats(target)),
         Command::Sessions { command } => runtime.block_on(cli::ops::sessions(command)),
         #[cfg(feature = "cluster")]

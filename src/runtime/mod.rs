@@ -559,6 +559,22 @@ impl Runtime {
         self.inner.supervisor.registry().len()
     }
 
+    /// Writes a consistent snapshot of the store to `out` (`Store::backup`): blocking, run it
+    /// off the async workers. `Conflict` while another backup runs.
+    pub fn backup(
+        &self,
+        out: &mut dyn std::io::Write,
+    ) -> Result<crate::store::BackupReport, Error> {
+        self.inner.store.backup(out).map_err(|e| match e {
+            crate::error::StoreError::Backup { reason, .. }
+                if reason == crate::store::BACKUP_BUSY =>
+            {
+                Error::Conflict(reason)
+            }
+            e => e.into(),
+        })
+    }
+
     /// Appends `record` to the audit log (see `store::AuditRecord`); returns its id.
     pub(crate) fn append_audit(&self, record: &crate::store::AuditRecord) -> Result<u64, Error> {
         Ok(self.inner.store.append_audit(record)?)

@@ -1,5 +1,6 @@
 //! Operator endpoints: `/metrics`, `DELETE /v1/sessions/{key}`,
-//! `POST /v1/sessions/{key}/compact`, `POST /v1/admin/drain` (`/v1/stats` is in `stats.rs`).
+//! `POST /v1/sessions/{key}/compact`, `POST /v1/admin/drain`, `POST /v1/admin/backup`
+//! (`/v1/stats` is in `stats.rs`).
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -60,4 +61,88 @@ pub(super) async fn drain(State(state): State<AppState>) -> (StatusCode, Json<se
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "status": "draining" })),
     )
+}
+
+/// Bytes of the backup buffered before a chunk goes to the response.
+const BACKUP_CHUNK_BYTES: usize = 256 << 10;
+/// Chunks of the backup in flight between the copy and the response (with
+/// [`BACKUP_CHUNK_BYTES`], bounds what a slow client makes the server hold).
+const BACKUP_CHUNKS_IN_FLIGHT: usize = 8;
+
+/// One chunk of the backup, or why it stopped.
+type Chunk = Result<Vec<u8>, std::io::Error>;
+
+/// Hands the backup's bytes to the response in chunks; blocks while the client is behind.
+struct ChunkSender {
+    tx: tokio::sync::mpsc::Sender<Chunk>,
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for ChunkSender {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= BACKUP_CHUNK_BYTES {
+            self.flush()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(BACKUP_CHUNK_BYTES));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| std::io::Error::other("the client went away"))
+    }
+}
+
+/// `POST /v1/admin/backup`: a consistent snapshot of the store (`store/backup.rs`), streamed
+/// as the body (`application/octet-stream`). Writes are held off only for the cut. An error
+/// before the first byte is answered as JSON (`409` while another backup runs); one after it
+/// ends the body early, which the checksum at its end shows (`turnstile backup` checks it).
+/// The edge records it in the audit log as `server.backup`.
+pub(super) async fn backup(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Chunk>(BACKUP_CHUNKS_IN_FLIGHT);
+    let runtime = state.runtime.clone();
+    let (done_tx, mut done_rx) = tokio::sync::oneshot::channel();
+    tokio::task::spawn_blocking(move || {
+        let mut out = ChunkSender {
+            tx: tx.clone(),
+            buf: Vec::with_capacity(BACKUP_CHUNK_BYTES),
+        };
+        match runtime.backup(&mut out) {
+            Ok(report) => tracing::info!(?report, "backup sent"),
+            Err(e) => {
+                tracing::warn!(error = %e, "backup failed");
+                // Before the first byte: the handler answers with the error itself.
+                if let Err(unsent) = done_tx.send(e) {
+                    let _ = tx.blocking_send(Err(std::io::Error::other(unsent.to_string())));
+                }
+            }
+        }
+    });
+    // The first chunk comes after the cut, so an early error is still a proper answer.
+    let first = tokio::select! {
+        first = rx.recv() => first,
+        Ok(e) = &mut done_rx => return Err(ApiError::from(e)),
+    };
+    let Some(first) = first else {
+        // The task sends its error before it drops the chunk sender.
+        return Err(ApiError::from(done_rx.try_recv().unwrap_or(
+            crate::Error::Store(crate::error::StoreError::Invariant(
+                "the backup ended without a byte",
+            )),
+        )));
+    };
+    let rest = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    let body = futures_util::StreamExt::chain(futures_util::stream::once(async { first }), rest);
+    Ok((
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response())
 }

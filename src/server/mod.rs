@@ -98,6 +98,7 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         )
         .route("/v1/sessions/{key}/compact", post(admin::compact))
         .route("/v1/admin/drain", post(admin::drain))
+        .route("/v1/admin/backup", post(admin::backup))
         .route("/v1/admin/audit", get(audit::read))
         .route("/v1/admin/quotas", get(quotas::summary))
         .route(

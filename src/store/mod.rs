@@ -18,7 +18,8 @@
 //! thaw), `cold_tidy` (the janitor's upkeep of packs), `cold_legacy` (the old
 //! one-file-per-session layout, read and migrated), `budget` (the janitor's [`StoreBudget`] and admission's `disk_full`), `doctor`
 //! (checks, repair, quarantine), `migrate` (schema migrations on open), `compact` (a prefix
-//! replaced by a summary), `export` and `import_openclaw`, `delete` (one session, on request).
+//! replaced by a summary), `export` and `import_openclaw`, `delete` (one session, on request),
+//! `backup` (a consistent snapshot of a running store) and `backup_file` (its file, restore).
 //!
 //! Surviving damage and a full disk: `generations` (the `db`, `db.<n>` directories and
 //! `CURRENT`, never deleted on doubt), `ledger` (how far the database was durable, to detect a
@@ -28,6 +29,8 @@
 
 mod archive;
 mod audit;
+mod backup;
+mod backup_file;
 mod budget;
 mod by_updated;
 mod changes;
@@ -77,6 +80,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 pub(crate) use audit::{AuditRecord, MAX_AUDIT_PAGE};
+pub use backup::BackupReport;
+pub(crate) use backup::BUSY as BACKUP_BUSY;
+pub use backup_file::{restore_backup, verify_backup, RestoreReport};
 pub use budget::StoreBudget;
 pub(crate) use channel::{walk_back, Scan, MAX_CHAT_SCAN};
 pub(crate) use codec::{decode, encode, MAX_VALUE_BYTES};
@@ -173,8 +179,11 @@ struct Shared {
     ledger: Arc<ledger::Ledger>,
     /// What the ledger found missing on open, if anything.
     loss: Option<Loss>,
-    /// Held by the one rewrite that may run at a time (janitor, recovery probe).
+    /// Held by the one rewrite that may run at a time (janitor, recovery probe), and by a
+    /// backup while it copies.
     rewriting: std::sync::Mutex<()>,
+    /// Held by the one backup that may run at a time (it owns the staging directory).
+    backing_up: std::sync::Mutex<()>,
     /// Tests: called by a rewrite once its bulk copy is done, writes still going on.
     #[cfg(test)]
     after_copy: std::sync::Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
@@ -438,6 +447,7 @@ impl Store {
                 ledger,
                 loss,
                 rewriting: std::sync::Mutex::new(()),
+                backing_up: std::sync::Mutex::new(()),
                 #[cfg(test)]
                 after_copy: std::sync::Mutex::new(None),
                 cold_locks: cold::ColdLocks::default(),

@@ -40,7 +40,7 @@ use super::{disk, Store, StoreInner};
 use crate::error::StoreError;
 
 /// The `meta` key holding the id base of a generation (big-endian u64).
-const ID_BASE_KEY: &[u8] = b"id_base";
+pub(super) const ID_BASE_KEY: &[u8] = b"id_base";
 /// Keys copied per sled batch; bounds the memory of a rewrite, and how long one batch holds
 /// sled's process-wide lock (writers wait for at most one batch).
 const COPY_BATCH: usize = 1_000;
@@ -102,13 +102,13 @@ pub(super) fn id_base(db: &sled::Db) -> Result<u64, StoreError> {
 }
 
 /// One tree being copied: the old generation's tree and its copy.
-struct TreeCopy {
-    src: sled::Tree,
-    dst: sled::Tree,
+pub(super) struct TreeCopy {
+    pub(super) src: sled::Tree,
+    pub(super) dst: sled::Tree,
 }
 
 /// Why a copy stopped before its end.
-enum Stop {
+pub(super) enum Stop {
     /// The copy passed `cap` bytes on disk.
     TooBig(u64),
     Failed(StoreError),
@@ -121,9 +121,9 @@ impl From<StoreError> for Stop {
 }
 
 /// The copy's size limit and where to measure it.
-struct SizeCap<'a> {
-    dir: &'a Path,
-    bytes: u64,
+pub(super) struct SizeCap<'a> {
+    pub(super) dir: &'a Path,
+    pub(super) bytes: u64,
 }
 
 impl SizeCap<'_> {
@@ -143,7 +143,11 @@ impl SizeCap<'_> {
 /// one: on a small budget four full batches would be more than the room the copy was given,
 /// and the data dir could pass the budget by that much before the check saw it. Returns the
 /// keys copied.
-fn copy_tree(copy: &TreeCopy, cap: &SizeCap<'_>, copied_bytes: &mut u64) -> Result<u64, Stop> {
+pub(super) fn copy_tree(
+    copy: &TreeCopy,
+    cap: &SizeCap<'_>,
+    copied_bytes: &mut u64,
+) -> Result<u64, Stop> {
     let mut copied = 0u64;
     let mut batches = 0u64;
     let batch_bytes = COPY_BATCH_BYTES.min(usize::try_from(cap.bytes / 8).unwrap_or(usize::MAX));
@@ -256,7 +260,10 @@ fn copy_again(copy: &TreeCopy, keys: &BTreeSet<sled::IVec>) -> Result<u64, Store
 }
 
 /// Copies again, tree by tree, the keys `changed` names.
-fn catch_up(copies: &[TreeCopy], changed: &[BTreeSet<sled::IVec>]) -> Result<u64, StoreError> {
+pub(super) fn catch_up(
+    copies: &[TreeCopy],
+    changed: &[BTreeSet<sled::IVec>],
+) -> Result<u64, StoreError> {
     let mut copied = 0;
     for (copy, keys) in copies.iter().zip(changed) {
         copied += copy_again(copy, keys)?;
@@ -384,6 +391,44 @@ impl Store {
         })
     }
 
+    /// Copies `copies` whole, then the catch-up rounds, all beside the writers: what is left
+    /// for the last round (under the write gate, the caller's) is in `changes`. Returns the
+    /// keys copied; `copied_bytes` counts their bytes.
+    pub(super) fn copy_beside_writers(
+        &self,
+        copies: &[TreeCopy],
+        changes: &Changes,
+        cap: &SizeCap<'_>,
+        copied_bytes: &mut u64,
+    ) -> Result<u64, Stop> {
+        let mut keys = 0u64;
+        for copy in copies {
+            keys += copy_tree(copy, cap, copied_bytes)?;
+        }
+        #[cfg(test)]
+        if let Some(hook) = self
+            .shared
+            .after_copy
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            hook();
+        }
+        for (index, copy) in copies.iter().enumerate() {
+            mark_differences(copy, index, changes)?;
+        }
+        for _ in 0..MAX_CATCH_UP_ROUNDS {
+            let changed = changes.take()?;
+            let n: usize = changed.iter().map(BTreeSet::len).sum();
+            catch_up(copies, &changed)?;
+            if n <= FINAL_ROUND_KEYS {
+                break;
+            }
+        }
+        Ok(keys)
+    }
+
     /// The copy and the catch-up rounds (writes going on), then the last round and the
     /// switch (writes held). Returns the keys copied and how long writes were held, in ms.
     fn copy_and_switch(
@@ -409,31 +454,8 @@ impl Store {
         // Watching starts before the first key is read: every write from here on is seen.
         let sources: Vec<sled::Tree> = copies.iter().map(|c| c.src.clone()).collect();
         let changes = Changes::watch(&sources)?;
-        let (mut keys, mut copied_bytes) = (0u64, 0u64);
-        for copy in &copies {
-            keys += copy_tree(copy, cap, &mut copied_bytes)?;
-        }
-        #[cfg(test)]
-        if let Some(hook) = self
-            .shared
-            .after_copy
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-        {
-            hook();
-        }
-        for (index, copy) in copies.iter().enumerate() {
-            mark_differences(copy, index, &changes)?;
-        }
-        for _ in 0..MAX_CATCH_UP_ROUNDS {
-            let changed = changes.take()?;
-            let n: usize = changed.iter().map(BTreeSet::len).sum();
-            catch_up(&copies, &changed)?;
-            if n <= FINAL_ROUND_KEYS {
-                break;
-            }
-        }
+        let mut copied_bytes = 0u64;
+        let mut keys = self.copy_beside_writers(&copies, &changes, cap, &mut copied_bytes)?;
         // Most of the copy reaches the disk here, beside the writers; the flush under the
         // gate writes only the last round.
         db.flush().map_err(StoreError::sled("flushing a rewrite"))?;
