@@ -16,6 +16,8 @@
 //! ```
 //!
 //! # Layout
+//! - `agents`: several agents per process — their profiles, `[[bindings]]` routing, tool
+//!   filters, and the per-agent models and context engines turns use.
 //! - `clock`: `now_ms`, the one wall clock (re-exported from `turnstile-actors`; follows
 //!   tokio's virtual time in tests).
 //! - `config`: `turnstile.toml`, every key with its default.
@@ -44,6 +46,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub, rust_2018_idioms)]
 
+pub mod agents;
 mod backoff;
 pub mod channels;
 pub mod cluster;

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::inbound::{InboundEvent, InboundMessage};
+use crate::inbound::{InboundEvent, InboundMessage, RouteHints};
 use crate::pipeline::ReplicatedTurn;
 
 /// An accepted message in its partition's inbox.
@@ -14,6 +14,9 @@ pub(super) struct InboxEnvelope {
     /// The explicit session key, if the submitter named one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
+    /// What routes it to an agent beyond its fields (guild, roles), if anything.
+    #[serde(default, skip_serializing_if = "RouteHints::is_empty")]
+    pub route: RouteHints,
 }
 
 impl InboxEnvelope {
@@ -22,6 +25,7 @@ impl InboxEnvelope {
         Self {
             message: event.message.clone(),
             session_key: event.session_key.clone(),
+            route: event.route.clone(),
         }
     }
 
@@ -31,6 +35,7 @@ impl InboxEnvelope {
             message: self.message,
             session_key: self.session_key,
             id_origin: crate::inbound::IdOrigin::Given,
+            route: self.route,
         }
     }
 }
@@ -79,6 +84,10 @@ mod tests {
         let envelope = InboxEnvelope {
             message: record.message,
             session_key: Some("agent:main:x".into()),
+            route: RouteHints {
+                guild_id: Some("g1".into()),
+                roles: vec!["r1".into()],
+            },
         };
         let json = serde_json::to_vec(&envelope).unwrap();
         assert_eq!(

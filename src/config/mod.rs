@@ -9,6 +9,7 @@
 //! the key, the value and the range, so no value can panic or allocate without bound later.
 
 mod agent;
+mod agents;
 mod channels;
 mod cluster;
 mod compaction;
@@ -33,6 +34,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::ConfigError;
 
 pub use agent::AgentConfig;
+pub(crate) use agents::default_agent_id;
+pub use agents::{AgentPresets, AgentSection, BindingConfig};
 pub use channels::{CallbackConfig, ChannelsConfig, TelegramConfig};
 pub use cluster::ClusterConfig;
 pub use compaction::CompactionConfig;
@@ -85,6 +88,14 @@ pub struct Config {
     /// runs alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterConfig>,
+    /// `[agents.<id>]`: agents besides (or overriding) the default one, `[session] agent_id`.
+    /// Default none: one agent, configured by `[context]`, `[model]` and `[agent]`.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub agents: std::collections::BTreeMap<String, AgentSection>,
+    /// `[[bindings]]`: which inbound messages go to which agent (most specific first; what
+    /// none matches goes to the default agent). Default none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bindings: Vec<BindingConfig>,
     /// `[[quotas]]`: limits per sender, chat, account or agent (none by default).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quotas: Vec<QuotaRule>,
@@ -121,6 +132,7 @@ impl Config {
         self.compaction.validate()?;
         self.tools.validate()?;
         self.channels.validate()?;
+        agents::validate(self)?;
         quotas::validate(&self.quotas)?;
         if let Some(cluster) = &self.cluster {
             // A node built without the feature must not run alone on a cluster's config.

@@ -47,6 +47,9 @@ pub struct ContextEngine {
     /// Learned token ratio and real window of the answering model (by name), which lower
     /// `context_window` to what the server really accepts.
     calibration: Option<(CalibrationStore, String)>,
+    /// The agent whose chat records this engine reads (`None`: the default agent's); see
+    /// [`crate::inbound::chat_record_channel`].
+    chat_scope: Option<Arc<str>>,
 }
 
 fn slot(kind: ChatKind) -> usize {
@@ -85,6 +88,7 @@ impl ContextEngine {
             reserve_output_tokens: c.reserve_output_tokens,
             tokens,
             calibration: None,
+            chat_scope: None,
         })
     }
 
@@ -92,6 +96,12 @@ impl ContextEngine {
     /// error, or from the server's token counts) instead of the configured one.
     pub fn with_calibration(mut self, store: CalibrationStore, model: &str) -> Self {
         self.calibration = Some((store, model.to_string()));
+        self
+    }
+
+    /// Reads the chat records of agent `scope` (`None`: the default agent's).
+    pub fn with_chat_scope(mut self, scope: Option<&str>) -> Self {
+        self.chat_scope = scope.map(Arc::from);
         self
     }
 
@@ -168,7 +178,8 @@ impl ContextEngine {
             budget.total,
             store,
         )
-        .with_queue(request.queue.clone());
+        .with_queue(request.queue.clone())
+        .with_chat_scope(self.chat_scope.as_deref());
         let key = CacheKey {
             chat_kind,
             queue: request.queue,

@@ -351,6 +351,8 @@ pub struct SessionView<'a> {
     /// Chat message ids a source has shown beyond the [`ChatWindow`] (the reply thread), so a
     /// later source does not show them again.
     claimed: RefCell<HashSet<String>>,
+    /// The agent whose chat records are read (`None`: the default agent's).
+    chat_scope: Option<&'a str>,
 }
 
 impl<'a> SessionView<'a> {
@@ -381,7 +383,20 @@ impl<'a> SessionView<'a> {
             window: OnceCell::new(),
             chat: OnceCell::new(),
             claimed: RefCell::new(HashSet::new()),
+            chat_scope: None,
         }
+    }
+
+    /// The view reading the chat records of agent `scope` (`None`: the default agent's).
+    pub fn with_chat_scope(mut self, scope: Option<&'a str>) -> Self {
+        self.chat_scope = scope;
+        self
+    }
+
+    /// The channel under which the chat record of a message of `channel` is kept for this
+    /// session's agent (see [`crate::inbound::chat_record_channel`]).
+    pub fn chat_channel<'c>(&self, channel: &'c str) -> std::borrow::Cow<'c, str> {
+        crate::inbound::chat_record_channel(channel, self.chat_scope)
     }
 
     /// The view with `queue` describing how the current messages were queued.
@@ -504,7 +519,7 @@ impl<'a> SessionView<'a> {
             Some(c) => {
                 let m = &c.record.message;
                 Some(ChatRef {
-                    channel: m.channel.clone(),
+                    channel: self.chat_channel(&m.channel).into_owned(),
                     chat_id: m.chat_id.clone(),
                     thread_id: m.thread_id.clone(),
                 })

@@ -7,12 +7,15 @@ mod refusal;
 mod sanitize;
 pub(crate) mod session_key;
 
-pub(crate) use message::{check_session_key, MAX_ATTACHMENTS, OPENAI_API_CHANNEL};
+pub(crate) use message::{check_session_key, MAX_ATTACHMENTS, MAX_ID_CHARS, OPENAI_API_CHANNEL};
 pub use message::{Attachment, ChatKind, InboundMessage, MessageKind, Sender};
 pub use preflight::{Preflight, PreflightStats};
 pub use refusal::{DropReason, QuotaRefusal, Refusal};
 pub(crate) use sanitize::{sanitize_text, untrusted, untrusted_block, MAX_UNTRUSTED_CHARS};
-pub(crate) use session_key::{identity_links, user_session_key};
+pub(crate) use session_key::{
+    agent_in_key, channel_name, chat_record_channel, identity_links, normalize_agent_id,
+    normalize_id, peer_id, user_session_key,
+};
 pub use session_key::{normalize_session_key, SessionKeys};
 
 /// What a channel submits: a validated message, and optionally the session it must go to
@@ -25,6 +28,29 @@ pub struct InboundEvent {
     pub session_key: Option<String>,
     /// Where the message id came from: how admission checks it for a duplicate.
     pub id_origin: IdOrigin,
+    /// What routes the message to an agent beyond its own fields (guild, roles).
+    pub route: RouteHints,
+}
+
+/// What a channel knows about a message's place that the message does not carry and only
+/// agent routing (`[[bindings]]`) reads: the guild (Discord) or team (Slack) it was posted in,
+/// and the sender's roles there. Not stored: the session key the route leads to is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RouteHints {
+    /// The guild or team id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guild_id: Option<String>,
+    /// The sender's role ids in that guild.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+}
+
+impl RouteHints {
+    /// No hints.
+    pub fn is_empty(&self) -> bool {
+        self.guild_id.is_none() && self.roles.is_empty()
+    }
 }
 
 /// Where a message id came from, which says where a duplicate of it could come from.

@@ -69,6 +69,36 @@ pub(crate) fn normalize_id(raw: &str, fallback: &str) -> String {
     }
 }
 
+/// Normalises an agent id ([`normalize_id`], `main` when empty).
+pub(crate) fn normalize_agent_id(raw: &str) -> String {
+    normalize_id(raw, "main")
+}
+
+/// The agent id a session key names (`agent:<id>:…`), if it names one.
+pub(crate) fn agent_in_key(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix("agent:")?;
+    let (id, _) = rest.split_once(':')?;
+    (!id.is_empty()).then_some(id)
+}
+
+/// The separator between a channel name and an agent id in the chat record's channel of a
+/// non-default agent (see [`chat_record_channel`]); validated channel names never hold it.
+const CHAT_SCOPE_SEPARATOR: char = '\u{1f}';
+
+/// The channel under which a chat's record (its messages, addressed or not: group history,
+/// chatter, recall, reply threads) is kept for `scope`: the channel itself for the default
+/// agent (`None`), so existing records stay where they are, and `<channel>\x1f<agent>` for
+/// any other agent, so one agent never reads what was said to another in a shared chat.
+pub(crate) fn chat_record_channel<'a>(
+    channel: &'a str,
+    scope: Option<&str>,
+) -> std::borrow::Cow<'a, str> {
+    match scope {
+        None => std::borrow::Cow::Borrowed(channel),
+        Some(agent) => std::borrow::Cow::Owned(format!("{channel}{CHAT_SCOPE_SEPARATOR}{agent}")),
+    }
+}
+
 /// The channel name as used in keys: trimmed and lowercased, `unknown` when empty.
 pub(crate) fn channel_name(raw: &str) -> String {
     let c = raw.trim().to_lowercase();
@@ -235,12 +265,20 @@ impl SessionKeys {
         &self.agent
     }
 
-    /// The session key of `msg`.
+    /// The session key of `msg` for the default agent.
     pub fn key(&self, msg: &InboundMessage) -> String {
+        self.key_for(&self.agent, msg)
+    }
+
+    /// The session key of `msg` for agent `agent` (normalised). Under `scope = "global"` the
+    /// default agent's key is `global`, any other agent's `agent:<id>:global`.
+    pub fn key_for(&self, agent: &str, msg: &InboundMessage) -> String {
         if self.scope == SessionScope::Global {
-            return GLOBAL_SESSION_KEY.into();
+            if agent == self.agent {
+                return GLOBAL_SESSION_KEY.into();
+            }
+            return format!("agent:{agent}:{GLOBAL_SESSION_KEY}");
         }
-        let agent = &self.agent;
         let channel = channel_name(&msg.channel);
         let channel = key_part(&channel);
         let thread = msg
@@ -250,7 +288,7 @@ impl SessionKeys {
             .filter(|t| !t.is_empty())
             .map(key_part);
         let (mut key, thread) = match msg.chat_kind {
-            ChatKind::Direct => (self.direct_key(&channel, msg), thread),
+            ChatKind::Direct => (self.direct_key(agent, &channel, msg), thread),
             kind => {
                 let chat = msg.chat_id.trim();
                 let chat = if chat.is_empty() { "unknown" } else { chat };
@@ -287,8 +325,7 @@ impl SessionKeys {
         key.to_lowercase()
     }
 
-    fn direct_key(&self, channel: &str, msg: &InboundMessage) -> String {
-        let agent = &self.agent;
+    fn direct_key(&self, agent: &str, channel: &str, msg: &InboundMessage) -> String {
         if self.dm_scope == DmScope::Main {
             return format!("agent:{agent}:main");
         }

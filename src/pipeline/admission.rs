@@ -15,14 +15,15 @@ use std::sync::Arc;
 
 use turnstile_actors::{DropPolicy, QueueItem, QueueMode, QueuePolicy, SessionKey};
 
+use crate::agents::AgentDirectory;
 use crate::clock::now_ms;
 use crate::config::{Config, DropSetting, QueueConfig, QueueModeSetting};
 use crate::context::chatter_before;
 use crate::error::StoreError;
 use crate::inbound::preflight::{event_of, history_line, Verdict};
 use crate::inbound::{
-    normalize_session_key, DropReason, IdOrigin, InboundEvent, InboundMessage, Preflight,
-    QuotaRefusal, Refusal, SessionKeys,
+    chat_record_channel, normalize_session_key, DropReason, IdOrigin, InboundEvent, InboundMessage,
+    Preflight, QuotaRefusal, Refusal,
 };
 use crate::quotas::Quotas;
 use crate::store::{ChannelMessage, DedupeMark, InboxItem, InboxRecord, Store};
@@ -42,12 +43,12 @@ pub(crate) struct Accepted {
     pub ticket: u64,
 }
 
-/// What admission needs: the store, the config, session keys and preflight.
+/// What admission needs: the store, the config, the agents (session keys) and preflight.
 pub(crate) struct Admitter {
     store: Store,
     config: Arc<Config>,
-    /// Session keys from `[session]`.
-    keys: SessionKeys,
+    /// The agents and bindings: which agent, so which session key, a message goes to.
+    agents: Arc<AgentDirectory>,
     /// Preflight from `[preflight]`; shared with the `Runtime` handle (stats, bot messages).
     preflight: Arc<Preflight>,
     /// `[[quotas]]`; shared with the delivery stage (tokens) and the admin API.
@@ -55,21 +56,31 @@ pub(crate) struct Admitter {
 }
 
 impl Admitter {
-    /// Admits into `store` with `[session]` keys and `preflight`.
+    /// Admits into `store`, routing with `agents` and checking with `preflight`.
     pub(crate) fn new(
         store: Store,
         config: Arc<Config>,
-        keys: SessionKeys,
+        agents: Arc<AgentDirectory>,
         preflight: Arc<Preflight>,
         quotas: Arc<Quotas>,
     ) -> Self {
         Self {
             store,
             config,
-            keys,
+            agents,
             preflight,
             quotas,
         }
+    }
+
+    /// The chat-record entry of `msg` for the agent of `key` (its record is kept per agent).
+    fn chat_message(&self, key: &str, msg: &InboundMessage, addressed: bool) -> ChannelMessage {
+        let mut m = ChannelMessage::of(msg, addressed);
+        let scope = self.agents.chat_scope(self.agents.agent_of_key(key));
+        if let std::borrow::Cow::Owned(scoped) = chat_record_channel(&msg.channel, scope) {
+            m.channel = scoped;
+        }
+        m
     }
 
     /// Keeps what a dropped message leaves behind: group chatter in its chat's record, a
@@ -83,7 +94,7 @@ impl Admitter {
     ) -> Result<(), StoreError> {
         let store = &self.store;
         if Preflight::keeps_chatter(msg, explicit, reason) {
-            store.record_chat_message(key, ChannelMessage::of(msg, false))?;
+            store.record_chat_message(key, self.chat_message(key, msg, false))?;
         } else if reason == DropReason::SystemEvent {
             let max = self.config.preflight.max_system_events;
             if max == 0 {
@@ -112,7 +123,7 @@ impl Admitter {
         let explicit = event.session_key.is_some();
         let key: SessionKey = match &event.session_key {
             Some(explicit) => normalize_session_key(explicit),
-            None => self.keys.key(&event.message),
+            None => self.agents.session_key(&event.message, &event.route).0,
         }
         .into();
         let now = now_ms();
@@ -166,9 +177,10 @@ impl Admitter {
         let msg = &event.message;
         let p = &self.config.preflight;
         if admission.takes_history {
+            let scope = self.agents.chat_scope(self.agents.agent_of_key(&key));
             admission.group_history = chatter_before(
                 store,
-                &msg.channel,
+                &chat_record_channel(&msg.channel, scope),
                 &msg.chat_id,
                 msg.thread_id.as_deref(),
                 None,
@@ -187,7 +199,7 @@ impl Admitter {
         // which later chatter is pending again.
         if msg.joins_chat_record() {
             store
-                .record_chat_message(&key, ChannelMessage::of(msg, true))
+                .record_chat_message(&key, self.chat_message(&key, msg, true))
                 .map_err(storage)?;
         }
         let record = InboxRecord {

@@ -2,8 +2,8 @@
 //! [`SessionCompactor`] over the store), the [`Compaction`] side the turn and the operator
 //! talk to, and the budget figures the triggers use.
 //!
-//! Both sides hold the context engine and the config, never the turn engine: the handle is
-//! built first and handed to the engine, so no reference points back.
+//! Both sides hold the agents (their context engines) and the config, never the turn engine:
+//! the handle is built first and handed to the engine, so no reference points back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use turnstile_actors::{
     CompactorHandle, CompactorSettings, ErrorKind, SessionKey,
 };
 
+use crate::agents::AgentSet;
 use crate::compaction::{Cut, SessionCompactor, Summarizer};
 use crate::config::Config;
 use crate::context::{chat_kind_of_key, ContextEngine};
@@ -28,7 +29,7 @@ pub(crate) const MAX_OVERFLOW_COMPACTIONS: u32 = 3;
 
 /// Runs compactions for the Compactor actor.
 struct CompactionWorker {
-    context: Arc<ContextEngine>,
+    agents: Arc<AgentSet>,
     config: Arc<Config>,
     compactor: SessionCompactor,
 }
@@ -37,7 +38,7 @@ impl CompactionWork for CompactionWorker {
     async fn compact(&self, key: &SessionKey, reason: CompactionReason) -> CompactionResult {
         let cut = match reason {
             CompactionReason::Ttl { up_to_seq } => Cut::UpTo(up_to_seq),
-            _ => keep_recent(&self.context, &self.config, key),
+            _ => keep_recent(&self.agents.for_key(key).context, &self.config, key),
         };
         let outcome = self
             .compactor
@@ -46,7 +47,7 @@ impl CompactionWork for CompactionWorker {
             .map_err(|e| BackendError::new(ErrorKind::Failed, e.to_string()))?
             .unwrap_or_default();
         if outcome.entries_compacted > 0 {
-            self.context.invalidate(key);
+            self.agents.for_key(key).context.invalidate(key);
             let trigger = match reason {
                 CompactionReason::Soft => "threshold",
                 CompactionReason::Overflow => "overflow",
@@ -63,7 +64,7 @@ impl CompactionWork for CompactionWorker {
 #[derive(Clone)]
 pub(crate) struct Compaction {
     handle: CompactorHandle,
-    context: Arc<ContextEngine>,
+    agents: Arc<AgentSet>,
     config: Arc<Config>,
 }
 
@@ -72,11 +73,11 @@ impl Compaction {
     pub(crate) async fn start(
         config: &Arc<Config>,
         store: &Store,
-        context: &Arc<ContextEngine>,
+        agents: &Arc<AgentSet>,
     ) -> Result<Self, Error> {
         let summarizer = Summarizer::from_config(config)?;
         let worker = CompactionWorker {
-            context: Arc::clone(context),
+            agents: Arc::clone(agents),
             config: Arc::clone(config),
             compactor: SessionCompactor::new(store.clone(), summarizer).with_time_zone(
                 // The config is validated: its zone resolves.
@@ -92,7 +93,7 @@ impl Compaction {
         let (handle, _join) = CompactorHandle::start(Arc::new(worker), settings).await?;
         Ok(Self {
             handle,
-            context: Arc::clone(context),
+            agents: Arc::clone(agents),
             config: Arc::clone(config),
         })
     }
@@ -101,8 +102,9 @@ impl Compaction {
     /// (group and channel chats, whose window is short and full of chatter) when the turn's
     /// window left stored history out; the caller (the lane) does not wait.
     pub(crate) fn maybe_compact(&self, session_key: &str, history_tokens: u64, window_full: bool) {
-        let threshold = history_budget(&self.context, session_key) as f64
-            * self.config.compaction.soft_threshold;
+        let context = &self.agents.for_key(session_key).context;
+        let threshold =
+            history_budget(context, session_key) as f64 * self.config.compaction.soft_threshold;
         let group = chat_kind_of_key(session_key) != ChatKind::Direct;
         let window = group && window_full && self.config.compaction.window_trigger;
         if (history_tokens as f64) > threshold || window {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::compaction::Compaction;
 use super::replication::{ReplicatedTurn, ReplicationError, ReplicationSlot};
+use crate::agents::AgentSet;
 use crate::clock::now_ms;
-use crate::context::ContextEngine;
 use crate::error::Error;
 use crate::model::ToolCall;
 use crate::quotas::Quotas;
@@ -32,7 +32,8 @@ pub(crate) struct Delivery {
     store: Store,
     /// Groups concurrent turn commits into one transaction.
     committer: TurnCommitter,
-    context: Arc<ContextEngine>,
+    /// Whose context engines cache the assemblies a commit makes stale.
+    agents: Arc<AgentSet>,
     replies: Arc<ReplyHub>,
     compaction: Compaction,
     /// A cluster node's changelog (see [`ReplicationSlot`]).
@@ -46,7 +47,7 @@ impl Delivery {
     /// history grew.
     pub(crate) fn new(
         store: Store,
-        context: Arc<ContextEngine>,
+        agents: Arc<AgentSet>,
         replies: Arc<ReplyHub>,
         compaction: Compaction,
         replication: ReplicationSlot,
@@ -55,7 +56,7 @@ impl Delivery {
         Self {
             store,
             committer: TurnCommitter::start(),
-            context,
+            agents,
             replies,
             compaction,
             replication,
@@ -212,7 +213,10 @@ impl Delivery {
             seqs,
             ticket,
         } = committed;
-        self.context.invalidate(session_key);
+        self.agents
+            .for_key(session_key)
+            .context
+            .invalidate(session_key);
         self.store.commit().wait(ticket).await?;
         self.compaction
             .maybe_compact(session_key, record.tokens, window_full);

@@ -23,17 +23,15 @@ use super::compaction::{Compaction, MAX_OVERFLOW_COMPACTIONS};
 use super::delivery::{Delivery, ReplyMeta};
 use super::failure::{failure_kind, strip_urls};
 use super::requests::{ClientToolResult, RequestExtras, Requests};
+use crate::agents::{Agent, AgentSet};
 use crate::clock::now_ms;
 use crate::config::Config;
-use crate::context::{
-    Assembly, AssemblyRequest, ContextEngine, CurrentMessage, QueueInfo, StoredSession,
-};
+use crate::context::{Assembly, AssemblyRequest, CurrentMessage, QueueInfo, StoredSession};
 use crate::error::Error;
 use crate::metrics;
-use crate::model::{Model, TokenCounter};
+use crate::model::TokenCounter;
 use crate::replies::{DeltaFanout, ReplyErrorKind, ReplyHub};
 use crate::store::{InboxItem, Store, TranscriptEntry};
-use crate::tools::ToolRegistry;
 use call::Stop;
 use tools::Answer;
 
@@ -62,15 +60,12 @@ fn split_tool_results(
 /// Everything a turn needs; shared by all lanes.
 pub(crate) struct TurnEngine {
     store: Store,
-    model: Arc<dyn Model>,
-    tokens: TokenCounter,
     config: Arc<Config>,
     /// Caps model calls across all sessions (`lanes.max_concurrent_turns`).
     model_permits: Semaphore,
-    /// The context pipeline, policies and assembly cache.
-    context: Arc<ContextEngine>,
-    /// Tools the embedding application registered.
-    tools: ToolRegistry,
+    /// The agents: each one's model, context engine (pipeline, policies, assembly cache) and
+    /// tools. A turn uses the agent its session key names.
+    agents: Arc<AgentSet>,
     /// The Compactor actor, started before the engine.
     compaction: Compaction,
     /// Commits and publishes what a turn produced.
@@ -101,6 +96,8 @@ fn failed(e: Error) -> TurnError {
 /// the retries after an overflow compaction.
 struct Turn<'a> {
     session_key: &'a str,
+    /// The agent the session belongs to.
+    agent: Arc<Agent>,
     batch: &'a TurnBatch<InboxItem>,
     /// The batch's items: answered now, or dropped by the queue cap.
     all: Vec<InboxItem>,
@@ -123,14 +120,10 @@ struct Turn<'a> {
 
 impl TurnEngine {
     /// An engine answering with `model` and publishing through `replies`.
-    // The engine's parts, each built once by the runtime builder and named where it is used.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         config: Arc<Config>,
         store: Store,
-        model: Arc<dyn Model>,
-        context: Arc<ContextEngine>,
-        tools: ToolRegistry,
+        agents: Arc<AgentSet>,
         replies: Arc<ReplyHub>,
         compaction: Compaction,
         quotas: Arc<crate::quotas::Quotas>,
@@ -138,7 +131,7 @@ impl TurnEngine {
         Self {
             delivery: Delivery::new(
                 store.clone(),
-                Arc::clone(&context),
+                Arc::clone(&agents),
                 Arc::clone(&replies),
                 compaction.clone(),
                 super::ReplicationSlot::new(config.cluster.is_some()),
@@ -146,13 +139,10 @@ impl TurnEngine {
             ),
             replies,
             failures: DashMap::new(),
-            tokens: context.tokens(),
             model_permits: Semaphore::new(config.lanes.max_concurrent_turns),
             store,
-            model,
             config,
-            context,
-            tools,
+            agents,
             compaction,
             requests: Arc::new(Requests::default()),
         }
@@ -187,9 +177,9 @@ impl TurnEngine {
             .collect()
     }
 
-    /// The context engine (its cache figures, invalidation).
-    pub(crate) fn context(&self) -> &ContextEngine {
-        &self.context
+    /// The agents (each one's context engine: cache figures, invalidation).
+    pub(crate) fn agents(&self) -> &Arc<AgentSet> {
+        &self.agents
     }
 
     /// The Compactor actor's side (manual compaction, shutdown).
@@ -209,9 +199,9 @@ impl TurnEngine {
         self.assemble_caching(session_key, current, queue, true)
     }
 
-    /// The token counter of the answering model.
-    pub(crate) fn tokens(&self) -> TokenCounter {
-        self.tokens
+    /// The token counter of the model answering `session_key`.
+    pub(crate) fn tokens(&self, session_key: &str) -> TokenCounter {
+        self.agents.for_key(session_key).tokens
     }
 
     pub(crate) fn assemble_caching(
@@ -234,17 +224,18 @@ impl TurnEngine {
             queue,
             now_ms: now_ms(),
         };
+        let context = &self.agents.for_key(session_key).context;
         Ok(if cache {
-            self.context.assemble(&self.store, request)?
+            context.assemble(&self.store, request)?
         } else {
-            self.context.assemble_for_turn(&self.store, request)?
+            context.assemble_for_turn(&self.store, request)?
         })
     }
     /// The user entry of a message (answered, dropped by the queue cap, or steered in): every
     /// acknowledged message is kept in the transcript.
-    fn user_entry(&self, item: &InboxItem) -> TranscriptEntry {
+    fn user_entry(tokens: TokenCounter, item: &InboxItem) -> TranscriptEntry {
         let m = &item.record.message;
-        TranscriptEntry::user(m.text.clone(), self.tokens.count(&m.text), m.timestamp_ms)
+        TranscriptEntry::user(m.text.clone(), tokens.count(&m.text), m.timestamp_ms)
             .with_message_id(m.message_id.clone())
             .with_sender(m.sender.id.clone(), m.sender.name.clone())
     }
@@ -283,6 +274,7 @@ impl TurnEngine {
     /// What the turn of `batch` starts from: its items, the client tool results they carry, the
     /// user entries of the rest and the messages the assembly answers now.
     fn begin<'a>(&'a self, session_key: &'a str, batch: &'a TurnBatch<InboxItem>) -> Turn<'a> {
+        let agent = Arc::clone(self.agents.for_key(session_key));
         let all: Vec<InboxItem> = batch.all_items().cloned().collect();
         let oldest = all.iter().map(|i| i.record.accepted_at_ms).min();
         let timer = metrics::TurnTimer::start(oldest.unwrap_or_default(), now_ms());
@@ -290,7 +282,10 @@ impl TurnEngine {
         let (said, carried) = split_tool_results(&all, &extras);
         let results: Vec<ClientToolResult> = carried.iter().map(|(_, r)| r.clone()).collect();
         let extras = extras.iter().rev().flatten().next().cloned();
-        let users: Vec<TranscriptEntry> = said.iter().map(|i| self.user_entry(i)).collect();
+        let users: Vec<TranscriptEntry> = said
+            .iter()
+            .map(|i| Self::user_entry(agent.tokens, i))
+            .collect();
         let current: Vec<CurrentMessage> = said
             .iter()
             .zip(&users)
@@ -305,6 +300,7 @@ impl TurnEngine {
         let fanout = self.replies.delta_fanout(session_key, &all);
         Turn {
             session_key,
+            agent,
             batch,
             all,
             carried,
@@ -339,6 +335,7 @@ impl TurnEngine {
     async fn commit(&self, turn: Turn<'_>, answer: Answer) -> Result<TurnReport, TurnError> {
         let Turn {
             session_key,
+            agent,
             all,
             carried,
             users,
@@ -352,10 +349,12 @@ impl TurnEngine {
         let meta = ReplyMeta {
             usage: Some(answer.usage),
             finish_reason: answer.finish_reason,
-            model: answer.model.or_else(|| Some(self.model.name().to_string())),
+            model: answer
+                .model
+                .or_else(|| Some(agent.model.name().to_string())),
             error: None,
         };
-        let mut entries = self.result_entries(&carried);
+        let mut entries = Self::result_entries(agent.tokens, &carried);
         entries.extend(users);
         entries.extend(answer.entries);
         let report = TurnReport {
@@ -364,7 +363,7 @@ impl TurnEngine {
         let mut consumed = all;
         consumed.extend(answer.steered);
         let delivered = if answer.client_calls.is_empty() {
-            let reply = self.reply_entry(answer.text, completion_tokens);
+            let reply = Self::reply_entry(agent.tokens, answer.text, completion_tokens);
             self.delivery
                 .deliver(session_key, &consumed, entries, reply, meta, window_full)
                 .await
@@ -381,6 +380,7 @@ impl TurnEngine {
                 .await
         };
         delivered.map_err(failed)?;
+        agent.turn_done();
         timer.finished(completion_tokens);
         Ok(report)
     }
@@ -388,9 +388,9 @@ impl TurnEngine {
     /// The assistant entry of the final answer. Its usage holds the model's own count, or ours
     /// when it gave none: counting the text again would repeat a tokenisation per turn. A zero
     /// for a non-empty text is a server's omission, not a count.
-    fn reply_entry(&self, text: String, completion_tokens: u32) -> TranscriptEntry {
+    fn reply_entry(tokens: TokenCounter, text: String, completion_tokens: u32) -> TranscriptEntry {
         let tokens = match completion_tokens {
-            0 if !text.is_empty() => self.tokens.count(&text),
+            0 if !text.is_empty() => tokens.count(&text),
             n => n,
         };
         TranscriptEntry::assistant(text, tokens, now_ms())
@@ -398,12 +398,15 @@ impl TurnEngine {
 
     /// The `tool_result` entries of the client's tool results, paired with their calls by id
     /// and naming the message that carried them (a retry of it finds its answer after them).
-    fn result_entries(&self, results: &[(String, ClientToolResult)]) -> Vec<TranscriptEntry> {
+    fn result_entries(
+        tokens: TokenCounter,
+        results: &[(String, ClientToolResult)],
+    ) -> Vec<TranscriptEntry> {
         let now = now_ms();
         results
             .iter()
             .map(|(message_id, r)| {
-                let tokens = self.tokens.count(&r.content);
+                let tokens = tokens.count(&r.content);
                 TranscriptEntry::tool_result(r.content.clone(), tokens, now, r.call_id.clone(), "")
                     .with_message_id(message_id.clone())
             })
@@ -443,12 +446,13 @@ impl TurnEngine {
         kind: ReplyErrorKind,
     ) -> Result<(), Error> {
         let all: Vec<InboxItem> = batch.all_items().cloned().collect();
-        let users = all.iter().map(|i| self.user_entry(i)).collect();
+        let counter = self.tokens(session_key);
+        let users = all.iter().map(|i| Self::user_entry(counter, i)).collect();
         let text = format!(
             "Sorry, this message could not be answered ({}).",
             strip_urls(reason)
         );
-        let tokens = self.tokens.count(&text);
+        let tokens = counter.count(&text);
         let notice = TranscriptEntry::assistant(text, tokens, now_ms());
         self.delivery
             .deliver(

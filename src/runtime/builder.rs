@@ -2,6 +2,7 @@
 //! supervisor, the API channel and the janitor, restore the dedupe marks of queued messages.
 //! Starting the configured channels and the replay follow in `crate::launch`.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -13,12 +14,13 @@ use turnstile_actors::{
 
 use super::ports::ChannelTasks;
 use super::{ApiChannel, Inner, Runtime};
+use crate::agents::{Agent, AgentDirectory, AgentSet};
 use crate::config::{Config, JanitorMode};
 use crate::context::{
     ContextEngine, ContextProcessor, ContextSource, Registry, StageContext, StageError,
 };
 use crate::error::{ConfigError, Error};
-use crate::inbound::{Preflight, SessionKeys};
+use crate::inbound::Preflight;
 use crate::model::{
     CalibrationStore, EchoModel, Encoding, Model, OpenAiModel, OpenAiSettings, TokenCounter,
 };
@@ -33,6 +35,8 @@ use crate::tools::{ToolHandler, ToolRegistry};
 pub struct RuntimeBuilder {
     config: Config,
     model: Option<Arc<dyn Model>>,
+    /// Models given for single agents, by id.
+    agent_models: HashMap<String, Arc<dyn Model>>,
     context: Registry,
     tools: ToolRegistry,
     tool_errors: Vec<ConfigError>,
@@ -44,6 +48,7 @@ impl Default for RuntimeBuilder {
         Self {
             config: Config::default(),
             model: None,
+            agent_models: HashMap::new(),
             context: Registry::builtin(),
             tools: ToolRegistry::default(),
             tool_errors: Vec::new(),
@@ -65,9 +70,17 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Answers turns with `model` instead of the one the config names.
+    /// Answers turns with `model` instead of the one the config names (every agent's, except
+    /// those given their own with [`Self::agent_model`]).
     pub fn model(mut self, model: Arc<dyn Model>) -> Self {
         self.model = Some(model);
+        self
+    }
+
+    /// Answers agent `agent_id`'s turns with `model` instead of the one the config names.
+    pub fn agent_model(mut self, agent_id: &str, model: Arc<dyn Model>) -> Self {
+        self.agent_models
+            .insert(crate::inbound::normalize_agent_id(agent_id), model);
         self
     }
 
@@ -131,7 +144,7 @@ impl RuntimeBuilder {
         if let Some(e) = std::mem::take(&mut self.tool_errors).into_iter().next() {
             return Err(e.into());
         }
-        let config = Arc::new(self.config);
+        let config = Arc::new(std::mem::take(&mut self.config));
         config.validate()?;
         if config.cluster.is_some() && !cfg!(feature = "cluster") {
             // A node must not run alone on a cluster's config, believing it shares its
@@ -143,46 +156,31 @@ impl RuntimeBuilder {
             )
             .into());
         }
-        // One calibration store: the client learns from usage and overflow errors, the
-        // context engine sizes budgets with what it learned.
-        let calibration = CalibrationStore::new();
-        let model: Arc<dyn Model> = match self.model {
-            Some(m) => m,
-            None => model_from_config(&config, &calibration)?,
-        };
+        let directory = Arc::new(AgentDirectory::new(&config)?);
+        let agents = Arc::new(self.agents(&directory)?);
         let store = if self.inspect_only {
             Store::open(&config.storage)?
         } else {
             Store::open_for_serving(&config.storage)?
         };
-        let tokens = TokenCounter::new(Encoding::for_model(&config.model.model));
-        let context = Arc::new(
-            ContextEngine::new(&config, &self.context, tokens)?
-                .with_calibration(calibration, model.name()),
-        );
-        // Loading a vocabulary takes a fraction of a second: do it off the start-up path.
-        tokio::task::spawn_blocking(move || tokens.warm_up());
         let replies = Arc::new(ReplyHub::new(config.server.events_buffer));
         // The Compactor first: the engine holds its handle, it holds nothing of the engine.
-        let compaction = Compaction::start(&config, &store, &context).await?;
+        let compaction = Compaction::start(&config, &store, &agents).await?;
         let quotas = Arc::new(Quotas::new(&config.quotas, store.clone()));
         let engine = Arc::new(TurnEngine::new(
             Arc::clone(&config),
             store.clone(),
-            model,
-            context,
-            self.tools,
+            agents,
             Arc::clone(&replies),
             compaction,
             Arc::clone(&quotas),
         ));
         let preflight = Arc::new(Preflight::new(&config)?);
         let running = Arc::new(RunningTurns::default());
-        let keys = SessionKeys::new(&config.session)?;
         let admitter = Admitter::new(
             store.clone(),
             Arc::clone(&config),
-            keys.clone(),
+            Arc::clone(&directory),
             Arc::clone(&preflight),
             Arc::clone(&quotas),
         );
@@ -219,7 +217,7 @@ impl RuntimeBuilder {
                 drain_requested: tokio::sync::Notify::new(),
                 running,
                 channel_tasks: ChannelTasks::new(),
-                keys,
+                directory,
                 ingress: std::sync::OnceLock::new(),
             }),
         };
@@ -255,6 +253,62 @@ impl RuntimeBuilder {
         }
         Ok(runtime)
     }
+}
+
+impl RuntimeBuilder {
+    /// Builds every agent of `directory`: its model (the one given for it, else the one given
+    /// for all, else the configured one, shared by agents that name the same model and
+    /// fallbacks), its context engine and its tools.
+    fn agents(&self, directory: &Arc<AgentDirectory>) -> Result<AgentSet, Error> {
+        // One calibration store: the clients learn from usage and overflow errors, the
+        // context engines size budgets with what they learned (per model name).
+        let calibration = CalibrationStore::new();
+        let mut configured: HashMap<(String, Vec<String>), Arc<dyn Model>> = HashMap::new();
+        let mut agents = Vec::new();
+        for profile in directory.profiles() {
+            let config = &profile.config;
+            let model = match (self.agent_models.get(&profile.id), &self.model) {
+                (Some(m), _) | (None, Some(m)) => Arc::clone(m),
+                (None, None) => {
+                    let key = (config.model.model.clone(), config.model.fallbacks.clone());
+                    match configured.get(&key) {
+                        Some(m) => Arc::clone(m),
+                        None => {
+                            let m = model_from_config(config, &calibration)?;
+                            configured.insert(key, Arc::clone(&m));
+                            m
+                        }
+                    }
+                }
+            };
+            let tokens = TokenCounter::new(Encoding::for_model(&config.model.model));
+            // Loading a vocabulary takes a fraction of a second: do it off the start-up path.
+            tokio::task::spawn_blocking(move || tokens.warm_up());
+            let context = ContextEngine::new(config, &self.context, tokens)
+                .map_err(|e| agent_error(&profile.id, directory, e))?
+                .with_calibration(calibration.clone(), model.name())
+                .with_chat_scope(directory.chat_scope(&profile.id));
+            let tools = self.tools.filtered(|name| profile.tools.allows(name));
+            agents.push(Agent::new(
+                Arc::clone(profile),
+                model,
+                Arc::new(context),
+                tools,
+            ));
+        }
+        AgentSet::new(Arc::clone(directory), agents).ok_or_else(|| {
+            ConfigError::Invalid("agents: the default agent is missing".into()).into()
+        })
+    }
+}
+
+/// A config error of agent `id`'s context, named after its section when there is more than
+/// one agent.
+fn agent_error(id: &str, directory: &AgentDirectory, e: ConfigError) -> ConfigError {
+    if !directory.is_multi() {
+        return e;
+    }
+    ConfigError::Invalid(format!("agents.{id}: {e}"))
 }
 
 impl Runtime {

@@ -1,6 +1,8 @@
 //! The embedding API: [`Runtime`] and its builder. A `Runtime` is a cheap-clone handle; the
 //! actors behind it stay private.
 
+#[cfg(test)]
+mod agent_tests;
 mod api_channel;
 mod builder;
 #[cfg(test)]
@@ -37,7 +39,7 @@ use crate::context::{Assembly, CacheStats};
 use crate::error::Error;
 use crate::inbound::{
     normalize_session_key, DropReason, IdOrigin, InboundEvent, InboundMessage, Preflight,
-    PreflightStats, Refusal,
+    PreflightStats, Refusal, RouteHints,
 };
 use crate::metrics;
 use crate::pipeline::{RunningTurns, TurnBackend, TurnEngine};
@@ -92,6 +94,8 @@ impl SubmitError {
 pub struct SessionInfo {
     /// The session key.
     pub session_key: String,
+    /// The agent the session belongs to.
+    pub agent: String,
     /// The stable numeric id.
     pub session_id: u64,
     /// Last change, ms since the epoch.
@@ -110,9 +114,10 @@ pub struct SessionInfo {
 }
 
 impl SessionInfo {
-    fn new(found: FoundSession) -> Self {
+    fn new(found: FoundSession, agent: &str) -> Self {
         let r = found.record;
         Self {
+            agent: agent.to_string(),
             session_key: found.session_key,
             session_id: r.id,
             updated_at_ms: r.updated_at_ms,
@@ -130,6 +135,8 @@ impl SessionInfo {
 pub struct TranscriptItem {
     /// Position in the session.
     pub seq: u64,
+    /// The agent the session belongs to.
+    pub agent: String,
     /// `user`, `assistant`, `summary`, …
     pub kind: EntryKind,
     /// The text.
@@ -173,8 +180,9 @@ struct Inner {
     running: Arc<RunningTurns>,
     /// Background tasks of channels (pollers), stopped first at shutdown.
     channel_tasks: ChannelTasks,
-    /// Session keys from `[session]` (a cluster node places a message by its key).
-    keys: crate::inbound::SessionKeys,
+    /// The agents, the bindings and the session keys they lead to (a cluster node places a
+    /// message by its key).
+    directory: Arc<crate::agents::AgentDirectory>,
     /// A cluster node's way into the replicated inbox, installed by the cluster layer.
     ingress: std::sync::OnceLock<Arc<dyn Ingress>>,
 }
@@ -208,10 +216,50 @@ impl Runtime {
         &self.inner.config
     }
 
+    /// The agents, the bindings and the session keys they lead to.
+    pub fn agents(&self) -> &crate::agents::AgentDirectory {
+        &self.inner.directory
+    }
+
+    /// The agent session `key` belongs to (the one its key names, else the default agent).
+    pub fn agent_of_session<'a>(&'a self, key: &'a str) -> &'a str {
+        self.inner.directory.agent_of_key(key)
+    }
+
+    /// The model session `key`'s agent answers with, as configured.
+    pub fn agent_model(&self, key: &str) -> String {
+        let agents = &self.inner.directory;
+        agents.profile(agents.agent_of_key(key)).map_or_else(
+            || self.inner.config.model.model.clone(),
+            |p| p.config.model.model.clone(),
+        )
+    }
+
+    /// Turns each agent answered in this process, the default agent first.
+    pub fn agent_turns(&self) -> Vec<(String, u64)> {
+        self.inner
+            .engine
+            .agents()
+            .iter()
+            .map(|a| (a.id().to_string(), a.turns()))
+            .collect()
+    }
+
     /// Validates and submits a message. Returns once it is durably queued (per the configured
     /// durability) or refused; the reply arrives on [`Runtime::subscribe`].
     pub async fn submit(&self, message: InboundMessage) -> Result<Ack, SubmitError> {
         self.submit_to(message, None).await
+    }
+
+    /// Like [`Runtime::submit`], with what routes the message to an agent beyond its own
+    /// fields (the guild and the sender's roles, which `[[bindings]]` may match).
+    pub async fn submit_routed(
+        &self,
+        message: InboundMessage,
+        route: RouteHints,
+    ) -> Result<Ack, SubmitError> {
+        self.submit_routed_through(&self.inner.api, "api", message, None, route)
+            .await
     }
 
     /// Like [`Runtime::submit`], but into the session `session_key` instead of the one derived
@@ -243,6 +291,7 @@ impl Runtime {
             message,
             session_key,
             id_origin,
+            route: RouteHints::default(),
         };
         self.admit_through(&self.inner.api, "api", event).await
     }
@@ -275,10 +324,24 @@ impl Runtime {
         message: InboundMessage,
         session_key: Option<String>,
     ) -> Result<Ack, SubmitError> {
+        self.submit_routed_through(handle, channel, message, session_key, RouteHints::default())
+            .await
+    }
+
+    /// [`Runtime::submit_through`] with route hints for `[[bindings]]`.
+    pub(crate) async fn submit_routed_through<C: Channel>(
+        &self,
+        handle: &ChannelHandle<TurnBackend, C>,
+        channel: &str,
+        message: InboundMessage,
+        session_key: Option<String>,
+        route: RouteHints,
+    ) -> Result<Ack, SubmitError> {
         let event = InboundEvent {
             message,
             session_key,
             id_origin: IdOrigin::Given,
+            route,
         };
         let admitted = self.admit_through(handle, channel, event).await?;
         self.admitted_durable(&admitted, true).await?;
@@ -304,6 +367,7 @@ impl Runtime {
                     message,
                     session_key: event.session_key,
                     id_origin: IdOrigin::Given,
+                    route: event.route,
                 },
             )
             .await?;
@@ -442,7 +506,11 @@ impl Runtime {
     /// One session, if it exists (a cold one is read from its segment, not thawed).
     pub fn session(&self, key: &str) -> Result<Option<SessionInfo>, Error> {
         let key = &normalize_session_key(key);
-        Ok(self.inner.store.find_session(key)?.map(SessionInfo::new))
+        Ok(self
+            .inner
+            .store
+            .find_session(key)?
+            .map(|f| SessionInfo::new(f, self.agent_of_session(key))))
     }
 
     /// Sessions in key order after `after`, at most `limit`, hot and cold (a cold one from
@@ -453,7 +521,10 @@ impl Runtime {
             .store
             .list_all_sessions(after, limit)?
             .into_iter()
-            .map(SessionInfo::new)
+            .map(|f| {
+                let agent = self.agent_of_session(&f.session_key).to_string();
+                SessionInfo::new(f, &agent)
+            })
             .collect())
     }
 
@@ -469,10 +540,12 @@ impl Runtime {
         let Some((_, page)) = self.inner.store.find_transcript(key, after, limit)? else {
             return Ok(None);
         };
+        let agent = self.agent_of_session(key);
         let items = page
             .into_iter()
             .map(|(seq, e)| TranscriptItem {
                 seq,
+                agent: agent.to_string(),
                 kind: e.kind,
                 text: e.text.to_string(),
                 message_id: e.message_id,
@@ -509,7 +582,7 @@ impl Runtime {
         key: &str,
         message: crate::inbound::InboundMessage,
     ) -> Result<std::time::Duration, Error> {
-        let tokens = self.inner.engine.tokens().count(&message.text);
+        let tokens = self.inner.engine.tokens(key).count(&message.text);
         let current = crate::context::CurrentMessage {
             inbox_seq: u64::MAX,
             record: Arc::new(crate::store::InboxRecord {
@@ -551,7 +624,13 @@ impl Runtime {
 
     /// Hits and misses of the assembly cache since start.
     pub fn context_cache_stats(&self) -> CacheStats {
-        self.inner.engine.context().cache_stats()
+        let mut all = CacheStats::default();
+        for agent in self.inner.engine.agents().iter() {
+            let s = agent.context.cache_stats();
+            all.hits += s.hits;
+            all.misses += s.misses;
+        }
+        all
     }
 
     /// Number of live session lanes.

@@ -118,6 +118,18 @@ impl<C: Channel<Reply = Arc<Reply>>> ChannelPort<C> {
             .await
     }
 
+    /// Like [`Self::submit`], with what routes the message to an agent beyond its fields (the
+    /// guild or team, the sender's roles); see [`Runtime::submit_routed`].
+    pub async fn submit_routed(
+        &self,
+        message: InboundMessage,
+        route: crate::inbound::RouteHints,
+    ) -> Result<Ack, SubmitError> {
+        self.runtime
+            .submit_routed_through(&self.handle, &self.name, message, None, route)
+            .await
+    }
+
     /// This channel's value stored under `key`, if any.
     pub fn load_state(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
         let store = &self.runtime.inner.store;

@@ -59,7 +59,12 @@ impl Runtime {
     pub(crate) fn session_key_of(&self, event: &InboundEvent) -> String {
         match &event.session_key {
             Some(explicit) => normalize_session_key(explicit),
-            None => self.inner.keys.key(&event.message),
+            None => {
+                self.inner
+                    .directory
+                    .session_key(&event.message, &event.route)
+                    .0
+            }
         }
     }
 
@@ -152,7 +157,12 @@ impl Runtime {
                 "applying a replicated turn panicked",
             ))
         })??;
-        self.inner.engine.context().invalidate(&session_key);
+        self.inner
+            .engine
+            .agents()
+            .for_key(&session_key)
+            .context
+            .invalidate(&session_key);
         reply.seq = committed.seqs.last().copied().unwrap_or_default();
         self.publish_remote_reply(reply);
         Ok(())

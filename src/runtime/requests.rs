@@ -45,7 +45,12 @@ impl Runtime {
             return Err(Error::InsufficientStorage { reason });
         }
         if let Some(ticket) = store.set_session_instructions(key, text)? {
-            self.inner.engine.context().invalidate(key);
+            self.inner
+                .engine
+                .agents()
+                .for_key(key)
+                .context
+                .invalidate(key);
             store.commit().wait(ticket).await?;
         }
         Ok(())

@@ -244,14 +244,6 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Parses a JSON body, mapping failures to 400 (and an oversized body to 413).
-pub(super) fn parse_json<T: serde::de::DeserializeOwned>(
-    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
-) -> Result<T, ApiError> {
-    let bytes = body_bytes(body)?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))
-}
-
 /// The body's bytes, mapping a failed read to 400 (and an oversized body to 413).
 pub(super) fn body_bytes(
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,

@@ -71,6 +71,7 @@ pub(super) async fn chat_completions(
                 "name the session with the `user` field or an X-Session-Key header",
             )
         })?;
+    let session = agent_session(&state.runtime, request.model.as_deref(), session)?;
     let (id, id_origin) = message_id(&state, &headers, &session, &bytes)?;
     if let Some(instructions) = &request.instructions {
         // Bounded like a message: they are stored and sent with every turn.
@@ -91,8 +92,8 @@ pub(super) async fn chat_completions(
         .requests()
         .set_extras(&id, request.extras.clone(), now_ms());
     // Named in the answer until the reply says which model answered (a fallback may): the
-    // configured model, whatever name the request used.
-    let model = state.runtime.config().model.model.clone();
+    // session's agent's configured model, whatever name the request used.
+    let model = state.runtime.agent_model(&session);
     let message = InboundMessage {
         channel: OPENAI_API_CHANNEL.into(),
         account_id: "default".into(),
@@ -195,6 +196,34 @@ pub(super) async fn chat_completions(
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(STREAM_KEEPALIVE))
         .into_response())
+}
+
+/// The session a request names (`session`, from `X-Session-Key` or `user`), for the agent its
+/// `model` selects (`agent:<id>` or an alias): the default agent's sessions are as named,
+/// another agent's carry its id (`agent:<id>:<session>`). Any other model name leaves the
+/// session as named (its key says whose it is). A model naming an agent that does not exist
+/// is a `404 model_not_found`, a session of another agent a `400`.
+fn agent_session(
+    runtime: &Runtime,
+    model: Option<&str>,
+    session: String,
+) -> Result<String, ApiError> {
+    let Some(model) = model else {
+        return Ok(session);
+    };
+    let agents = runtime.agents();
+    match agents.agent_for_model(model) {
+        Ok(None) => Ok(session),
+        Ok(Some(agent)) => {
+            let session = crate::inbound::normalize_session_key(&session);
+            agents
+                .session_for_agent(agent, &session)
+                .map_err(|why| ApiError::invalid_param("model", why))
+        }
+        Err(why) => {
+            Err(ApiError::new(StatusCode::NOT_FOUND, "model_not_found", why).with_param("model"))
+        }
+    }
 }
 
 /// The message id of this request: derived from its `Idempotency-Key` when it has one; else,

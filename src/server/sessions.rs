@@ -70,5 +70,13 @@ pub(super) async fn context(
     let Some(assembly) = state.runtime.context_dump(&key)? else {
         return Err(ApiError::not_found(format!("no session {key:?}")));
     };
-    Ok(Json(assembly.dump()))
+    let mut dump = assembly.dump();
+    let key = crate::inbound::normalize_session_key(&key);
+    if let Some(fields) = dump.as_object_mut() {
+        fields.insert(
+            "agent".into(),
+            Value::from(state.runtime.agent_of_session(&key)),
+        );
+    }
+    Ok(Json(dump))
 }

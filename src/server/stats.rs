@@ -38,6 +38,23 @@ pub(super) struct StatsView {
     /// `[[quotas]]`: refusals since start and the top offenders; absent without rules.
     #[serde(skip_serializing_if = "Option::is_none")]
     quotas: Option<crate::quotas::QuotaStats>,
+    /// The agents, the default first.
+    agents: Vec<AgentView>,
+}
+
+/// One agent in `/v1/stats`.
+#[derive(Debug, Serialize)]
+struct AgentView {
+    /// Its id (in its sessions' keys, `agent:<id>:…`).
+    id: String,
+    /// Whether it takes what no binding matches.
+    default: bool,
+    /// The model it answers with, as configured.
+    model: String,
+    /// Turns it answered in this process.
+    turns: u64,
+    /// `[[bindings]]` that route to it.
+    bindings: usize,
 }
 
 /// What the janitor last did.
@@ -85,6 +102,23 @@ pub(super) async fn stats(State(state): State<AppState>) -> Result<Json<StatsVie
         .unwrap_or_else(|| state.history.last_evictions());
     let now = Reading::now(&state.runtime, evictions);
     let storage = &state.runtime.config().storage;
+    let directory = state.runtime.agents();
+    let turns: std::collections::HashMap<String, u64> =
+        state.runtime.agent_turns().into_iter().collect();
+    let bindings = &state.runtime.config().bindings;
+    let agents = directory
+        .profiles()
+        .map(|p| AgentView {
+            id: p.id.clone(),
+            default: p.is_default,
+            model: p.config.model.model.clone(),
+            turns: turns.get(&p.id).copied().unwrap_or(0),
+            bindings: bindings
+                .iter()
+                .filter(|b| crate::inbound::normalize_agent_id(&b.agent) == p.id)
+                .count(),
+        })
+        .collect();
     let high_water = (storage.max_disk_bytes as f64 * storage.high_water) as u64;
     Ok(Json(StatsView {
         base,
@@ -94,6 +128,7 @@ pub(super) async fn stats(State(state): State<AppState>) -> Result<Json<StatsVie
         compactions_run: now.compactions,
         evictions,
         recent: state.history.recent(&now, RECENT_WINDOW),
+        agents,
         janitor: janitor.map(|j| JanitorView {
             passes: j.passes,
             last_pass_at_ms: j.last_pass_at_ms,

@@ -96,6 +96,18 @@ impl ToolRegistry {
         Ok(())
     }
 
+    /// The tools whose names `keep` lets through (an agent's `tools_allow`/`tools_deny`).
+    pub(crate) fn filtered(&self, keep: impl Fn(&str) -> bool) -> Self {
+        Self {
+            tools: self
+                .tools
+                .iter()
+                .filter(|(name, _)| keep(name))
+                .map(|(name, tool)| (name.clone(), tool.clone()))
+                .collect(),
+        }
+    }
+
     /// What the model is told about every tool.
     pub(crate) fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|t| t.spec.clone()).collect()

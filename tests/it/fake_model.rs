@@ -60,6 +60,12 @@ pub struct Seen {
     pub max_tokens: Option<u32>,
     /// The text of the last user message.
     pub last_user: String,
+    /// The `model` the request named.
+    pub model: String,
+    /// The text of its system messages, joined.
+    pub system: String,
+    /// Every message's text, joined (what the model was shown).
+    pub prompt: String,
     /// 200, 400 (overflow) or 429.
     pub status: u16,
 }
@@ -165,6 +171,18 @@ async fn completions(State(state): State<Arc<FakeState>>, Json(body): Json<Value
         .find(|m| m["role"] == "user")
         .map(|m| content_text(&m["content"]))
         .unwrap_or_default();
+    let system = messages
+        .iter()
+        .filter(|m| m["role"] == "system")
+        .map(|m| content_text(&m["content"]))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let prompt = messages
+        .iter()
+        .map(|m| content_text(&m["content"]))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let model = body["model"].as_str().unwrap_or_default().to_string();
     let b = state.behaviour;
     let mut seen = state.seen.lock().expect("fake state");
     let index = seen.len();
@@ -218,6 +236,9 @@ async fn completions(State(state): State<Arc<FakeState>>, Json(body): Json<Value
         prompt_tokens,
         max_tokens,
         last_user,
+        model,
+        system,
+        prompt,
         status,
     });
     response

@@ -11,6 +11,9 @@
 //! - `openai_requests`: its request fields against a recording fake model server (system
 //!   instructions, forwarded parameters, refused fields, client tools, idempotent retries,
 //!   case-distinct users), and the official Python client.
+//! - `agents`: two agents behind one server — bindings (channel, guild roles), `model`
+//!   selecting an agent, each agent's prompt and model reaching a recording fake model, the
+//!   agent shown by the session, transcript, dump, `/v1/stats` and `/v1/models` APIs.
 //! - `bad_input`: every refusal is a clear 4xx and stores nothing.
 //! - `bad_config`: `serve` refuses an out-of-range config value with a clear error.
 //! - `restart`: transcripts are identical across a graceful restart.
@@ -43,6 +46,7 @@
 //! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
 //!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
 
+mod agents;
 mod auth;
 mod bad_config;
 mod bad_input;

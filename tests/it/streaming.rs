@@ -319,7 +319,8 @@ async fn models_lists_the_configured_models() {
             m["id"].as_str().expect("id")
         })
         .collect();
-    assert_eq!(ids, [FAKE_MODEL, "backup-model"]);
+    // The configured models first, then the agents by the names that select them.
+    assert_eq!(ids, [FAKE_MODEL, "backup-model", "agent:main"]);
     server.stop().await;
 }
 

@@ -144,9 +144,11 @@ impl ContextSource for ReplyThreadSource {
         let Some(target_id) = m.reply_to.as_deref() else {
             return Ok(Vec::new());
         };
-        let Some(target) = session
-            .store()
-            .channel_message(&m.channel, &m.chat_id, target_id)?
+        let Some(target) = session.store().channel_message(
+            &session.chat_channel(&m.channel),
+            &m.chat_id,
+            target_id,
+        )?
         else {
             return Ok(Vec::new());
         };

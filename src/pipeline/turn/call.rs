@@ -7,7 +7,7 @@ use turnstile_actors::TurnControl;
 use super::{TurnEngine, MODEL_DELTA_BUFFER};
 use crate::error::{Error, ModelError};
 use crate::metrics;
-use crate::model::{ModelReply, ModelRequest};
+use crate::model::{Model, ModelReply, ModelRequest};
 use crate::replies::DeltaFanout;
 use crate::store::InboxItem;
 
@@ -30,6 +30,7 @@ impl TurnEngine {
     /// wait and the call (dropping the request future aborts the HTTP request).
     pub(super) async fn complete(
         &self,
+        model: &dyn Model,
         request: &ModelRequest,
         control: &mut TurnControl<InboxItem>,
         fanout: &mut Option<DeltaFanout<'_>>,
@@ -41,7 +42,7 @@ impl TurnEngine {
             _ = control.cancelled() => return Err(Stop::Cancelled),
         };
         tokio::select! {
-            reply = self.call_model(request, fanout) => reply.map_err(|e| {
+            reply = Self::call_model(model, request, fanout) => reply.map_err(|e| {
                 metrics::model_error(e.kind());
                 if e.is_overflow() {
                     Stop::Overflow(e.into())
@@ -56,15 +57,15 @@ impl TurnEngine {
     /// Calls the model, streaming its text to `fanout` when someone watches. Dropping the
     /// future (cancellation) ends the stream with the call.
     async fn call_model(
-        &self,
+        model: &dyn Model,
         request: &ModelRequest,
         fanout: &mut Option<DeltaFanout<'_>>,
     ) -> Result<ModelReply, ModelError> {
         let Some(fanout) = fanout else {
-            return self.model.complete(request).await;
+            return model.complete(request).await;
         };
         let (tx, mut rx) = mpsc::channel(MODEL_DELTA_BUFFER);
-        let call = self.model.complete_streaming(request, tx);
+        let call = model.complete_streaming(request, tx);
         tokio::pin!(call);
         let result = loop {
             tokio::select! {

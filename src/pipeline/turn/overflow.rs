@@ -26,7 +26,7 @@ impl TurnEngine {
         {
             tracing::warn!(session_key, error = %e, "overflow compaction failed");
         }
-        self.context.invalidate(session_key);
+        turn.agent.context.invalidate(session_key);
         if let Some(fanout) = &mut turn.fanout {
             fanout.next_round();
         }

@@ -10,6 +10,7 @@ use turnstile_actors::TurnControl;
 
 use super::call::Stop;
 use super::{now_ms, Turn, TurnEngine};
+use crate::agents::Agent;
 use crate::context::processors::CLEARED_TOOL_RESULT;
 use crate::context::{Assembly, TokenBudget};
 use crate::inbound::sanitize_text;
@@ -68,21 +69,23 @@ impl TurnEngine {
         control: &mut TurnControl<InboxItem>,
         turn: &mut Turn<'_>,
     ) -> Result<Answer, Stop> {
+        let agent = Arc::clone(&turn.agent);
         let extras = turn.extras.as_deref();
-        let client_tools = self.client_tools(extras);
-        let mut rounds = self.first_request(assembly, extras, &turn.results, &client_tools);
+        let client_tools = Self::client_tools(&agent, extras);
+        let mut rounds =
+            Self::first_request(&agent, assembly, extras, &turn.results, &client_tools);
         loop {
             if rounds.round > 0 {
                 // Steer mode: messages that arrived during the tool round join the turn.
                 for item in control.take_steered() {
-                    let entry = self.user_entry(&item);
+                    let entry = Self::user_entry(agent.tokens, &item);
                     rounds.steer_in(item, entry);
                 }
             }
             repair_tool_messages(&mut rounds.request.messages);
             rounds.request.prompt_tokens = rounds.prompt_tokens;
             let reply = self
-                .complete(&rounds.request, control, &mut turn.fanout)
+                .complete(&*agent.model, &rounds.request, control, &mut turn.fanout)
                 .await?;
             if reply.tool_calls.is_empty() {
                 return Ok(rounds.final_answer(reply));
@@ -91,7 +94,9 @@ impl TurnEngine {
                 return Ok(rounds.out_of_rounds(reply));
             }
             rounds.round += 1;
-            let outputs = self.run_tools(&reply.tool_calls, &client_tools).await;
+            let outputs = self
+                .run_tools(&agent, &reply.tool_calls, &client_tools)
+                .await;
             let client_calls = rounds.add_round(&reply, outputs, &client_tools);
             if !client_calls.is_empty() {
                 return Ok(rounds.stop_for_client(reply, client_calls));
@@ -104,7 +109,7 @@ impl TurnEngine {
     /// placed after their calls, the registered and the client's tools, and the request's
     /// parameters.
     fn first_request(
-        &self,
+        agent: &Agent,
         assembly: Arc<Assembly>,
         extras: Option<&RequestExtras>,
         results: &[ClientToolResult],
@@ -116,7 +121,7 @@ impl TurnEngine {
         // block per history entry, each releasing its entry.
         drop(assembly);
         place_tool_results(&mut messages, results);
-        let mut tools = self.tools.specs();
+        let mut tools = agent.tools.specs();
         tools.extend(client_tools.iter().cloned());
         let request = ModelRequest {
             prompt_tokens: budget.used,
@@ -128,7 +133,7 @@ impl TurnEngine {
         let prompt_tokens = budget.used.saturating_add(
             results
                 .iter()
-                .map(|r| self.tokens.count(&r.content) + MESSAGE_OVERHEAD_TOKENS)
+                .map(|r| agent.tokens.count(&r.content) + MESSAGE_OVERHEAD_TOKENS)
                 .sum(),
         );
         Rounds {
@@ -139,14 +144,19 @@ impl TurnEngine {
             entries: Vec::new(),
             steered: Vec::new(),
             round: 0,
-            tokens: self.tokens,
+            tokens: agent.tokens,
         }
     }
 
     /// Runs the registered tools of one round's `calls`, at most `max_calls_per_round` of
     /// them, at once; a client tool's output is empty (the client runs it, its result comes
     /// with the next request).
-    async fn run_tools(&self, calls: &[ToolCall], client_tools: &[ToolSpec]) -> Vec<String> {
+    async fn run_tools(
+        &self,
+        agent: &Agent,
+        calls: &[ToolCall],
+        client_tools: &[ToolSpec],
+    ) -> Vec<String> {
         let limits = &self.config.tools;
         let timeout = Duration::from_millis(limits.timeout_ms);
         join_all(calls.iter().enumerate().map(|(i, call)| async move {
@@ -158,7 +168,10 @@ impl TurnEngine {
                     limits.max_calls_per_round
                 )
             } else {
-                self.tools.run(call, timeout, limits.max_result_chars).await
+                agent
+                    .tools
+                    .run(call, timeout, limits.max_result_chars)
+                    .await
             }
         }))
         .await
@@ -166,8 +179,8 @@ impl TurnEngine {
 
     /// The request's client-side tools, except those named like a registered tool (the
     /// registered one runs).
-    fn client_tools(&self, extras: Option<&RequestExtras>) -> Vec<ToolSpec> {
-        let registered = self.tools.specs();
+    fn client_tools(agent: &Agent, extras: Option<&RequestExtras>) -> Vec<ToolSpec> {
+        let registered = agent.tools.specs();
         extras
             .map(|e| {
                 e.client_tools

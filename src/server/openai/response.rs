@@ -130,10 +130,23 @@ pub(super) fn failure_payload(code: &str, message: &str) -> Value {
 /// `GET /v1/models`: the configured model and its fallbacks, in the OpenAI list shape.
 pub(crate) async fn models(State(state): State<AppState>) -> Json<Value> {
     let config = &state.runtime.config().model;
-    let data: Vec<Value> = std::iter::once(&config.model)
+    let model = |id: &str| json!({"id": id, "object": "model", "created": 0, "owned_by": OWNED_BY});
+    let mut data: Vec<Value> = std::iter::once(&config.model)
         .chain(&config.fallbacks)
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": OWNED_BY}))
+        .map(|id| model(id))
         .collect();
+    // Each agent, by the names that select it: `agent:<id>` and its aliases, with the model it
+    // answers with.
+    for agent in state.runtime.agents().profiles() {
+        let mut names = vec![format!("{}{}", crate::agents::AGENT_MODEL_PREFIX, agent.id)];
+        names.extend(agent.aliases.iter().cloned());
+        for name in names {
+            let mut entry = model(&name);
+            entry["agent"] = json!(agent.id);
+            entry["agent_model"] = json!(agent.config.model.model);
+            data.push(entry);
+        }
+    }
     Json(json!({"object": "list", "data": data}))
 }
 

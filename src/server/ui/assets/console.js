@@ -295,6 +295,10 @@
         h('div', { class: 'sub', 'data-figure': 'cold_deleted_total', 'data-value': raw(j.cold_deleted_total) }, `since start: ${int(j.sessions_frozen_total)} moved to the cold tier, ${int(j.cold_deleted_total)} cold sessions deleted for good`),
         j.last_error ? h('div', { class: 'sub error' }, 'last error: ' + j.last_error) : null,
       ] : h('div', { class: 'sub' }, 'did not answer'));
+    const agents = h('div', { class: 'card wide', id: 'agents' },
+      h('div', { class: 'label' }, 'Agents'),
+      (st.agents || []).map((a) => h('div', { class: 'sub', 'data-agent': a.id, 'data-value': raw(a.turns) },
+        `${a.id}${a.default ? ' (default)' : ''} · ${a.model} · ${int(a.turns)} turns since start · ${int(a.bindings)} binding${a.bindings === 1 ? '' : 's'}`)));
     const samples = (hist && hist.samples) || [];
     const span = Math.max(60, (hist.interval_seconds || 2) * (hist.max_samples || samples.length));
     const charts = h('div', { class: 'charts' },
@@ -309,7 +313,7 @@
       ], '', span));
     const root = h('div', { id: 'overview', 'data-refreshes': String(overviewRefreshes) },
       h('h1', null, 'Overview'), cards, h('div', { class: 'cards' }, disk, jan), charts,
-      h('div', { class: 'cards' }, auditCard(audit)),
+      h('div', { class: 'cards' }, agents, auditCard(audit)),
       h('p', { class: 'muted' }, `Refreshes every ${REFRESH_MS / 1000} s while this tab is visible; samples every ${hist.interval_seconds} s, ${samples.length} of ${hist.max_samples} kept.`));
     clear(main).append(root);
   }
@@ -328,6 +332,7 @@
     const cols = [
       ['session_key', 'Key', false], ['updated_at_ms', 'Updated', true], ['entries', 'Entries', true],
       ['tokens', 'Tokens', true], ['bytes', 'Bytes', true], ['compaction_count', 'Compactions', true],
+      ['agent', 'Agent', false],
     ];
     const render = () => {
       const f = state.filter.toLowerCase();
@@ -345,7 +350,8 @@
         h('td', { class: 'key' }, h('a', { href: '/ui/sessions/' + enc(r.session_key) }, r.session_key)),
         h('td', { class: 'num', title: iso(r.updated_at_ms) }, ago(r.updated_at_ms)),
         h('td', { class: 'num' }, int(r.entries)), h('td', { class: 'num' }, int(r.tokens)),
-        h('td', { class: 'num' }, bytes(r.bytes)), h('td', { class: 'num' }, int(r.compaction_count))));
+        h('td', { class: 'num' }, bytes(r.bytes)), h('td', { class: 'num' }, int(r.compaction_count)),
+        h('td', { class: 'agent' }, r.agent || '')));
       clear(table).append(h('thead', null, head), h('tbody', null, body));
       info.textContent = `page ${state.cursors.length} · ${rows.length} of ${state.rows.length} shown`;
       prev.disabled = state.cursors.length <= 1;
@@ -430,7 +436,7 @@
     let gone = false;
     const loadInfo = async () => {
       const si = await api(base);
-      info.textContent = `${int(si.entries)} entries · ${int(si.tokens)} tokens · ${bytes(si.bytes)} · ${int(si.compaction_count)} compactions · updated ${ago(si.updated_at_ms)} (${iso(si.updated_at_ms)})`;
+      info.textContent = `agent ${si.agent} · ${int(si.entries)} entries · ${int(si.tokens)} tokens · ${bytes(si.bytes)} · ${int(si.compaction_count)} compactions · updated ${ago(si.updated_at_ms)} (${iso(si.updated_at_ms)})`;
     };
     const loadTranscript = async () => {
       const all = [];
