@@ -33,6 +33,7 @@ use crate::metrics;
 use crate::model::{Model, TokenCounter};
 use crate::replies::{DeltaFanout, ReplyErrorKind, ReplyHub};
 use crate::store::{InboxItem, Store, TranscriptEntry};
+use crate::tools::mcp::McpTools;
 use crate::tools::ToolRegistry;
 use call::Stop;
 use tools::Answer;
@@ -71,6 +72,8 @@ pub(crate) struct TurnEngine {
     context: Arc<ContextEngine>,
     /// Tools the embedding application registered.
     tools: ToolRegistry,
+    /// The MCP servers' tools (`[mcp_servers]`); a registered tool's name wins over theirs.
+    mcp: McpTools,
     /// The Compactor actor, started before the engine.
     compaction: Compaction,
     /// Commits and publishes what a turn produced.
@@ -129,6 +132,7 @@ impl TurnEngine {
         model: Arc<dyn Model>,
         context: Arc<ContextEngine>,
         tools: ToolRegistry,
+        mcp: McpTools,
         replies: Arc<ReplyHub>,
         compaction: Compaction,
     ) -> Self {
@@ -149,6 +153,7 @@ impl TurnEngine {
             config,
             context,
             tools,
+            mcp,
             compaction,
             requests: Arc::new(Requests::default()),
         }
@@ -186,6 +191,11 @@ impl TurnEngine {
     /// The context engine (its cache figures, invalidation).
     pub(crate) fn context(&self) -> &ContextEngine {
         &self.context
+    }
+
+    /// The MCP servers (their health lines; shutdown).
+    pub(crate) fn mcp(&self) -> &McpTools {
+        &self.mcp
     }
 
     /// The Compactor actor's side (manual compaction, shutdown).

@@ -25,6 +25,7 @@ use crate::model::{
 use crate::pipeline::{Admitter, Compaction, RunningTurns, TurnBackend, TurnEngine};
 use crate::replies::ReplyHub;
 use crate::store::{Store, StoreBudget};
+use crate::tools::mcp::McpTools;
 use crate::tools::{ToolHandler, ToolRegistry};
 
 /// Builds a [`Runtime`]. [`RuntimeBuilder::build`] lives in `crate::launch`, above the runtime
@@ -164,12 +165,19 @@ impl RuntimeBuilder {
         let replies = Arc::new(ReplyHub::new(config.server.events_buffer));
         // The Compactor first: the engine holds its handle, it holds nothing of the engine.
         let compaction = Compaction::start(&config, &store, &context).await?;
+        // MCP servers connect in the background; an inspection opens none.
+        let mcp = if self.inspect_only {
+            McpTools::default()
+        } else {
+            McpTools::start(&config.mcp_servers)
+        };
         let engine = Arc::new(TurnEngine::new(
             Arc::clone(&config),
             store.clone(),
             model,
             context,
             self.tools,
+            mcp.clone(),
             Arc::clone(&replies),
             compaction,
         ));
@@ -221,6 +229,9 @@ impl RuntimeBuilder {
         if self.inspect_only {
             return Ok(runtime);
         }
+        // Tools listed at start are offered from the first turn on (bounded by the servers'
+        // connect and list timeouts; a server still starting joins when it is listed).
+        mcp.started().await;
         if runtime.is_clustered() {
             // A cluster node's inbox only mirrors what it took from the replicated inboxes,
             // which keep every unanswered message for the partition's next owner; answering

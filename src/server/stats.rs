@@ -35,6 +35,8 @@ pub(super) struct StatsView {
     janitor: Option<JanitorView>,
     /// The last [`RECENT_WINDOW`] (or less, just after start); `None` before the first sample.
     recent: Option<Recent>,
+    /// A health line per `[mcp_servers]` entry (empty without them).
+    mcp_servers: Vec<crate::McpServerHealth>,
 }
 
 /// What the janitor last did.
@@ -91,6 +93,7 @@ pub(super) async fn stats(State(state): State<AppState>) -> Result<Json<StatsVie
         compactions_run: now.compactions,
         evictions,
         recent: state.history.recent(&now, RECENT_WINDOW),
+        mcp_servers: state.runtime.mcp_health(),
         janitor: janitor.map(|j| JanitorView {
             passes: j.passes,
             last_pass_at_ms: j.last_pass_at_ms,

@@ -20,7 +20,7 @@ use crate::model::{
 use crate::pipeline::requests::{place_tool_results, ClientToolResult, RequestExtras};
 use crate::replies::ReplyUsage;
 use crate::store::{InboxItem, ToolInfo, TranscriptEntry};
-use crate::tools::{call_message, repair_tool_messages, result_message};
+use crate::tools::{call_message, repair_tool_messages, result_message, run_handler};
 
 /// What the tool loop adds to a turn: the entries to store, the final answer, and the
 /// messages steered into the turn while it ran (consumed with it).
@@ -116,7 +116,7 @@ impl TurnEngine {
         // block per history entry, each releasing its entry.
         drop(assembly);
         place_tool_results(&mut messages, results);
-        let mut tools = self.tools.specs();
+        let mut tools = self.server_tools();
         tools.extend(client_tools.iter().cloned());
         let request = ModelRequest {
             prompt_tokens: budget.used,
@@ -157,6 +157,12 @@ impl TurnEngine {
                     "error: at most {} tool calls run per round",
                     limits.max_calls_per_round
                 )
+            } else if !self.tools.has(&call.name) && self.mcp.owns(&call.name) {
+                let name = call.name.as_str();
+                run_handler(call, timeout, limits.max_result_chars, |arguments| {
+                    self.mcp.call(name, arguments)
+                })
+                .await
             } else {
                 self.tools.run(call, timeout, limits.max_result_chars).await
             }
@@ -164,10 +170,24 @@ impl TurnEngine {
         .await
     }
 
-    /// The request's client-side tools, except those named like a registered tool (the
-    /// registered one runs).
+    /// The tools the turn runs itself: the registered ones, then the MCP servers' (all of
+    /// them for now: every turn is the default agent's), less any named like a registered
+    /// one (the registered tool runs).
+    fn server_tools(&self) -> Vec<ToolSpec> {
+        let mut tools = self.tools.specs();
+        tools.extend(
+            self.mcp
+                .specs()
+                .into_iter()
+                .filter(|t| !self.tools.has(&t.name)),
+        );
+        tools
+    }
+
+    /// The request's client-side tools, except those named like a registered or MCP tool
+    /// (the turn's own runs).
     fn client_tools(&self, extras: Option<&RequestExtras>) -> Vec<ToolSpec> {
-        let registered = self.tools.specs();
+        let registered = self.server_tools();
         extras
             .map(|e| {
                 e.client_tools
