@@ -178,7 +178,6 @@ impl McpServerConfig {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::config::Config;
 
     fn check(toml: &str) -> Result<Config, String> {

@@ -96,7 +96,10 @@ impl ToolCallingModel {
     }
 }
 
-async fn complete(State(requests): State<Arc<Mutex<Vec<Value>>>>, Json(body): Json<Value>) -> Json<Value> {
+async fn complete(
+    State(requests): State<Arc<Mutex<Vec<Value>>>>,
+    Json(body): Json<Value>,
+) -> Json<Value> {
     requests.lock().expect("the recorder").push(body.clone());
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or(Value::Null);
@@ -257,7 +260,10 @@ async fn a_model_calls_a_stdio_mcp_tool_and_reads_its_result() {
     // The call and its result, paired, in the next request and in the transcript.
     let messages = requests[1]["messages"].as_array().expect("messages");
     let n = messages.len();
-    assert_eq!(messages[n - 2]["tool_calls"][0]["function"]["name"], "fx__echo");
+    assert_eq!(
+        messages[n - 2]["tool_calls"][0]["function"]["name"],
+        "fx__echo"
+    );
     let call_id = messages[n - 2]["tool_calls"][0]["id"].clone();
     assert_eq!(messages[n - 1]["role"], "tool");
     assert_eq!(messages[n - 1]["tool_call_id"], call_id);
@@ -272,7 +278,10 @@ async fn a_model_calls_a_stdio_mcp_tool_and_reads_its_result() {
     .await;
     let transcript = server.transcript_json(&key).await.expect("a transcript");
     let text = serde_json::to_string(&transcript).expect("json");
-    assert!(text.contains("fx__echo") && text.contains("echo: hello mcp"), "{text}");
+    assert!(
+        text.contains("fx__echo") && text.contains("echo: hello mcp"),
+        "{text}"
+    );
 
     // notifications/tools/list_changed: the new tool is listed again and offered.
     let answer = ask(&server, "u1", "call fx__add_tool {}").await;
@@ -457,16 +466,24 @@ async fn a_slow_tools_list_within_list_timeout_works_and_past_it_the_server_is_d
     too_slow.list_timeout_ms = 1_000;
     let server = server_with(&model, vec![("slow", slow), ("late", too_slow)], |_| {}).await;
     let (status, ready) = readyz(&server).await;
-    assert_eq!(status, 200, "a down MCP server leaves the node ready: {ready}");
+    assert_eq!(
+        status, 200,
+        "a down MCP server leaves the node ready: {ready}"
+    );
     assert!(ready.contains("mcp slow: up, 4 tools"), "{ready}");
     assert!(
-        ready.contains("mcp late: down (tools/list did not answer within list_timeout_ms (1000 ms))"),
+        ready.contains(
+            "mcp late: down (tools/list did not answer within list_timeout_ms (1000 ms))"
+        ),
         "{ready}"
     );
     let answer = ask(&server, "u1", r#"call slow__echo {"text":"patient"}"#).await;
     assert_eq!(answer, "the tool said: echo: patient");
     let first = &model.requests()[0];
-    assert!(!offered(first).iter().any(|t| t.starts_with("late__")), "never listed: not offered");
+    assert!(
+        !offered(first).iter().any(|t| t.starts_with("late__")),
+        "never listed: not offered"
+    );
     // A call of a down server's tool is a clear error in the turn.
     let answer = ask(&server, "u2", "call late__echo {}").await;
     assert!(
@@ -474,7 +491,13 @@ async fn a_slow_tools_list_within_list_timeout_works_and_past_it_the_server_is_d
         "{answer}"
     );
     let metrics = metrics(&server).await;
-    assert!(metrics.contains("turnstile_mcp_server_up{server=\"late\"} 0"), "{metrics}");
-    assert!(metrics.contains("turnstile_mcp_server_up{server=\"slow\"} 1"), "{metrics}");
+    assert!(
+        metrics.contains("turnstile_mcp_server_up{server=\"late\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("turnstile_mcp_server_up{server=\"slow\"} 1"),
+        "{metrics}"
+    );
     server.stop().await;
 }

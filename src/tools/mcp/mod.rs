@@ -205,7 +205,10 @@ impl McpTools {
             ),
             Ok(Err(e)) => (
                 "failed",
-                Err(format!("the MCP server {:?} failed the call: {e}", server.name)),
+                Err(format!(
+                    "the MCP server {:?} failed the call: {e}",
+                    server.name
+                )),
             ),
             Ok(Ok(result)) => match result::result_text(&result) {
                 (text, false) => ("ok", Ok(text)),
@@ -281,7 +284,10 @@ mod tests {
         );
         assert!(mcp.owns("gone__anything"));
         let err = mcp.call("gone__anything", Value::Null).await.unwrap_err();
-        assert!(err.contains("is down") && err.contains("could not start"), "{err}");
+        assert!(
+            err.contains("is down") && err.contains("could not start"),
+            "{err}"
+        );
         mcp.stop();
     }
 }

@@ -85,7 +85,10 @@ mod tests {
 
     #[test]
     fn two_servers_never_collide() {
-        assert_ne!(namespaced("a", "b__c"), namespaced("a__b", "c"));
+        // Valid server names (no `__`, no trailing `_`; checked with the config) split back.
+        for (server, tool) in [("a", "b__c"), ("a-b", "c"), ("ab", "_c"), ("a", "bc")] {
+            assert_eq!(server_of(&namespaced(server, tool)), Some(server));
+        }
         assert_ne!(namespaced("ab", "c"), namespaced("a", "bc"));
     }
 }

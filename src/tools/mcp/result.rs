@@ -38,6 +38,10 @@ mod tests {
         let r = CallToolResult::error(vec![ContentBlock::text("bad")]);
         assert_eq!(result_text(&r), ("bad".to_string(), true));
         let r = CallToolResult::structured(serde_json::json!({"n": 1}));
-        assert!(result_text(&r).0.contains("\"n\":1"), "{:?}", result_text(&r));
+        assert!(
+            result_text(&r).0.contains("\"n\":1"),
+            "{:?}",
+            result_text(&r)
+        );
     }
 }

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use rmcp::model::{ServerNotification, SubscriptionFilter, Tool};
 use rmcp::service::Subscription;
 use rmcp::{Peer, RoleClient};
@@ -216,8 +217,11 @@ impl Server {
             let started = Instant::now();
             // On shutdown the connection's future is dropped: its `Live` cancels the
             // connection, and a child process is killed with it.
+            // A panic inside the SDK or a transport must not leave the server "starting"
+            // forever with no task behind it: it counts as a failed connection.
+            let attempt = std::panic::AssertUnwindSafe(self.connect_and_serve()).catch_unwind();
             let error = tokio::select! {
-                error = self.connect_and_serve() => error,
+                ended = attempt => ended.unwrap_or_else(|_| "the MCP client panicked (see the log)".to_string()),
                 _ = shutdown.wait_for(|s| *s) => return,
             };
             self.set_down(error);

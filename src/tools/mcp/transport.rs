@@ -31,6 +31,9 @@ pub(crate) async fn connect(
     listener: Listener,
 ) -> Result<Connection, String> {
     if let Some(url) = &config.url {
+        // rmcp's HTTP client takes the process's default TLS provider; without one it panics.
+        // Err: one was installed already (by us or the embedding application), which serves.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let transport = StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(headers(config)?),
@@ -73,8 +76,8 @@ fn headers(
             .ok()
             .filter(|v| !v.is_empty())
             .ok_or_else(|| format!("header {name}: environment variable {var} is not set"))?;
-        let name = http::HeaderName::try_from(name.as_str())
-            .map_err(|e| format!("header {name}: {e}"))?;
+        let name =
+            http::HeaderName::try_from(name.as_str()).map_err(|e| format!("header {name}: {e}"))?;
         let mut value = http::HeaderValue::try_from(value)
             .map_err(|_| format!("header {name}: the value in {var} is not a valid header"))?;
         value.set_sensitive(true);
