@@ -132,7 +132,6 @@ impl TurnEngine {
         model: Arc<dyn Model>,
         context: Arc<ContextEngine>,
         tools: ToolRegistry,
-        mcp: McpTools,
         replies: Arc<ReplyHub>,
         compaction: Compaction,
     ) -> Self {
@@ -153,7 +152,7 @@ impl TurnEngine {
             config,
             context,
             tools,
-            mcp,
+            mcp: McpTools::default(),
             compaction,
             requests: Arc::new(Requests::default()),
         }
@@ -191,6 +190,12 @@ impl TurnEngine {
     /// The context engine (its cache figures, invalidation).
     pub(crate) fn context(&self) -> &ContextEngine {
         &self.context
+    }
+
+    /// Offers and runs the tools of `mcp`'s servers too.
+    pub(crate) fn with_mcp(mut self, mcp: McpTools) -> Self {
+        self.mcp = mcp;
+        self
     }
 
     /// The MCP servers (their health lines; shutdown).

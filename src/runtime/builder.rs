@@ -171,16 +171,18 @@ impl RuntimeBuilder {
         } else {
             McpTools::start(&config.mcp_servers)
         };
-        let engine = Arc::new(TurnEngine::new(
-            Arc::clone(&config),
-            store.clone(),
-            model,
-            context,
-            self.tools,
-            mcp.clone(),
-            Arc::clone(&replies),
-            compaction,
-        ));
+        let engine = Arc::new(
+            TurnEngine::new(
+                Arc::clone(&config),
+                store.clone(),
+                model,
+                context,
+                self.tools,
+                Arc::clone(&replies),
+                compaction,
+            )
+            .with_mcp(mcp.clone()),
+        );
         let preflight = Arc::new(Preflight::new(&config)?);
         let running = Arc::new(RunningTurns::default());
         let keys = SessionKeys::new(&config.session)?;
