@@ -40,7 +40,8 @@
 //! - `secret`: secrets from the environment, redacted when printed, compared in constant time.
 //! - `server`: the axum HTTP API, with auth and rate limits.
 //! - `sse`: the one Server-Sent Events parser (model streams, `/v1/events` readers).
-//! - `tools`: tools the embedding application registers, run in a turn's tool loop.
+//! - `tools`: tools the embedding application registers and MCP servers' tools, run in a
+//!   turn's tool loop.
 //! - `loadtest`: bounded load against a server or an in-process runtime, with latency
 //!   histograms (with the default `cli` feature, like the binary and its dependencies).
 #![forbid(unsafe_code)]
@@ -81,4 +82,5 @@ pub use runtime::{
     Ack, Admitted, ChannelPort, Compacted, Deleted, DeltaTaker, DrainReport, Runtime,
     RuntimeBuilder, SessionInfo, Stats, SubmitError, TranscriptItem,
 };
+pub use tools::mcp::{McpServerHealth, McpStatus, McpTools};
 pub use tools::{ToolFuture, ToolHandler};

@@ -184,6 +184,22 @@ fn describe() {
         "In a cluster: inbox deliveries by partition and outcome (admitted, queued, answered, \
          dropped, refused, invalid)"
     );
+    describe_gauge!(
+        "turnstile_mcp_server_up",
+        "1 while the MCP server is connected with its tools listed, else 0, by server"
+    );
+    describe_gauge!(
+        "turnstile_mcp_tools",
+        "Tools cached from the MCP server, by server"
+    );
+    describe_counter!(
+        "turnstile_mcp_restarts_total",
+        "Reconnections of an MCP server after it went down or failed to start, by server"
+    );
+    describe_counter!(
+        "turnstile_mcp_calls_total",
+        "MCP tool calls by server and outcome (ok, tool_error, failed, timeout, unavailable)"
+    );
     // Counters that may stay at zero for a long time are registered so dashboards see them.
     counter!("turnstile_compactions_total", "trigger" => "manual").absolute(0);
     counter!("turnstile_evictions_total", "reason" => "disk_budget").absolute(0);
@@ -413,6 +429,29 @@ pub fn turn_abandoned() {
 pub fn model_error(kind: &'static str) {
     counter!("turnstile_model_errors_total", "kind" => kind).increment(1);
     STATS.model_errors.fetch_add(1, Ordering::Relaxed);
+}
+
+// ---- MCP servers ----
+
+/// `server` is up (connected, tools listed) or not, with `tools` cached.
+pub fn mcp_server(server: &str, up: bool, tools: usize) {
+    gauge!("turnstile_mcp_server_up", "server" => server.to_string()).set(if up {
+        1.0
+    } else {
+        0.0
+    });
+    gauge!("turnstile_mcp_tools", "server" => server.to_string()).set(tools as f64);
+}
+
+/// `server` is being reconnected.
+pub fn mcp_restart(server: &str) {
+    counter!("turnstile_mcp_restarts_total", "server" => server.to_string()).increment(1);
+}
+
+/// A call of one of `server`'s tools ended with `outcome`.
+pub fn mcp_call(server: &str, outcome: &'static str) {
+    counter!("turnstile_mcp_calls_total", "server" => server.to_string(), "outcome" => outcome)
+        .increment(1);
 }
 
 // ---- cluster ----

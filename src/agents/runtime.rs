@@ -49,6 +49,17 @@ impl Agent {
         &self.profile.id
     }
 
+    /// Which `[mcp_servers]` it is offered: those it names; naming none, the default agent
+    /// is offered every server (a config without `[agents]` keeps all its MCP tools) and any
+    /// other agent none (a new agent gets no server's tools until it names them).
+    pub(crate) fn mcp_scope(&self) -> Option<&[String]> {
+        match (self.profile.mcp_servers.is_empty(), self.profile.is_default) {
+            (false, _) => Some(&self.profile.mcp_servers),
+            (true, true) => None,
+            (true, false) => Some(&[]),
+        }
+    }
+
     /// Counts one answered turn.
     pub(crate) fn turn_done(&self) {
         self.turns.fetch_add(1, Ordering::Relaxed);

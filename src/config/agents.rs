@@ -67,7 +67,8 @@ pub struct AgentSection {
     pub workspace_dir: Option<PathBuf>,
     /// The preset of each chat kind. Default `[context.chat_kinds]`.
     pub presets: AgentPresets,
-    /// The `[mcp_servers.<name>]` whose tools this agent is offered. Default none.
+    /// The `[mcp_servers.<name>]` whose tools this agent is offered. Default: every server
+    /// for the default agent, none for any other.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<String>,
     /// Tool names (or patterns with `*`) this agent is offered; absent: every tool. Applies

@@ -16,6 +16,7 @@ mod compaction;
 mod context;
 mod lanes;
 mod limits;
+mod mcp;
 mod model;
 mod preflight;
 mod queue;
@@ -42,6 +43,7 @@ pub use compaction::CompactionConfig;
 pub use context::ContextConfig;
 pub use lanes::LanesConfig;
 pub use limits::LimitsConfig;
+pub use mcp::{McpServerConfig, MAX_MCP_SERVERS, MAX_MCP_SERVER_NAME_CHARS};
 pub use model::ModelConfig;
 #[cfg(test)]
 use model::{MAX_REQUESTS_PER_MINUTE, MAX_TOKENS_PER_MINUTE, MIN_CONTEXT_WINDOW};
@@ -84,6 +86,10 @@ pub struct Config {
     pub tools: ToolsConfig,
     /// `[channels]`: transports beyond the HTTP API (Telegram, webhook callbacks).
     pub channels: ChannelsConfig,
+    /// `[mcp_servers.<name>]`: MCP servers (stdio or streamable HTTP) whose tools the model
+    /// may call, as `<name>__<tool>`.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub mcp_servers: std::collections::BTreeMap<String, McpServerConfig>,
     /// `[cluster]`: several nodes over NATS JetStream (feature `cluster`). Absent, the node
     /// runs alone.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,6 +140,7 @@ impl Config {
         self.channels.validate()?;
         agents::validate(self)?;
         quotas::validate(&self.quotas)?;
+        mcp::validate(&self.mcp_servers)?;
         if let Some(cluster) = &self.cluster {
             // A node built without the feature must not run alone on a cluster's config.
             if !cfg!(feature = "cluster") {

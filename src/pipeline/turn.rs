@@ -32,6 +32,7 @@ use crate::metrics;
 use crate::model::TokenCounter;
 use crate::replies::{DeltaFanout, ReplyErrorKind, ReplyHub};
 use crate::store::{InboxItem, Store, TranscriptEntry};
+use crate::tools::mcp::McpTools;
 use call::Stop;
 use tools::Answer;
 
@@ -66,6 +67,9 @@ pub(crate) struct TurnEngine {
     /// The agents: each one's model, context engine (pipeline, policies, assembly cache) and
     /// tools. A turn uses the agent its session key names.
     agents: Arc<AgentSet>,
+    /// The MCP servers' tools (`[mcp_servers]`), offered to each agent as its
+    /// `mcp_servers`, `tools_allow` and `tools_deny` say; a registered tool's name wins.
+    mcp: McpTools,
     /// The Compactor actor, started before the engine.
     compaction: Compaction,
     /// Commits and publishes what a turn produced.
@@ -143,6 +147,7 @@ impl TurnEngine {
             store,
             config,
             agents,
+            mcp: McpTools::default(),
             compaction,
             requests: Arc::new(Requests::default()),
         }
@@ -180,6 +185,17 @@ impl TurnEngine {
     /// The agents (each one's context engine: cache figures, invalidation).
     pub(crate) fn agents(&self) -> &Arc<AgentSet> {
         &self.agents
+    }
+
+    /// Offers and runs the tools of `mcp`'s servers too.
+    pub(crate) fn with_mcp(mut self, mcp: McpTools) -> Self {
+        self.mcp = mcp;
+        self
+    }
+
+    /// The MCP servers (their health lines; shutdown).
+    pub(crate) fn mcp(&self) -> &McpTools {
+        &self.mcp
     }
 
     /// The Compactor actor's side (manual compaction, shutdown).

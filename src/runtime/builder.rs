@@ -28,6 +28,7 @@ use crate::pipeline::{Admitter, Compaction, RunningTurns, TurnBackend, TurnEngin
 use crate::quotas::Quotas;
 use crate::replies::ReplyHub;
 use crate::store::{Store, StoreBudget};
+use crate::tools::mcp::McpTools;
 use crate::tools::{ToolHandler, ToolRegistry};
 
 /// Builds a [`Runtime`]. [`RuntimeBuilder::build`] lives in `crate::launch`, above the runtime
@@ -167,14 +168,23 @@ impl RuntimeBuilder {
         // The Compactor first: the engine holds its handle, it holds nothing of the engine.
         let compaction = Compaction::start(&config, &store, &agents).await?;
         let quotas = Arc::new(Quotas::new(&config.quotas, store.clone()));
-        let engine = Arc::new(TurnEngine::new(
-            Arc::clone(&config),
-            store.clone(),
-            agents,
-            Arc::clone(&replies),
-            compaction,
-            Arc::clone(&quotas),
-        ));
+        // MCP servers connect in the background; an inspection opens none.
+        let mcp = if self.inspect_only {
+            McpTools::default()
+        } else {
+            McpTools::start(&config.mcp_servers)
+        };
+        let engine = Arc::new(
+            TurnEngine::new(
+                Arc::clone(&config),
+                store.clone(),
+                agents,
+                Arc::clone(&replies),
+                compaction,
+                Arc::clone(&quotas),
+            )
+            .with_mcp(mcp.clone()),
+        );
         let preflight = Arc::new(Preflight::new(&config)?);
         let running = Arc::new(RunningTurns::default());
         let admitter = Admitter::new(
@@ -224,6 +234,9 @@ impl RuntimeBuilder {
         if self.inspect_only {
             return Ok(runtime);
         }
+        // Tools listed at start are offered from the first turn on (bounded by the servers'
+        // connect and list timeouts; a server still starting joins when it is listed).
+        mcp.started().await;
         if runtime.is_clustered() {
             // A cluster node's inbox only mirrors what it took from the replicated inboxes,
             // which keep every unanswered message for the partition's next owner; answering

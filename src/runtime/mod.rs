@@ -695,6 +695,11 @@ impl Runtime {
     }
 
     /// Why the store cannot serve writes now (disk full, damaged), or `None`.
+    /// The MCP servers' health lines (empty without `[mcp_servers]`).
+    pub fn mcp_health(&self) -> Vec<crate::McpServerHealth> {
+        self.inner.engine.mcp().health()
+    }
+
     pub(crate) fn store_not_ready(&self) -> Option<String> {
         self.inner.store.not_ready_reason()
     }
@@ -747,6 +752,7 @@ impl Runtime {
             );
         }
         self.inner.engine.compaction().stop();
+        self.inner.engine.mcp().stop();
         self.inner.replies.close();
         self.inner.janitor.stop(grace).await;
         self.inner.store.close().await?;

@@ -126,15 +126,36 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         })
 }
 
+/// `ready`, `draining` or `not ready: <why>`, then a line per MCP server (`mcp <name>: up,
+/// N tools` or `mcp <name>: down (<why>)`). A server that is down leaves the node ready: its
+/// tools answer with an error, every other turn runs as before.
 async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
     if !state.runtime.is_ready() {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining".into());
     }
-    match state.runtime.store_not_ready() {
-        None => (StatusCode::OK, "ready".into()),
+    let (status, mut body) = match state.runtime.store_not_ready() {
+        None => (StatusCode::OK, "ready".to_string()),
         Some(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {reason}"),
+        ),
+    };
+    for server in state.runtime.mcp_health() {
+        body.push_str(&mcp_health_line(&server));
+    }
+    (status, body)
+}
+
+/// One MCP server's `/readyz` line.
+fn mcp_health_line(server: &crate::McpServerHealth) -> String {
+    use crate::McpStatus;
+    match server.status {
+        McpStatus::Up => format!("\nmcp {}: up, {} tools", server.name, server.tools),
+        McpStatus::Starting => format!("\nmcp {}: starting", server.name),
+        McpStatus::Down => format!(
+            "\nmcp {}: down ({})",
+            server.name,
+            server.error.as_deref().unwrap_or("not connected")
         ),
     }
 }

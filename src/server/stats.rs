@@ -38,6 +38,8 @@ pub(super) struct StatsView {
     /// `[[quotas]]`: refusals since start and the top offenders; absent without rules.
     #[serde(skip_serializing_if = "Option::is_none")]
     quotas: Option<crate::quotas::QuotaStats>,
+    /// A health line per `[mcp_servers]` entry (empty without them).
+    mcp_servers: Vec<crate::McpServerHealth>,
     /// The agents, the default first.
     agents: Vec<AgentView>,
 }
@@ -129,6 +131,7 @@ pub(super) async fn stats(State(state): State<AppState>) -> Result<Json<StatsVie
         evictions,
         recent: state.history.recent(&now, RECENT_WINDOW),
         agents,
+        mcp_servers: state.runtime.mcp_health(),
         janitor: janitor.map(|j| JanitorView {
             passes: j.passes,
             last_pass_at_ms: j.last_pass_at_ms,

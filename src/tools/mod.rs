@@ -1,6 +1,7 @@
-//! Tools for applications that register them: a name, a JSON schema and an async handler.
-//! When the model answers with tool calls, the turn runs them and calls the model again (at
-//! most `tools.max_rounds` rounds), storing each call and result in the transcript.
+//! Tools for applications that register them: a name, a JSON schema and an async handler;
+//! and the tools of MCP servers (`mcp/`, `[mcp_servers]`), named `<server>__<tool>`. When the
+//! model answers with tool calls, the turn runs them and calls the model again (at most
+//! `tools.max_rounds` rounds), storing each call and result in the transcript.
 //!
 //! Results are plain text; a failing handler, an unknown tool, arguments that are not JSON or a
 //! timeout become an `error: …` result the model can read, never a failed turn.
@@ -17,6 +18,7 @@ use crate::context::text::truncate_middle;
 use crate::error::ConfigError;
 use crate::model::{ChatMessage, Role, ToolCall, ToolSpec};
 
+pub(crate) mod mcp;
 mod pairing;
 
 pub(crate) use pairing::repair_tool_messages;
@@ -113,29 +115,52 @@ impl ToolRegistry {
         self.tools.values().map(|t| t.spec.clone()).collect()
     }
 
+    /// Whether a tool named `name` is registered.
+    pub(crate) fn has(&self, name: &str) -> bool {
+        self.tools.contains_key(name)
+    }
+
     /// Runs `call` within `timeout`; the result is cut to `max_chars` characters.
     pub(crate) async fn run(&self, call: &ToolCall, timeout: Duration, max_chars: usize) -> String {
         let Some(tool) = self.tools.get(&call.name) else {
             return format!("error: there is no tool named {:?}", call.name);
         };
-        let arguments = if call.arguments.trim().is_empty() {
-            Value::Object(Default::default())
-        } else {
-            match serde_json::from_str(&call.arguments) {
-                Ok(v) => v,
-                Err(e) => return format!("error: the arguments are not valid JSON: {e}"),
-            }
-        };
-        let text = match tokio::time::timeout(timeout, tool.handler.call(arguments)).await {
-            Ok(Ok(text)) => text,
-            Ok(Err(message)) => format!("error: {message}"),
-            Err(_) => format!(
-                "error: the tool did not finish within {} ms",
-                timeout.as_millis()
-            ),
-        };
-        cut_result(&text, max_chars)
+        run_handler(call, timeout, max_chars, |arguments| {
+            tool.handler.call(arguments)
+        })
+        .await
     }
+}
+
+/// Runs `call` through `handler` within `timeout`: the arguments parsed (empty is `{}`), an
+/// `Err`, bad JSON or a timeout turned into an `error: …` result, the result cut to
+/// `max_chars` characters. The one path of registered and MCP tools alike.
+pub(crate) async fn run_handler<F>(
+    call: &ToolCall,
+    timeout: Duration,
+    max_chars: usize,
+    handler: impl FnOnce(Value) -> F,
+) -> String
+where
+    F: Future<Output = Result<String, String>>,
+{
+    let arguments = if call.arguments.trim().is_empty() {
+        Value::Object(Default::default())
+    } else {
+        match serde_json::from_str(&call.arguments) {
+            Ok(v) => v,
+            Err(e) => return format!("error: the arguments are not valid JSON: {e}"),
+        }
+    };
+    let text = match tokio::time::timeout(timeout, handler(arguments)).await {
+        Ok(Ok(text)) => text,
+        Ok(Err(message)) => format!("error: {message}"),
+        Err(_) => format!(
+            "error: the tool did not finish within {} ms",
+            timeout.as_millis()
+        ),
+    };
+    cut_result(&text, max_chars)
 }
 
 /// `text` cut to about `max_chars` characters (the first three quarters and the last quarter

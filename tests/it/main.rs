@@ -43,6 +43,9 @@
 //!   `/v1/models`); `openai_client`: the same surface through the official Python client.
 //! - `openai_requests`: request fields (instructions, forwarded parameters, refusals naming
 //!   the param), client tools, idempotent retries, case-distinct `user` keys.
+//! - `mcp`: MCP client tools against real MCP servers (the official Python SDK's, over stdio
+//!   and streamable HTTP): a call's result reaches the model, a server killed mid-call, a
+//!   slow `tools/list`, a 1 MB result cut to the limit.
 //! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
 //!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
 
@@ -61,6 +64,7 @@ mod http_edge;
 mod import;
 mod kill9;
 mod loadtest;
+mod mcp;
 mod openai;
 mod openai_client;
 mod openai_requests;

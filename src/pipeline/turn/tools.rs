@@ -21,7 +21,7 @@ use crate::model::{
 use crate::pipeline::requests::{place_tool_results, ClientToolResult, RequestExtras};
 use crate::replies::ReplyUsage;
 use crate::store::{InboxItem, ToolInfo, TranscriptEntry};
-use crate::tools::{call_message, repair_tool_messages, result_message};
+use crate::tools::{call_message, repair_tool_messages, result_message, run_handler};
 
 /// What the tool loop adds to a turn: the entries to store, the final answer, and the
 /// messages steered into the turn while it ran (consumed with it).
@@ -71,9 +71,8 @@ impl TurnEngine {
     ) -> Result<Answer, Stop> {
         let agent = Arc::clone(&turn.agent);
         let extras = turn.extras.as_deref();
-        let client_tools = Self::client_tools(&agent, extras);
-        let mut rounds =
-            Self::first_request(&agent, assembly, extras, &turn.results, &client_tools);
+        let client_tools = self.client_tools(&agent, extras);
+        let mut rounds = self.first_request(&agent, assembly, extras, &turn.results, &client_tools);
         loop {
             if rounds.round > 0 {
                 // Steer mode: messages that arrived during the tool round join the turn.
@@ -109,6 +108,7 @@ impl TurnEngine {
     /// placed after their calls, the registered and the client's tools, and the request's
     /// parameters.
     fn first_request(
+        &self,
         agent: &Agent,
         assembly: Arc<Assembly>,
         extras: Option<&RequestExtras>,
@@ -121,7 +121,7 @@ impl TurnEngine {
         // block per history entry, each releasing its entry.
         drop(assembly);
         place_tool_results(&mut messages, results);
-        let mut tools = agent.tools.specs();
+        let mut tools = self.server_tools(agent);
         tools.extend(client_tools.iter().cloned());
         let request = ModelRequest {
             prompt_tokens: budget.used,
@@ -167,6 +167,12 @@ impl TurnEngine {
                     "error: at most {} tool calls run per round",
                     limits.max_calls_per_round
                 )
+            } else if self.offers_mcp(agent, &call.name) {
+                let name = call.name.as_str();
+                run_handler(call, timeout, limits.max_result_chars, |arguments| {
+                    self.mcp.call(name, arguments)
+                })
+                .await
             } else {
                 agent
                     .tools
@@ -177,10 +183,36 @@ impl TurnEngine {
         .await
     }
 
-    /// The request's client-side tools, except those named like a registered tool (the
-    /// registered one runs).
-    fn client_tools(agent: &Agent, extras: Option<&RequestExtras>) -> Vec<ToolSpec> {
-        let registered = agent.tools.specs();
+    /// The tools the turn runs itself: the agent's registered ones, then the MCP tools it is
+    /// offered, less any named like a registered one (the registered tool runs).
+    fn server_tools(&self, agent: &Agent) -> Vec<ToolSpec> {
+        let mut tools = agent.tools.specs();
+        tools.extend(
+            self.mcp
+                .specs_for(agent.mcp_scope(), &[], &[])
+                .into_iter()
+                .filter(|t| agent.profile.tools.allows(&t.name) && !agent.tools.has(&t.name)),
+        );
+        tools
+    }
+
+    /// Whether `name` is an MCP tool this turn's agent is offered (a call of any other is
+    /// refused like an unknown tool's).
+    fn offers_mcp(&self, agent: &Agent, name: &str) -> bool {
+        !agent.tools.has(name)
+            && self.mcp.owns(name)
+            && agent.profile.tools.allows(name)
+            && self
+                .mcp
+                .specs_for(agent.mcp_scope(), &[], &[])
+                .iter()
+                .any(|t| t.name == name)
+    }
+
+    /// The request's client-side tools, except those named like a registered or MCP tool
+    /// (the turn's own runs).
+    fn client_tools(&self, agent: &Agent, extras: Option<&RequestExtras>) -> Vec<ToolSpec> {
+        let registered = self.server_tools(agent);
         extras
             .map(|e| {
                 e.client_tools

@@ -299,6 +299,12 @@
       h('div', { class: 'label' }, 'Agents'),
       (st.agents || []).map((a) => h('div', { class: 'sub', 'data-agent': a.id, 'data-value': raw(a.turns) },
         `${a.id}${a.default ? ' (default)' : ''} · ${a.model} · ${int(a.turns)} turns since start · ${int(a.bindings)} binding${a.bindings === 1 ? '' : 's'}`)));
+    // One line per MCP server (none configured: no card).
+    const mcp = (st.mcp_servers || []).length === 0 ? null : h('div', { class: 'card wide', id: 'mcp-servers' },
+      h('div', { class: 'label' }, 'MCP servers'),
+      st.mcp_servers.map((m) => h('div', { class: m.status === 'down' ? 'sub error' : 'sub', 'data-mcp': m.name, 'data-value': m.status },
+        `${m.name} (${m.transport}) · ${m.status}${m.status === 'up' ? ', ' + int(m.tools) + ' tools' : ''} · since ${ago(m.since_ms)}` +
+        `${m.restarts ? ' · ' + int(m.restarts) + ' restarts' : ''}${m.error ? ' · ' + m.error : ''}`)));
     const samples = (hist && hist.samples) || [];
     const span = Math.max(60, (hist.interval_seconds || 2) * (hist.max_samples || samples.length));
     const charts = h('div', { class: 'charts' },
@@ -312,7 +318,7 @@
         { name: 'live lanes', values: samples.map((x) => [x.at_ms, x.live_lanes]) },
       ], '', span));
     const root = h('div', { id: 'overview', 'data-refreshes': String(overviewRefreshes) },
-      h('h1', null, 'Overview'), cards, h('div', { class: 'cards' }, disk, jan), charts,
+      h('h1', null, 'Overview'), cards, h('div', { class: 'cards' }, disk, jan, mcp), charts,
       h('div', { class: 'cards' }, agents, auditCard(audit)),
       h('p', { class: 'muted' }, `Refreshes every ${REFRESH_MS / 1000} s while this tab is visible; samples every ${hist.interval_seconds} s, ${samples.length} of ${hist.max_samples} kept.`));
     clear(main).append(root);
