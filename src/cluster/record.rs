@@ -31,6 +31,7 @@ impl InboxEnvelope {
             message: self.message,
             session_key: self.session_key,
             id_origin: crate::inbound::IdOrigin::Given,
+            rules: crate::inbound::ChatRules::default(),
         }
     }
 }

@@ -13,6 +13,7 @@ mod channels;
 mod cluster;
 mod compaction;
 mod context;
+mod discord;
 mod lanes;
 mod limits;
 mod model;
@@ -36,6 +37,7 @@ pub use channels::{CallbackConfig, ChannelsConfig, TelegramConfig};
 pub use cluster::ClusterConfig;
 pub use compaction::CompactionConfig;
 pub use context::ContextConfig;
+pub use discord::{DiscordChatConfig, DiscordChatSettings, DiscordConfig, DiscordGuildConfig};
 pub use lanes::LanesConfig;
 pub use limits::LimitsConfig;
 pub use model::ModelConfig;
@@ -76,7 +78,7 @@ pub struct Config {
     pub agent: AgentConfig,
     /// `[tools]`: limits of the tool loop (for applications that register tools).
     pub tools: ToolsConfig,
-    /// `[channels]`: transports beyond the HTTP API (Telegram, webhook callbacks).
+    /// `[channels]`: transports beyond the HTTP API (Telegram, Discord, webhook callbacks).
     pub channels: ChannelsConfig,
     /// `[cluster]`: several nodes over NATS JetStream (feature `cluster`). Absent, the node
     /// runs alone.

@@ -25,6 +25,21 @@ pub struct InboundEvent {
     pub session_key: Option<String>,
     /// Where the message id came from: how admission checks it for a duplicate.
     pub id_origin: IdOrigin,
+    /// The submitting channel's own rules for this message's chat (its per-guild or
+    /// per-channel settings), over `[preflight]`'s.
+    pub rules: ChatRules,
+}
+
+/// A channel's rules for one chat, set per message over the `[preflight]` (and
+/// `[preflight.channels.<channel>]`) ones: a Discord guild channel with `require_mention =
+/// false`, say. `None` keeps preflight's. Not carried through a cluster's replicated inbox
+/// (there preflight's own rules apply).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChatRules {
+    /// Overrides `require_mention`.
+    pub require_mention: Option<bool>,
+    /// Overrides `allow_bots`.
+    pub allow_bots: Option<crate::config::AllowBots>,
 }
 
 /// Where a message id came from, which says where a duplicate of it could come from.

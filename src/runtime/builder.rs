@@ -175,7 +175,10 @@ impl RuntimeBuilder {
         ));
         let preflight = Arc::new(Preflight::new(&config)?);
         let running = Arc::new(RunningTurns::default());
-        let keys = SessionKeys::new(&config.session)?;
+        let mut keys = SessionKeys::new(&config.session)?;
+        if let Some(dm_scope) = config.channels.discord.as_ref().and_then(|d| d.dm_scope) {
+            keys = keys.with_channel_dm_scope(crate::channels::DISCORD, dm_scope);
+        }
         let admitter = Admitter::new(
             store.clone(),
             Arc::clone(&config),

@@ -36,8 +36,8 @@ use crate::config::Config;
 use crate::context::{Assembly, CacheStats};
 use crate::error::Error;
 use crate::inbound::{
-    normalize_session_key, DropReason, IdOrigin, InboundEvent, InboundMessage, Preflight,
-    PreflightStats, Refusal,
+    normalize_session_key, ChatRules, DropReason, IdOrigin, InboundEvent, InboundMessage,
+    Preflight, PreflightStats, Refusal,
 };
 use crate::metrics;
 use crate::pipeline::{RunningTurns, TurnBackend, TurnEngine};
@@ -219,8 +219,14 @@ impl Runtime {
         message: InboundMessage,
         session_key: Option<String>,
     ) -> Result<Ack, SubmitError> {
-        self.submit_through(&self.inner.api, "api", message, session_key)
-            .await
+        self.submit_through(
+            &self.inner.api,
+            "api",
+            message,
+            session_key,
+            ChatRules::default(),
+        )
+        .await
     }
 
     /// Like [`Runtime::submit_to`], but returns as soon as the message is in the inbox,
@@ -241,6 +247,7 @@ impl Runtime {
             message,
             session_key,
             id_origin,
+            rules: ChatRules::default(),
         };
         self.admit_through(&self.inner.api, "api", event).await
     }
@@ -272,11 +279,13 @@ impl Runtime {
         channel: &str,
         message: InboundMessage,
         session_key: Option<String>,
+        rules: ChatRules,
     ) -> Result<Ack, SubmitError> {
         let event = InboundEvent {
             message,
             session_key,
             id_origin: IdOrigin::Given,
+            rules,
         };
         let admitted = self.admit_through(handle, channel, event).await?;
         self.admitted_durable(&admitted, true).await?;
@@ -302,6 +311,7 @@ impl Runtime {
                     message,
                     session_key: event.session_key,
                     id_origin: IdOrigin::Given,
+                    rules: event.rules,
                 },
             )
             .await?;
