@@ -13,9 +13,7 @@ use serde_json::{json, Value};
 use turnstile::config::DiscordConfig;
 use turnstile::Runtime;
 
-use crate::support::fake_discord::{
-    self, mentioning_bot, message_json, FakeDiscord, BOT_ID, GUILD_ID, TOKEN,
-};
+use crate::support::fake_discord::{mentioning_bot, message_json, FakeDiscord, GUILD_ID, TOKEN};
 use crate::support::{
     config, env_var, eventually_some, one_turn_per_message, FixedModel, GateModel, ServerProcess,
     SharedGate, TestServer,
@@ -401,8 +399,6 @@ async fn kill9_and_restarts_of_the_binary_resume_then_catch_up() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(fake.sent().len(), 5, "nothing answered twice");
     bin.stop().await;
-    let _ = fake_discord::APP_ID;
-    let _ = BOT_ID;
 }
 
 #[tokio::test]

@@ -41,11 +41,7 @@ fn snowflakes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Err
 /// `READY`.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Ready {
-    /// The new session.
-    pub session_id: String,
-    /// Where to resume it.
-    pub resume_gateway_url: String,
-    /// The bot.
+    /// The bot (session id and resume URL are twilight's to keep).
     pub user: UserRef,
 }
 

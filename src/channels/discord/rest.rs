@@ -79,7 +79,7 @@ impl RestError {
 #[derive(Debug, Clone)]
 pub(crate) struct Rest {
     client: std::sync::Arc<Client>,
-    /// The account id, for metrics labels.
+    /// The channel name, for metrics labels.
     channel: &'static str,
 }
 

@@ -123,14 +123,15 @@ impl ShardTask {
         let mut fatal: Option<&'static str> = None;
         loop {
             let next = tokio::select! {
-                n = shard.next() => n,
-                _ = stop.wait_for(|s| *s) => {
-                    // Resumable close: the next start resumes this session.
-                    shard.close(CloseFrame::RESUME);
-                    state.session = saved_session(&shard);
-                    self.save(&key, &state).await;
-                    return;
-                }
+                n = shard.next() => Some(n),
+                _ = stop.wait_for(|s| *s) => None,
+            };
+            let Some(next) = next else {
+                // Resumable close: the next start resumes this session.
+                shard.close(CloseFrame::RESUME);
+                state.session = saved_session(&shard);
+                self.save(&key, &state).await;
+                return;
             };
             let text = match next {
                 None => break,
