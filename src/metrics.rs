@@ -91,6 +91,30 @@ pub fn render() -> Option<String> {
 
 fn describe() {
     describe_counter!(
+        "turnstile_channel_reconnects_total",
+        "Gateway connections lost and opened again (op 7, invalid sessions, closes), by channel"
+    );
+    describe_counter!(
+        "turnstile_channel_resumes_total",
+        "Gateway sessions resumed (no message missed), by channel"
+    );
+    describe_counter!(
+        "turnstile_channel_caught_up_total",
+        "Messages read back over REST after a lost session or a restart, by channel"
+    );
+    describe_counter!(
+        "turnstile_channel_rate_limit_waits_total",
+        "REST requests that waited out a 429, by channel"
+    );
+    describe_counter!(
+        "turnstile_channel_skipped_total",
+        "Platform messages a channel did not submit (its own, not allowed, other types), by channel and reason"
+    );
+    describe_gauge!(
+        "turnstile_channel_connection",
+        "1 for a channel's current connection state (connecting, connected, resuming, catching_up, stopped), else 0; a stop carries its reason"
+    );
+    describe_counter!(
         "turnstile_inbound_accepted_total",
         "Inbound messages accepted (durably queued), by channel"
     );
@@ -545,6 +569,58 @@ pub fn delivery(channel: &str, ok: bool) {
         "outcome" => outcome
     )
     .increment(1);
+}
+
+/// A gateway connection was lost and is being opened again.
+pub fn channel_reconnect(channel: &str) {
+    counter!("turnstile_channel_reconnects_total", "channel" => channel.to_string()).increment(1);
+}
+
+/// A gateway session was resumed.
+pub fn channel_resume(channel: &str) {
+    counter!("turnstile_channel_resumes_total", "channel" => channel.to_string()).increment(1);
+}
+
+/// `n` messages were read back by a catch-up.
+pub fn channel_caught_up(channel: &str, n: u64) {
+    counter!("turnstile_channel_caught_up_total", "channel" => channel.to_string()).increment(n);
+}
+
+/// A REST request waited out a rate limit.
+pub fn channel_rate_limit_wait(channel: &str) {
+    counter!("turnstile_channel_rate_limit_waits_total", "channel" => channel.to_string())
+        .increment(1);
+}
+
+/// A platform message was not submitted, for `reason`.
+pub fn channel_skipped(channel: &str, reason: &'static str) {
+    counter!("turnstile_channel_skipped_total", "channel" => channel.to_string(), "reason" => reason)
+        .increment(1);
+}
+
+/// The connection states [`channel_connection`] reports.
+pub const CONNECTION_STATES: [&str; 5] = [
+    "connecting",
+    "connected",
+    "resuming",
+    "catching_up",
+    "stopped",
+];
+
+/// `channel`'s connection is now in `state` (one of [`CONNECTION_STATES`]); a stop carries
+/// its `reason` (e.g. `authentication failed (4004)`), empty otherwise.
+pub fn channel_connection(channel: &str, state: &str, reason: &str) {
+    for s in CONNECTION_STATES {
+        let on = if s == state { 1.0 } else { 0.0 };
+        if s == "stopped" {
+            if on > 0.0 {
+                gauge!("turnstile_channel_connection", "channel" => channel.to_string(), "state" => s, "reason" => reason.to_string()).set(on);
+            }
+            continue;
+        }
+        gauge!("turnstile_channel_connection", "channel" => channel.to_string(), "state" => s)
+            .set(on);
+    }
 }
 
 /// A delivery attempt failed and will be retried.

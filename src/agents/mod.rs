@@ -71,7 +71,10 @@ impl AgentDirectory {
     /// The agents and bindings of a validated `config`.
     pub fn new(config: &Config) -> Result<Self, ConfigError> {
         let default = default_agent_id(config);
-        let keys = SessionKeys::new(&config.session)?;
+        let mut keys = SessionKeys::new(&config.session)?;
+        if let Some(dm_scope) = config.channels.discord.as_ref().and_then(|d| d.dm_scope) {
+            keys = keys.with_channel_dm_scope(crate::channels::DISCORD, dm_scope);
+        }
         let mut profiles = BTreeMap::new();
         let mut aliases = HashMap::new();
         let no_section = AgentSection::default();

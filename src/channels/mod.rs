@@ -3,14 +3,18 @@
 //!
 //! - `callback.rs`: replies POSTed to a URL, HMAC-signed, retried (`[channels.callback]`).
 //! - `telegram/`: a Telegram bot, long polling (`[channels.telegram]`).
+//! - `discord/`: a Discord bot, gateway and REST with twilight (`[channels.discord]`).
 //!
 //! The API channel is the runtime's own (`runtime/api_channel.rs`); the router that picks the
 //! channel for a reply lives in `crate::replies`, below both.
 //! - `retry.rs`: the pause between retries (delays from `crate::backoff`).
 
 mod callback;
+mod discord;
 mod retry;
 mod telegram;
+
+pub(crate) use discord::DISCORD;
 
 pub use callback::{verify_signature, SIGNATURE_HEADER};
 
@@ -22,6 +26,9 @@ pub(crate) async fn start_configured(runtime: &Runtime) -> Result<(), Error> {
     let channels = runtime.config().channels.clone();
     if let Some(telegram) = channels.telegram {
         telegram::start(runtime, telegram).await?;
+    }
+    if let Some(discord) = channels.discord {
+        discord::start(runtime, discord).await?;
     }
     if let Some(callback) = channels.callback {
         callback::start(runtime, callback).await?;

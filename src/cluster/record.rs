@@ -36,6 +36,7 @@ impl InboxEnvelope {
             session_key: self.session_key,
             id_origin: crate::inbound::IdOrigin::Given,
             route: self.route,
+            rules: crate::inbound::ChatRules::default(),
         }
     }
 }

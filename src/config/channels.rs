@@ -1,9 +1,11 @@
-//! `[channels]`: transports beyond the HTTP API (Telegram, webhook callbacks).
+//! `[channels]`: transports beyond the HTTP API (Telegram, Discord, webhook callbacks).
 
 use serde::{Deserialize, Serialize};
 
 use super::{in_range, invalid, MAX_DURATION_MS};
 use crate::error::ConfigError;
+
+use super::discord::DiscordConfig;
 
 /// Longest `channels.telegram.poll_timeout_secs` (one long poll).
 pub(crate) const MAX_POLL_TIMEOUT_SECS: u32 = 3_600;
@@ -20,6 +22,8 @@ const EDIT_INTERVAL_MS: std::ops::RangeInclusive<u64> = 250..=60_000;
 pub struct ChannelsConfig {
     /// `[channels.telegram]`: a Telegram bot (Bot API, long polling).
     pub telegram: Option<TelegramConfig>,
+    /// `[channels.discord]`: a Discord bot (gateway websocket and REST, `twilight`).
+    pub discord: Option<DiscordConfig>,
     /// `[channels.callback]`: replies POSTed to a URL, signed with HMAC-SHA256.
     pub callback: Option<CallbackConfig>,
 }
@@ -117,6 +121,9 @@ impl ChannelsConfig {
         if let Some(t) = &self.telegram {
             t.validate()?;
         }
+        if let Some(d) = &self.discord {
+            d.validate()?;
+        }
         if let Some(c) = &self.callback {
             c.validate()?;
         }
@@ -155,6 +162,11 @@ impl TelegramConfig {
         }
         Ok(())
     }
+}
+
+/// Checks a `send_attempts`-like key: 1 to [`MAX_ATTEMPTS`].
+pub(super) fn check_attempts(key: &str, value: u32) -> Result<(), ConfigError> {
+    in_range(key, value, 1..=MAX_ATTEMPTS)
 }
 
 impl CallbackConfig {

@@ -14,6 +14,7 @@ mod channels;
 mod cluster;
 mod compaction;
 mod context;
+mod discord;
 mod lanes;
 mod limits;
 mod mcp;
@@ -41,6 +42,7 @@ pub use channels::{CallbackConfig, ChannelsConfig, TelegramConfig};
 pub use cluster::ClusterConfig;
 pub use compaction::CompactionConfig;
 pub use context::ContextConfig;
+pub use discord::{DiscordChatConfig, DiscordChatSettings, DiscordConfig, DiscordGuildConfig};
 pub use lanes::LanesConfig;
 pub use limits::LimitsConfig;
 pub use mcp::{McpServerConfig, MAX_MCP_SERVERS, MAX_MCP_SERVER_NAME_CHARS};
@@ -84,7 +86,7 @@ pub struct Config {
     pub agent: AgentConfig,
     /// `[tools]`: limits of the tool loop (for applications that register tools).
     pub tools: ToolsConfig,
-    /// `[channels]`: transports beyond the HTTP API (Telegram, webhook callbacks).
+    /// `[channels]`: transports beyond the HTTP API (Telegram, Discord, webhook callbacks).
     pub channels: ChannelsConfig,
     /// `[mcp_servers.<name>]`: MCP servers (stdio or streamable HTTP) whose tools the model
     /// may call, as `<name>__<tool>`.

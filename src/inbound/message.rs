@@ -28,16 +28,26 @@ impl ChatKind {
     }
 }
 
-/// Whether a message is something someone said or a platform event.
+/// The message type: something someone said (chat), a platform event (system), or a
+/// command. In JSON, the `kind` field (alias `message_type`) is `message` (alias `chat`),
+/// `system_event` (alias `system`) or `command`.
+///
+/// Stored (bincode) as the variant index: new variants go at the end, never in between.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageKind {
     /// Something someone said: a candidate for a turn (default).
     #[default]
+    #[serde(alias = "chat")]
     Message,
     /// A platform event (a join, a rename, a pin…), with `text` describing it. Never a turn by
     /// itself: preflight queues it for the session's next turn.
+    #[serde(alias = "system")]
     SystemEvent,
+    /// A command for the bot (a slash or context-menu command, a `/command` text the channel
+    /// marks as such): never answered as chat. Preflight drops it as `command` (it is counted,
+    /// and stays out of the chat's pending history).
+    Command,
 }
 
 /// Who sent a message.
@@ -225,8 +235,9 @@ pub struct InboundMessage {
     /// Attachment metadata.
     #[serde(default)]
     pub attachments: Vec<Attachment>,
-    /// `message` (default) or `system_event`.
-    #[serde(default)]
+    /// `message` (default; alias `chat`), `system_event` (alias `system`) or `command`.
+    /// Also accepted as `message_type`.
+    #[serde(default, alias = "message_type")]
     pub kind: MessageKind,
 }
 
@@ -420,6 +431,35 @@ mod tests {
         m.timestamp_ms = 0;
         let m = m.validated(&LimitsConfig::default(), 77).unwrap();
         assert_eq!(m.timestamp_ms, 77);
+    }
+
+    #[test]
+    fn the_message_type_is_read_under_either_name() {
+        let parse = |extra: &str| {
+            serde_json::from_str::<InboundMessage>(&format!(
+                r#"{{"channel":"x","chat_kind":"group","chat_id":"1","message_id":"1",
+                    "sender":{{"id":"1"}},"text":"/help"{extra}}}"#
+            ))
+        };
+        assert_eq!(parse("").unwrap().kind, MessageKind::Message);
+        for (extra, kind) in [
+            (r#","message_type":"command""#, MessageKind::Command),
+            (r#","message_type":"chat""#, MessageKind::Message),
+            (r#","message_type":"system""#, MessageKind::SystemEvent),
+            (r#","kind":"system_event""#, MessageKind::SystemEvent),
+            (r#","kind":"command""#, MessageKind::Command),
+        ] {
+            assert_eq!(parse(extra).unwrap().kind, kind, "{extra}");
+        }
+        assert!(parse(r#","message_type":"shout""#).is_err());
+        // Stored by index: the two older variants keep theirs.
+        for (kind, index) in [
+            (MessageKind::Message, 0u8),
+            (MessageKind::SystemEvent, 1),
+            (MessageKind::Command, 2),
+        ] {
+            assert_eq!(crate::store::encode(&kind).unwrap(), vec![1, index]);
+        }
     }
 
     #[test]

@@ -30,6 +30,21 @@ pub struct InboundEvent {
     pub id_origin: IdOrigin,
     /// What routes the message to an agent beyond its own fields (guild, roles).
     pub route: RouteHints,
+    /// The submitting channel's own rules for this message's chat (its per-guild or
+    /// per-channel settings), over `[preflight]`'s.
+    pub rules: ChatRules,
+}
+
+/// A channel's rules for one chat, set per message over the `[preflight]` (and
+/// `[preflight.channels.<channel>]`) ones: a Discord guild channel with `require_mention =
+/// false`, say. `None` keeps preflight's. Not carried through a cluster's replicated inbox
+/// (there preflight's own rules apply).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChatRules {
+    /// Overrides `require_mention`.
+    pub require_mention: Option<bool>,
+    /// Overrides `allow_bots`.
+    pub allow_bots: Option<crate::config::AllowBots>,
 }
 
 /// What a channel knows about a message's place that the message does not carry and only

@@ -20,6 +20,8 @@ pub enum DropReason {
     OtherMention,
     /// A platform event, queued for the next turn instead.
     SystemEvent,
+    /// A command (`kind = "command"`): not chat, never answered as a turn.
+    Command,
 }
 
 impl DropReason {
@@ -58,6 +60,7 @@ impl DropReason {
             DropReason::NoMention => "no_mention",
             DropReason::OtherMention => "other_mention",
             DropReason::SystemEvent => "system_event",
+            DropReason::Command => "command",
         }
     }
 }

@@ -236,6 +236,9 @@ pub struct SessionKeys {
     scope: SessionScope,
     /// Normalised `peer` or `channel:peer` → canonical name.
     links: HashMap<String, String>,
+    /// Channels whose direct messages follow their own `dm_scope` (e.g. `[channels.discord]
+    /// dm_scope`), by normalised channel name.
+    channel_dm_scopes: HashMap<String, DmScope>,
 }
 
 impl SessionKeys {
@@ -247,7 +250,15 @@ impl SessionKeys {
             dm_scope: config.dm_scope,
             scope: config.scope,
             links,
+            channel_dm_scopes: HashMap::new(),
         })
+    }
+
+    /// These keys with `channel`'s direct messages under `dm_scope` instead of `[session]`'s.
+    pub fn with_channel_dm_scope(mut self, channel: &str, dm_scope: DmScope) -> Self {
+        self.channel_dm_scopes
+            .insert(channel_name(channel), dm_scope);
+        self
     }
 
     /// Keys for `agent_id` with every other setting at its default.
@@ -257,6 +268,7 @@ impl SessionKeys {
             dm_scope: DmScope::Main,
             scope: SessionScope::PerSender,
             links: HashMap::new(),
+            channel_dm_scopes: HashMap::new(),
         }
     }
 
@@ -326,7 +338,12 @@ impl SessionKeys {
     }
 
     fn direct_key(&self, agent: &str, channel: &str, msg: &InboundMessage) -> String {
-        if self.dm_scope == DmScope::Main {
+        let dm_scope = self
+            .channel_dm_scopes
+            .get(channel)
+            .copied()
+            .unwrap_or(self.dm_scope);
+        if dm_scope == DmScope::Main {
             return format!("agent:{agent}:main");
         }
         let mut peer = peer_id(channel, &msg.sender.id);
@@ -337,7 +354,7 @@ impl SessionKeys {
         if peer.is_empty() {
             return format!("agent:{agent}:main");
         }
-        match self.dm_scope {
+        match dm_scope {
             DmScope::Main => format!("agent:{agent}:main"),
             DmScope::PerPeer => format!("agent:{agent}:direct:{peer}"),
             DmScope::PerChannelPeer => format!("agent:{agent}:{channel}:direct:{peer}"),

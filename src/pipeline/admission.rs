@@ -143,7 +143,14 @@ impl Admitter {
         }
         let mut admission = match self
             .preflight
-            .decide(&event.message, explicit, now, store, event.id_origin)
+            .decide_with(
+                &event.message,
+                explicit,
+                now,
+                store,
+                event.id_origin,
+                &event.rules,
+            )
             .map_err(storage)?
         {
             Verdict::Accept(admission) => admission,

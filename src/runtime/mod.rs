@@ -38,8 +38,8 @@ use crate::config::Config;
 use crate::context::{Assembly, CacheStats};
 use crate::error::Error;
 use crate::inbound::{
-    normalize_session_key, DropReason, IdOrigin, InboundEvent, InboundMessage, Preflight,
-    PreflightStats, Refusal, RouteHints,
+    normalize_session_key, ChatRules, DropReason, IdOrigin, InboundEvent, InboundMessage,
+    Preflight, PreflightStats, Refusal, RouteHints,
 };
 use crate::metrics;
 use crate::pipeline::{RunningTurns, TurnBackend, TurnEngine};
@@ -258,8 +258,15 @@ impl Runtime {
         message: InboundMessage,
         route: RouteHints,
     ) -> Result<Ack, SubmitError> {
-        self.submit_routed_through(&self.inner.api, "api", message, None, route)
-            .await
+        self.submit_routed_through(
+            &self.inner.api,
+            "api",
+            message,
+            None,
+            route,
+            ChatRules::default(),
+        )
+        .await
     }
 
     /// Like [`Runtime::submit`], but into the session `session_key` instead of the one derived
@@ -269,8 +276,14 @@ impl Runtime {
         message: InboundMessage,
         session_key: Option<String>,
     ) -> Result<Ack, SubmitError> {
-        self.submit_through(&self.inner.api, "api", message, session_key)
-            .await
+        self.submit_through(
+            &self.inner.api,
+            "api",
+            message,
+            session_key,
+            ChatRules::default(),
+        )
+        .await
     }
 
     /// Like [`Runtime::submit_to`], but returns as soon as the message is in the inbox,
@@ -292,6 +305,7 @@ impl Runtime {
             session_key,
             id_origin,
             route: RouteHints::default(),
+            rules: ChatRules::default(),
         };
         self.admit_through(&self.inner.api, "api", event).await
     }
@@ -323,9 +337,17 @@ impl Runtime {
         channel: &str,
         message: InboundMessage,
         session_key: Option<String>,
+        rules: ChatRules,
     ) -> Result<Ack, SubmitError> {
-        self.submit_routed_through(handle, channel, message, session_key, RouteHints::default())
-            .await
+        self.submit_routed_through(
+            handle,
+            channel,
+            message,
+            session_key,
+            RouteHints::default(),
+            rules,
+        )
+        .await
     }
 
     /// [`Runtime::submit_through`] with route hints for `[[bindings]]`.
@@ -336,12 +358,14 @@ impl Runtime {
         message: InboundMessage,
         session_key: Option<String>,
         route: RouteHints,
+        rules: ChatRules,
     ) -> Result<Ack, SubmitError> {
         let event = InboundEvent {
             message,
             session_key,
             id_origin: IdOrigin::Given,
             route,
+            rules,
         };
         let admitted = self.admit_through(handle, channel, event).await?;
         self.admitted_durable(&admitted, true).await?;
@@ -368,6 +392,7 @@ impl Runtime {
                     session_key: event.session_key,
                     id_origin: IdOrigin::Given,
                     route: event.route,
+                    rules: event.rules,
                 },
             )
             .await?;

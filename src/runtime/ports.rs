@@ -13,7 +13,7 @@ use turnstile_actors::{ActorsError, Channel, ChannelHandle};
 
 use super::{Ack, Runtime, SubmitError};
 use crate::error::Error;
-use crate::inbound::InboundMessage;
+use crate::inbound::{ChatRules, InboundMessage};
 use crate::pipeline::TurnBackend;
 use crate::replies::{Delta, Reply, ReplyRoute, ReplySink, Serves};
 
@@ -113,8 +113,20 @@ impl<C: Channel<Reply = Arc<Reply>>> ChannelPort<C> {
 
     /// Validates and submits a message through this channel; like [`Runtime::submit`].
     pub async fn submit(&self, message: InboundMessage) -> Result<Ack, SubmitError> {
+        self.submit_with_rules(message, Default::default(), ChatRules::default())
+            .await
+    }
+
+    /// [`Self::submit`] under the channel's own `rules` for the message's chat, with what
+    /// routes it to an agent beyond its fields (`route`: the guild, the sender's roles).
+    pub async fn submit_with_rules(
+        &self,
+        message: InboundMessage,
+        route: crate::inbound::RouteHints,
+        rules: ChatRules,
+    ) -> Result<Ack, SubmitError> {
         self.runtime
-            .submit_through(&self.handle, &self.name, message, None)
+            .submit_routed_through(&self.handle, &self.name, message, None, route, rules)
             .await
     }
 
@@ -126,7 +138,14 @@ impl<C: Channel<Reply = Arc<Reply>>> ChannelPort<C> {
         route: crate::inbound::RouteHints,
     ) -> Result<Ack, SubmitError> {
         self.runtime
-            .submit_routed_through(&self.handle, &self.name, message, None, route)
+            .submit_routed_through(
+                &self.handle,
+                &self.name,
+                message,
+                None,
+                route,
+                ChatRules::default(),
+            )
             .await
     }
 

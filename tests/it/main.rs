@@ -56,6 +56,7 @@ mod bad_input;
 mod callback;
 mod compaction;
 mod delete;
+mod discord;
 mod fake_model;
 mod fake_streaming_model;
 mod group_memory;

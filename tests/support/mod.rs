@@ -10,6 +10,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod api;
+pub mod fake_discord;
 pub mod load;
 pub mod message;
 pub mod models;

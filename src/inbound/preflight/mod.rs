@@ -7,7 +7,8 @@
 //!    bots (`sender.is_bot`) per `allow_bots`.
 //! 3. **Policy** (`policy.rs`): `dm_policy` with `allow_from`, `group_policy` with
 //!    `group_allow_from` → `policy`.
-//! 4. **System events** (`system_events.rs`): `kind = "system_event"` → queued (durably, by
+//! 4. **Commands**: `kind = "command"` → `command` (not chat: never a turn, not history).
+//!    **System events** (`system_events.rs`): `kind = "system_event"` → queued (durably, by
 //!    the admission) for the session's next turn, answered `system_event`. They skip the other-bot check (a platform
 //!    event is not bot chatter) and mention gating (an event never mentions anyone).
 //! 5. **Mention gating** (`mentions.rs`), in groups and channels: `ignore_other_mentions` →
@@ -50,7 +51,7 @@ use self::policy::{IdKind, IdSet, RuleBook};
 use crate::config::Config;
 use crate::error::{ConfigError, StoreError};
 use crate::inbound::session_key::normalize_id;
-use crate::inbound::{ChatKind, DropReason, IdOrigin, InboundMessage, MessageKind};
+use crate::inbound::{ChatKind, ChatRules, DropReason, IdOrigin, InboundMessage, MessageKind};
 use crate::store::{HistoryLine, SystemEvent};
 
 /// What preflight decided about a message.
@@ -98,6 +99,8 @@ pub struct PreflightStats {
     pub other_mention: u64,
     /// Queued as `system_event`.
     pub system_event: u64,
+    /// Dropped as `command`.
+    pub command: u64,
 }
 
 impl PreflightStats {
@@ -110,6 +113,7 @@ impl PreflightStats {
             DropReason::NoMention => self.no_mention,
             DropReason::OtherMention => self.other_mention,
             DropReason::SystemEvent => self.system_event,
+            DropReason::Command => self.command,
         }
     }
 }
@@ -124,6 +128,7 @@ struct Counters {
     no_mention: AtomicU64,
     other_mention: AtomicU64,
     system_event: AtomicU64,
+    command: AtomicU64,
 }
 
 impl Counters {
@@ -135,6 +140,7 @@ impl Counters {
             DropReason::NoMention => &self.no_mention,
             DropReason::OtherMention => &self.other_mention,
             DropReason::SystemEvent => &self.system_event,
+            DropReason::Command => &self.command,
         }
     }
 }
@@ -231,6 +237,26 @@ impl Preflight {
         durable: &dyn DurableDedupe,
         id_origin: IdOrigin,
     ) -> Result<Verdict, StoreError> {
+        self.decide_with(
+            msg,
+            explicit_session,
+            now_ms,
+            durable,
+            id_origin,
+            &ChatRules::default(),
+        )
+    }
+
+    /// [`Preflight::decide`] under the submitting channel's `chat` rules for this message.
+    pub fn decide_with(
+        &self,
+        msg: &InboundMessage,
+        explicit_session: bool,
+        now_ms: u64,
+        durable: &dyn DurableDedupe,
+        id_origin: IdOrigin,
+        chat: &ChatRules,
+    ) -> Result<Verdict, StoreError> {
         let key = (id_origin != IdOrigin::Unique).then(|| dedupe_key(&self.agent, msg));
         let mut state = self.state();
         // A cluster node looks up no duplicates here (see `Preflight::dedupes`).
@@ -243,7 +269,7 @@ impl Preflight {
                 return Ok(self.dropped(DropReason::Duplicate));
             }
         }
-        match self.screen(&mut state, msg, explicit_session) {
+        match self.screen(&mut state, msg, explicit_session, chat) {
             Err(reason) => {
                 if let Some(key) = &key {
                     state.dedupe.insert(key, now_ms);
@@ -267,12 +293,14 @@ impl Preflight {
         state: &mut State,
         msg: &InboundMessage,
         explicit_session: bool,
+        chat: &ChatRules,
     ) -> Result<bool, DropReason> {
         if explicit_session {
-            if msg.kind == MessageKind::SystemEvent {
-                return Err(DropReason::SystemEvent);
-            }
-            return Ok(false);
+            return match msg.kind {
+                MessageKind::SystemEvent => Err(DropReason::SystemEvent),
+                MessageKind::Command => Err(DropReason::Command),
+                MessageKind::Message => Ok(false),
+            };
         }
         if self.bot_ids.contains_sender(&msg.channel, &msg.sender.id) {
             // The platform echoing the bot's own message: remember it for implicit mentions.
@@ -282,15 +310,20 @@ impl Preflight {
         let rules = self.rules.for_channel(&msg.channel);
         if msg.sender.is_bot && msg.kind == MessageKind::Message {
             let explicit = mentions::explicit_mention(rules, &self.bot_ids, msg);
-            if !policy::other_bot_allowed(rules.allow_bots, explicit) {
+            let allow = chat.allow_bots.unwrap_or(rules.allow_bots);
+            if !policy::other_bot_allowed(allow, explicit) {
                 return Err(DropReason::Bot);
             }
         }
         if !rules.allows(msg) {
             return Err(DropReason::Policy);
         }
-        if msg.kind == MessageKind::SystemEvent {
-            return Err(DropReason::SystemEvent);
+        match msg.kind {
+            MessageKind::SystemEvent => return Err(DropReason::SystemEvent),
+            // After the bot and policy checks, so a command from someone who may not talk to
+            // the bot is counted as that.
+            MessageKind::Command => return Err(DropReason::Command),
+            MessageKind::Message => {}
         }
         if msg.chat_kind == ChatKind::Direct {
             return Ok(false);
@@ -301,7 +334,7 @@ impl Preflight {
             if rules.ignore_other_mentions && mentions::mentions_someone_else(&self.bot_ids, msg) {
                 return Err(DropReason::OtherMention);
             }
-            if rules.require_mention {
+            if chat.require_mention.unwrap_or(rules.require_mention) {
                 return Err(DropReason::NoMention);
             }
         }
@@ -364,6 +397,7 @@ impl Preflight {
             no_mention: get(&c.no_mention),
             other_mention: get(&c.other_mention),
             system_event: get(&c.system_event),
+            command: get(&c.command),
         }
     }
 

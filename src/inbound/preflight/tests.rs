@@ -627,6 +627,41 @@ fn system_events_are_dropped_as_events_and_normalised() {
 }
 
 #[test]
+fn commands_are_never_chat() {
+    let command = |m: InboundMessage| InboundMessage {
+        kind: MessageKind::Command,
+        text: "/help".into(),
+        ..m
+    };
+    let p = preflight("");
+    // Addressed or not, in a group or a DM: not a turn, and not pending history either.
+    for m in [
+        command(group("c1")),
+        command(chatter("c2")),
+        command(dm("c3")),
+    ] {
+        assert_eq!(submit(&p, &m), Err(DropReason::Command));
+        assert!(!Preflight::keeps_chatter(&m, false, DropReason::Command));
+    }
+    assert_eq!(p.stats().command, 3);
+    // The same text as chat is a turn.
+    assert!(submit(
+        &p,
+        &InboundMessage {
+            text: "/help".into(),
+            ..group("c4")
+        }
+    )
+    .is_ok());
+    // Bot and policy rules still come first.
+    check(
+        "group_policy = \"disabled\"",
+        command(group("c5")),
+        Err(DropReason::Policy),
+    );
+}
+
+#[test]
 fn system_events_follow_bot_and_policy_rules() {
     // Events in a chat the policy refuses are dropped as policy; the bot's own are bot.
     check(
@@ -773,6 +808,7 @@ fn stats_count_every_decision() {
             no_mention: 1,
             other_mention: 1,
             system_event: 1,
+            command: 0,
         }
     );
     assert_eq!(s.dropped(DropReason::NoMention), 1);

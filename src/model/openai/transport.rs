@@ -35,6 +35,9 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 const USER_AGENT_VALUE: &str = concat!("turnstile/", env!("CARGO_PKG_VERSION"));
 
 /// The client for one model endpoint.
+// One per model endpoint, built once: the size of hyper's client (larger since twilight-http
+// turns on hyper-util's http2 in the tree) costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(super) enum Transport {
     /// Plain HTTP, no proxy: hyper's pooled client.
