@@ -96,7 +96,9 @@ async fn a_large_thaw_holds_up_no_other_session_and_keeps_its_order() {
                 session_key: key_a.clone(),
                 entries: (chunk * 100..(chunk + 1) * 100).map(entry).collect(),
                 consumed: vec![],
-                now_ms: 10_000 + chunk,
+                // Now, not 1970: a session last written in 1970 is the janitor's to prune, and
+                // its first pass, racing these commits, once cut the history in two sessions.
+                now_ms: crate::clock::now_ms() + chunk,
                 channel_messages: vec![],
                 replica: None,
             })

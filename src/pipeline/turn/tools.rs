@@ -196,17 +196,13 @@ impl TurnEngine {
         tools
     }
 
-    /// Whether `name` is an MCP tool this turn's agent is offered (a call of any other is
-    /// refused like an unknown tool's).
+    /// Whether `name` is a tool of an MCP server this turn's agent is offered, and its filter
+    /// lets it through (a call of any other is refused like an unknown tool's; one of a down
+    /// server in scope is answered with why it is down).
     fn offers_mcp(&self, agent: &Agent, name: &str) -> bool {
         !agent.tools.has(name)
-            && self.mcp.owns(name)
             && agent.profile.tools.allows(name)
-            && self
-                .mcp
-                .specs_for(agent.mcp_scope(), &[], &[])
-                .iter()
-                .any(|t| t.name == name)
+            && self.mcp.owns_within(name, agent.mcp_scope())
     }
 
     /// The request's client-side tools, except those named like a registered or MCP tool

@@ -156,9 +156,13 @@ impl McpTools {
         out
     }
 
-    /// Whether `name` is a namespaced MCP tool name of a configured server (listed or not).
-    pub(crate) fn owns(&self, name: &str) -> bool {
-        naming::server_of(name).is_some_and(|s| self.inner.servers.contains_key(s))
+    /// Whether `name` belongs to one of `servers` (all configured ones when `None`), listed or
+    /// not: a call of a down server's tool is answered with why it is down.
+    pub(crate) fn owns_within(&self, name: &str, servers: Option<&[String]>) -> bool {
+        naming::server_of(name).is_some_and(|s| {
+            self.inner.servers.contains_key(s)
+                && servers.is_none_or(|wanted| wanted.iter().any(|w| w == s))
+        })
     }
 
     /// Calls the tool the model knows as `name` with `arguments`, within the server's
@@ -250,7 +254,7 @@ mod tests {
         mcp.started().await;
         assert!(mcp.is_empty());
         assert!(mcp.specs_for(None, &[], &[]).is_empty());
-        assert!(!mcp.owns("files__read"));
+        assert!(!mcp.owns_within("files__read", None));
         let err = mcp.call("files__read", Value::Null).await.unwrap_err();
         assert!(err.contains("no tool named"), "{err}");
     }
@@ -277,7 +281,7 @@ mod tests {
                 .is_some_and(|e| e.contains("could not start")),
             "{health:?}"
         );
-        assert!(mcp.owns("gone__anything"));
+        assert!(mcp.owns_within("gone__anything", None));
         let err = mcp.call("gone__anything", Value::Null).await.unwrap_err();
         assert!(
             err.contains("is down") && err.contains("could not start"),
