@@ -54,7 +54,23 @@ fn chat(lines: &[(&str, &str, bool)]) -> MemoryStore {
 }
 
 fn ask(store: &MemoryStore, question: &str) -> std::sync::Arc<Assembly> {
-    let config = config_with_workspace(None);
+    ask_with(store, question, &[])
+}
+
+/// [`ask`] with `chat_recall` parameters set.
+fn ask_with(
+    store: &MemoryStore,
+    question: &str,
+    params: &[(&str, toml::Value)],
+) -> std::sync::Arc<Assembly> {
+    let mut config = config_with_workspace(None);
+    for s in &mut config.context.sources {
+        if s.name == "chat_recall" {
+            for (k, v) in params {
+                s.params.insert((*k).into(), v.clone());
+            }
+        }
+    }
     let msg = inbound(ChatKind::Group, "q", question, 0);
     assemble(
         &engine(&config),
@@ -191,14 +207,18 @@ fn recall_fills_the_budget_the_turn_leaves() {
         .collect();
     let store = chat(&refs);
     let a = ask(&store, "@bot what is in the garden?");
-    assert_eq!(recalled(&a).len(), 60, "{:?}", recalled(&a));
+    let garden = recalled(&a)
+        .iter()
+        .filter(|l| l.contains("garden bed"))
+        .count();
+    assert_eq!(garden, 60, "{:?}", recalled(&a));
     assert!(a.budget.used <= a.budget.total);
 }
 
 #[test]
 fn the_best_hits_bring_the_exchange_around_them() {
-    // Three lines a minute apart: the hit, the reply that shares no word with the question,
-    // and unrelated chatter an hour later.
+    // With `neighbours`: the hit, the reply a minute later that shares no word with the
+    // question, and unrelated chatter hours away.
     let mut store = MemoryStore::new();
     let base = 9 * DAY;
     for (seq, name, text, ago) in [
@@ -215,6 +235,15 @@ fn the_best_hits_bring_the_exchange_around_them() {
         store.push_channel_message(said("-100123", seq, name, text, ago, false));
     }
     let a = ask(&store, "@bot what did Ann adopt?");
+    assert!(
+        !recalled(&a).join("\n").contains("love having a buddy"),
+        "off by default"
+    );
+    let a = ask_with(
+        &store,
+        "@bot what did Ann adopt?",
+        &[("neighbours", 3.into())],
+    );
     let lines = recalled(&a).join("\n");
     assert!(lines.contains("greyhound"), "{lines}");
     assert!(lines.contains("love having a buddy"), "the reply:\n{lines}");
