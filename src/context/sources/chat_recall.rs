@@ -10,9 +10,9 @@
 //! the turn leaves lasts (more when there is room, fewer when not), each with a neighbour
 //! where a hit is half of an exchange: the answer after a question, the question before a
 //! short reply ("yes, last Friday"); optionally the few best hits bring the lines around them
-//! (`neighbours`). Questions
-//! put to the bot are not recalled (they are not what the group said), nor lines the rolling
-//! summary already states. Analysed terms are memoised per message (see [`Memo`]).
+//! (`neighbours`). Questions put to the bot are not recalled (they are not what the group
+//! said), nor lines the rolling summary already states. Analysed terms are memoised per
+//! message (see [`Memo`]).
 //!
 //! The recalled lines come as one block, oldest first, each with its day and sender
 //! (`[Mon 8 May 2023] Caroline: …`), so "when" questions can be answered and, where two
@@ -326,11 +326,11 @@ impl ContextSource for ChatRecallSource {
             // a half hour, a line said in the half hour around a month's turn may be
             // indexed under the other month).
             let hour = m.timestamp_ms / HOUR_MS;
-            if !months.contains_key(&hour) {
+            let month = months.entry(hour).or_insert_with(|| {
                 let d = memo.intern(date_terms(m.timestamp_ms, &self.zone));
-                months.insert(hour, renumber(&d));
-            }
-            t.extend_from_slice(&months[&hour]);
+                renumber(&d)
+            });
+            t.extend_from_slice(month);
             docs.push(t);
         }
         let query_terms = terms(&query);
