@@ -125,6 +125,74 @@ pub(crate) fn date_terms(ms: u64, zone: &TimeZone) -> Vec<String> {
     )
 }
 
+/// Days a text names ("on 31 July, 2023", "May 3, 2023", "3rd June"): (year if given,
+/// month, day). A question that names the day something was said favours that day's lines.
+pub(crate) fn named_days(text: &str) -> Vec<(Option<i16>, i8, i8)> {
+    static DAY_MONTH: LazyLock<regex::Regex> = LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?i)\b(\d{1,2})(?:st|nd|rd|th)?(?:\s+of)?\s+(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?(?:,?\s*(\d{4}))?\b",
+        )
+        .expect("a valid pattern")
+    });
+    static MONTH_DAY: LazyLock<regex::Regex> = LazyLock::new(|| {
+        regex::Regex::new(
+            r"(?i)\b(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?\s+(\d{1,2})(?:st|nd|rd|th)?\b(?:,?\s*(\d{4}))?",
+        )
+        .expect("a valid pattern")
+    });
+    const MONTHS: [&str; 12] = [
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ];
+    let month = |m: &str| {
+        let m = m.to_ascii_lowercase();
+        MONTHS
+            .iter()
+            .position(|x| m.starts_with(x))
+            .map(|i| i as i8 + 1)
+    };
+    let text = cut_at_boundary(text, MAX_ANALYSED_BYTES);
+    let mut out = Vec::new();
+    let mut push = |d: Option<&str>, m: Option<&str>, y: Option<&str>| {
+        let (Some(d), Some(m)) = (d.and_then(|d| d.parse::<i8>().ok()), m.and_then(month)) else {
+            return;
+        };
+        if (1..=31).contains(&d) {
+            let y = y.and_then(|y| y.parse::<i16>().ok());
+            if !out.contains(&(y, m, d)) {
+                out.push((y, m, d));
+            }
+        }
+    };
+    for c in DAY_MONTH.captures_iter(text) {
+        push(
+            c.get(1).map(|x| x.as_str()),
+            c.get(2).map(|x| x.as_str()),
+            c.get(3).map(|x| x.as_str()),
+        );
+    }
+    for c in MONTH_DAY.captures_iter(text) {
+        push(
+            c.get(2).map(|x| x.as_str()),
+            c.get(1).map(|x| x.as_str()),
+            c.get(3).map(|x| x.as_str()),
+        );
+    }
+    out
+}
+
+/// Whether a message sent at `ms` was sent on one of `days` (in `zone`).
+pub(crate) fn said_on(ms: u64, zone: &TimeZone, days: &[(Option<i16>, i8, i8)]) -> bool {
+    if days.is_empty() {
+        return false;
+    }
+    let Ok(ts) = Timestamp::from_millisecond(i64::try_from(ms).unwrap_or(i64::MAX)) else {
+        return false;
+    };
+    let d = ts.to_zoned_datetime(zone.clone()).date();
+    days.iter()
+        .any(|(y, m, day)| y.is_none_or(|y| y == d.year()) && *m == d.month() && *day == d.day())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +223,14 @@ mod tests {
         let tokyo = TimeZone::get("Asia/Tokyo").unwrap();
         assert_eq!(chat_date(ms + 11 * 3_600_000, &tokyo), "Tue 9 May 2023");
         assert_eq!(date_terms(ms, &TimeZone::UTC), vec!["may", "2023"]);
+        assert_eq!(
+            named_days("What did she do on 8 May, 2023 and on June 3rd?"),
+            vec![(Some(2023), 5, 8), (None, 6, 3)]
+        );
+        assert_eq!(named_days("on May 8, 2023"), vec![(Some(2023), 5, 8)]);
+        assert!(named_days("may I ask about 2023?").is_empty());
+        assert!(said_on(ms, &TimeZone::UTC, &named_days("on 8 May 2023")));
+        assert!(!said_on(ms, &TimeZone::UTC, &named_days("on 9 May 2023")));
+        assert!(said_on(ms, &TimeZone::UTC, &named_days("May 8")));
     }
 }

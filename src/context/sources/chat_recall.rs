@@ -3,11 +3,16 @@
 //! history window, not its chatter, not the pending history) are ranked with BM25
 //! ([`crate::context::retrieval`]) against the current message, each message indexed by its
 //! text, its sender's name ("When did Caroline…" favours Caroline's lines) and its month and
-//! year ("…in May 2023"). The hits within `min_relative` of the best are taken best first
-//! while they fit the budget the turn has left (more when there is room, fewer when not), each
-//! with a neighbour where a hit is half of an exchange: the answer after a question, the
-//! question before a short reply ("yes, last Friday"). Questions put to the bot are not
-//! recalled (they are not what the group said), nor lines the rolling summary already states.
+//! year ("…in May 2023"); a line said on a day the question names ("on 31 July, 2023") counts
+//! more. A second round, seeded by the first round's best hits (what they name: people,
+//! places, things), finds the other halves of a question that spans several lines. The hits
+//! within `min_relative` of the best are taken best first, then weaker ones while the budget
+//! the turn leaves lasts (more when there is room, fewer when not), each with a neighbour
+//! where a hit is half of an exchange: the answer after a question, the question before a
+//! short reply ("yes, last Friday"); optionally the few best hits bring the lines around them
+//! (`neighbours`). Questions put to the bot are not recalled (they are not what the group
+//! said), nor lines the rolling summary already states. Analysed terms are memoised per
+//! message (see [`Memo`]).
 //!
 //! The recalled lines come as one block, oldest first, each with its day and sender
 //! (`[Mon 8 May 2023] Caroline: …`), so "when" questions can be answered and, where two
@@ -16,13 +21,17 @@
 //! line cut to `max_snippet_chars`.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use foldhash::HashMap as FoldMap;
 
 use jiff::tz::TimeZone;
 use serde::Deserialize;
 
 use super::memory_recall::recall_query;
-use crate::context::analysis::{chat_date, date_terms, terms};
-use crate::context::retrieval::bm25;
+use crate::context::analysis::{chat_date, date_terms, named_days, said_on, terms};
+use crate::context::retrieval::{expansion, Corpus, Hit};
 use crate::context::text::prefix_chars;
 use crate::context::{
     BlockKind, BlockMeta, ContextBlock, ContextError, ContextSource, SessionView, StageContext,
@@ -58,6 +67,23 @@ struct Params {
     min_score: f32,
     /// Lowest score recalled as a share of the best hit's. Default 0.25.
     min_relative: f32,
+    /// How much more a line counts when its sender is named in the question. Default 1.3.
+    speaker_boost: f32,
+    /// The best hits of the first round that seed the second. Default 0 (off).
+    expand_seeds: usize,
+    /// Terms the second round adds to the query. Default 8.
+    expand_terms: usize,
+    /// Weight of the strongest added term (a query term weighs 1). Default 0.4.
+    expand_weight: f32,
+    /// Hits taken at most once those within `min_relative` are in, while the budget lasts.
+    /// Default 0 (off).
+    fill_n: usize,
+    /// How much more a line counts when it was said on a day the question names ("on 31
+    /// July, 2023"). Default 1.0 (off).
+    date_boost: f32,
+    /// The best hits that bring the lines just before and after them (within an hour).
+    /// Default 0 (off: on LoCoMo it moved one question of 757, and it brings chatter).
+    neighbours: usize,
 }
 
 impl Default for Params {
@@ -66,8 +92,85 @@ impl Default for Params {
             top_n: 40,
             max_candidates: 1_000,
             max_snippet_chars: 600,
-            min_score: 1.0,
+            min_score: 0.0,
             min_relative: 0.25,
+            speaker_boost: SPEAKER_BOOST,
+            expand_seeds: 8,
+            expand_terms: 8,
+            expand_weight: 0.4,
+            fill_n: 300,
+            date_boost: 1.5,
+            neighbours: 0,
+        }
+    }
+}
+
+/// Most messages whose terms [`Memo`] keeps (all chats together); it starts over when full.
+const MAX_MEMO_MESSAGES: usize = 200_000;
+/// Most distinct terms [`Memo`] keeps; it starts over when full.
+const MAX_MEMO_TERMS: usize = 500_000;
+
+/// The analysed terms of messages already ranked once, as ids of one vocabulary: a chat's
+/// record only grows, so each assembly analyses only the messages said since the last one
+/// (analysis was most of a recall's cost). Keyed by a hash of the chat, the message's id, seq
+/// and text, so a message stored again with other text is analysed again.
+#[derive(Default)]
+struct Memo {
+    vocabulary: FoldMap<Box<str>, u32>,
+    messages: FoldMap<u64, Memoised>,
+}
+
+/// What [`Memo`] keeps of one message.
+struct Memoised {
+    /// Its analysed terms.
+    terms: Arc<[u32]>,
+    /// The tokens of its recalled line, once counted.
+    cost: Option<u32>,
+}
+
+/// The key of a message in [`Memo`].
+fn memo_key(channel: &str, chat_id: &str, m: &ChannelMessage) -> u64 {
+    foldhash::fast::FixedState::with_seed(0).hash_one((
+        channel,
+        chat_id,
+        &m.message_id,
+        m.seq,
+        &m.text,
+    ))
+}
+
+impl Memo {
+    fn intern(&mut self, terms: Vec<String>) -> Vec<u32> {
+        terms
+            .into_iter()
+            .map(|t| {
+                let next = self.vocabulary.len() as u32;
+                *self.vocabulary.entry(t.into_boxed_str()).or_insert(next)
+            })
+            .collect()
+    }
+
+    fn message_terms(&mut self, key: u64, m: &ChannelMessage) -> Arc<[u32]> {
+        if let Some(e) = self.messages.get(&key) {
+            return Arc::clone(&e.terms);
+        }
+        let terms: Arc<[u32]> = self.intern(terms(&m.text)).into();
+        self.messages.insert(
+            key,
+            Memoised {
+                terms: Arc::clone(&terms),
+                cost: None,
+            },
+        );
+        terms
+    }
+
+    /// The tokens of a message's line (`count` counts it the first time).
+    fn cost(&mut self, key: u64, count: impl FnOnce() -> u32) -> u32 {
+        match self.messages.get_mut(&key) {
+            Some(Memoised { cost: Some(c), .. }) => *c,
+            Some(e) => *e.cost.insert(count()),
+            None => count(),
         }
     }
 }
@@ -75,6 +178,7 @@ impl Default for Params {
 pub(super) struct ChatRecallSource {
     p: Params,
     zone: TimeZone,
+    memo: Mutex<Memo>,
 }
 
 impl ChatRecallSource {
@@ -93,7 +197,11 @@ impl ChatRecallSource {
         }
         let zone = super::time_zone(&c.config.context.time_zone)
             .map_err(|e| StageError(format!("context.time_zone: {e}")))?;
-        Ok(Self { p, zone })
+        Ok(Self {
+            p,
+            zone,
+            memo: Mutex::new(Memo::default()),
+        })
     }
 
     /// How a recalled message reads: `[Mon 8 May 2023] Name: text`, the text cut to
@@ -184,42 +292,112 @@ impl ContextSource for ChatRecallSource {
         // sender's name and its month and year).
         // A chat has few senders and few days: each is analysed once per assembly.
         let mut own_terms = Vec::with_capacity(candidates.len());
-        let mut names: HashMap<&str, Vec<String>> = HashMap::new();
-        let mut months: HashMap<u64, Vec<String>> = HashMap::new();
-        let docs: Vec<Vec<String>> = candidates
+        let mut names: HashMap<&str, Vec<u32>> = HashMap::new();
+        let mut months: HashMap<u64, Vec<u32>> = HashMap::new();
+        // The memo's term ids, renumbered densely for this corpus.
+        let mut local: FoldMap<u32, u32> = FoldMap::default();
+        let mut renumber = |ids: &[u32]| -> Vec<u32> {
+            ids.iter()
+                .map(|g| {
+                    let next = local.len() as u32;
+                    *local.entry(*g).or_insert(next)
+                })
+                .collect()
+        };
+        let mut memo = self.memo.lock().unwrap_or_else(PoisonError::into_inner);
+        if memo.messages.len() >= MAX_MEMO_MESSAGES || memo.vocabulary.len() >= MAX_MEMO_TERMS {
+            *memo = Memo::default();
+        }
+        let mut docs: Vec<Vec<u32>> = Vec::with_capacity(candidates.len());
+        let keys: Vec<u64> = candidates
             .iter()
-            .map(|m| {
-                let mut t = terms(&m.text);
-                own_terms.push(t.len());
-                t.extend_from_slice(
-                    names
-                        .entry(m.sender_name.as_str())
-                        .or_insert_with(|| terms(&m.sender_name)),
-                );
-                // Keyed by the hour (a ranking hint, not what is shown: in a zone offset by
-                // a half hour, a line said in the half hour around a month's turn may be
-                // indexed under the other month).
-                t.extend_from_slice(
-                    months
-                        .entry(m.timestamp_ms / HOUR_MS)
-                        .or_insert_with(|| date_terms(m.timestamp_ms, &self.zone)),
-                );
-                t
-            })
+            .map(|m| memo_key(&chat.channel, &chat.chat_id, m))
             .collect();
-        let query = terms(&query);
-        let mut hits = bm25(&docs, &query);
-        // A question that names a member is about what that member said.
-        for h in &mut hits {
-            let by_named = candidates
-                .get(h.doc)
-                .and_then(|m| names.get(m.sender_name.as_str()))
-                .is_some_and(|name| name.iter().any(|t| query.contains(t)));
-            if by_named {
-                h.score *= SPEAKER_BOOST;
+        for (m, key) in candidates.iter().zip(&keys) {
+            let own = memo.message_terms(*key, m);
+            let mut t = renumber(&own);
+            own_terms.push(t.len());
+            if !names.contains_key(m.sender_name.as_str()) {
+                let n = memo.intern(terms(&m.sender_name));
+                names.insert(m.sender_name.as_str(), renumber(&n));
+            }
+            t.extend_from_slice(&names[m.sender_name.as_str()]);
+            // Keyed by the hour (a ranking hint, not what is shown: in a zone offset by
+            // a half hour, a line said in the half hour around a month's turn may be
+            // indexed under the other month).
+            let hour = m.timestamp_ms / HOUR_MS;
+            let month = months.entry(hour).or_insert_with(|| {
+                let d = memo.intern(date_terms(m.timestamp_ms, &self.zone));
+                renumber(&d)
+            });
+            t.extend_from_slice(month);
+            docs.push(t);
+        }
+        let query_terms = terms(&query);
+        let days = named_days(&query);
+        let mut query: Vec<(u32, f32)> = Vec::new();
+        for t in &query_terms {
+            let id = memo.vocabulary.get(t.as_str()).and_then(|g| local.get(g));
+            if let Some(id) = id {
+                if !query.iter().any(|(q, _)| q == id) {
+                    query.push((*id, 1.0));
+                }
             }
         }
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.doc.cmp(&a.doc)));
+        let corpus = Corpus::new(&docs, local.len());
+        // A question that names a member is about what that member said.
+        let boost: Vec<f32> = candidates
+            .iter()
+            .map(|m| {
+                let named = names
+                    .get(m.sender_name.as_str())
+                    .is_some_and(|name| name.iter().any(|t| query.iter().any(|(q, _)| q == t)));
+                let by_speaker = if named { self.p.speaker_boost } else { 1.0 };
+                let on_day = if said_on(m.timestamp_ms, &self.zone, &days) {
+                    self.p.date_boost
+                } else {
+                    1.0
+                };
+                by_speaker * on_day
+            })
+            .collect();
+        let ranked = |query: &[(u32, f32)]| -> Vec<Hit> {
+            let mut hits: Vec<Hit> = corpus
+                .scores(query)
+                .into_iter()
+                .enumerate()
+                .filter(|(_, s)| *s > 0.0)
+                .map(|(doc, s)| Hit {
+                    doc,
+                    score: s * boost[doc],
+                })
+                .collect();
+            hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(b.doc.cmp(&a.doc)));
+            hits
+        };
+        let mut hits = ranked(&query);
+        // A second round seeded by the first's best hits: what they name (people, places,
+        // things) finds the other halves of a question that spans several lines.
+        if self.p.expand_seeds > 0 && !hits.is_empty() {
+            let seeds: Vec<(usize, f32)> = hits
+                .iter()
+                .take(self.p.expand_seeds)
+                .map(|h| (h.doc, h.score))
+                .collect();
+            let added = expansion(
+                &corpus,
+                &docs,
+                &seeds,
+                &query,
+                self.p.expand_terms,
+                self.p.expand_weight,
+            );
+            if !added.is_empty() {
+                let mut wider = query.clone();
+                wider.extend(added);
+                hits = ranked(&wider);
+            }
+        }
         let Some(best) = hits.first().map(|h| h.score) else {
             return Ok(Vec::new());
         };
@@ -230,11 +408,21 @@ impl ContextSource for ChatRecallSource {
         let mut used = 0u32;
         let mut chosen: Vec<(usize, f32)> = Vec::new();
         let mut taken: HashSet<usize> = HashSet::new();
-        for hit in hits
+        // The hits near the best first; then, while the budget lasts, the weaker ones.
+        let strong = hits
             .iter()
             .take_while(|h| h.score >= floor)
             .take(self.p.top_n)
-        {
+            .count();
+        let weak = hits
+            .iter()
+            .skip(strong)
+            .take_while(|h| h.score >= self.p.min_score)
+            .take(self.p.fill_n);
+        for (rank, hit) in hits.iter().take(strong).chain(weak).enumerate() {
+            if used >= room {
+                break;
+            }
             let Some(m) = candidates.get(hit.doc) else {
                 continue;
             };
@@ -255,6 +443,18 @@ impl ContextSource for ChatRecallSource {
             if short && after_a_question {
                 group.push(hit.doc - 1);
             }
+            // The best hits come with the exchange around them: what they answer, and the
+            // reply.
+            if rank < self.p.neighbours {
+                for i in [hit.doc.wrapping_sub(1), hit.doc + 1] {
+                    let near = candidates.get(i).is_some_and(|n| {
+                        n.timestamp_ms.abs_diff(m.timestamp_ms) <= HOUR_MS && !group.contains(&i)
+                    });
+                    if near {
+                        group.push(i);
+                    }
+                }
+            }
             for i in group {
                 let Some(m) = candidates.get(i) else {
                     continue;
@@ -262,7 +462,7 @@ impl ContextSource for ChatRecallSource {
                 if taken.contains(&i) {
                     continue;
                 }
-                let cost = session.tokens.count(&self.line(m)) + 1;
+                let cost = memo.cost(keys[i], || session.tokens.count(&self.line(m))) + 1;
                 if used + cost > room {
                     continue;
                 }
@@ -271,6 +471,7 @@ impl ContextSource for ChatRecallSource {
                 chosen.push((i, hit.score));
             }
         }
+        drop(memo);
         if chosen.is_empty() {
             return Ok(Vec::new());
         }

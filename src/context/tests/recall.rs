@@ -54,7 +54,23 @@ fn chat(lines: &[(&str, &str, bool)]) -> MemoryStore {
 }
 
 fn ask(store: &MemoryStore, question: &str) -> std::sync::Arc<Assembly> {
-    let config = config_with_workspace(None);
+    ask_with(store, question, &[])
+}
+
+/// [`ask`] with `chat_recall` parameters set.
+fn ask_with(
+    store: &MemoryStore,
+    question: &str,
+    params: &[(&str, toml::Value)],
+) -> std::sync::Arc<Assembly> {
+    let mut config = config_with_workspace(None);
+    for s in &mut config.context.sources {
+        if s.name == "chat_recall" {
+            for (k, v) in params {
+                s.params.insert((*k).into(), v.clone());
+            }
+        }
+    }
     let msg = inbound(ChatKind::Group, "q", question, 0);
     assemble(
         &engine(&config),
@@ -156,4 +172,80 @@ fn nothing_is_recalled_from_another_chat() {
         !lines.contains("QQ-1234") && !lines.contains("ZZ-0001"),
         "{lines}"
     );
+}
+
+#[test]
+fn a_second_round_finds_what_the_first_hits_name() {
+    // "Where does Ann climb?" shares words with the first line only (its words and its
+    // sender); Bob's line says where the Harbor gym is, and is found through what the first
+    // names.
+    let store = chat(&[
+        ("Ann", "I climb at the Harbor gym every weekend", false),
+        ("Bob", "lunch was great today", false),
+        (
+            "Bob",
+            "Harbor moved to the old tram depot on Quay Street",
+            false,
+        ),
+    ]);
+    let a = ask(&store, "@bot where does Ann climb?");
+    let lines = recalled(&a).join("\n");
+    assert!(lines.contains("every weekend"), "{lines}");
+    assert!(lines.contains("Quay Street"), "{lines}");
+    assert!(!lines.contains("lunch was great"), "{lines}");
+}
+
+#[test]
+fn recall_fills_the_budget_the_turn_leaves() {
+    // Sixty lines share one word with the question: the old cut (forty hits) kept fewer.
+    let lines: Vec<(String, String)> = (0..60)
+        .map(|i| ("Priya".to_string(), format!("garden bed {i} got tomatoes")))
+        .collect();
+    let refs: Vec<(&str, &str, bool)> = lines
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str(), false))
+        .collect();
+    let store = chat(&refs);
+    let a = ask(&store, "@bot what is in the garden?");
+    let garden = recalled(&a)
+        .iter()
+        .filter(|l| l.contains("garden bed"))
+        .count();
+    assert_eq!(garden, 60, "{:?}", recalled(&a));
+    assert!(a.budget.used <= a.budget.total);
+}
+
+#[test]
+fn the_best_hits_bring_the_exchange_around_them() {
+    // With `neighbours`: the hit, the reply a minute later that shares no word with the
+    // question, and unrelated chatter hours away.
+    let mut store = MemoryStore::new();
+    let base = 9 * DAY;
+    for (seq, name, text, ago) in [
+        (1, "Dave", "the build is slow", base + 120 * MINUTE),
+        (2, "Ann", "we adopted a greyhound called Pixel", base),
+        (
+            3,
+            "Bob",
+            "congrats, you will love having a buddy",
+            base - MINUTE,
+        ),
+        (4, "Dave", "the build is slow", base - 3 * 60 * MINUTE),
+    ] {
+        store.push_channel_message(said("-100123", seq, name, text, ago, false));
+    }
+    let a = ask(&store, "@bot what did Ann adopt?");
+    assert!(
+        !recalled(&a).join("\n").contains("love having a buddy"),
+        "off by default"
+    );
+    let a = ask_with(
+        &store,
+        "@bot what did Ann adopt?",
+        &[("neighbours", 3.into())],
+    );
+    let lines = recalled(&a).join("\n");
+    assert!(lines.contains("greyhound"), "{lines}");
+    assert!(lines.contains("love having a buddy"), "the reply:\n{lines}");
+    assert!(!lines.contains("build is slow"), "{lines}");
 }
