@@ -146,10 +146,18 @@ async fn many_sessions_at_once_keep_order() {
     const SESSIONS: usize = 50;
     const MESSAGES: usize = 10;
     // Every entry stays in the transcript to be counted: no window-triggered compaction
-    // (ten turns are more than the group window shows).
+    // (ten turns are more than the default group window shows). The window shows all ten
+    // turns, so the echo's quote of the newest message is that message alone (no older
+    // message recalled into it: recall fills the budget a turn leaves).
     let server = start_server_with(data_dir(), |c| {
         one_turn_per_message(c);
         c.compaction.window_trigger = false;
+        c.context.presets = turnstile::Config::parse(
+            "[context.presets.group]\nmax_messages = 40\nmax_tokens = 6000\n",
+        )
+        .expect("a group preset")
+        .context
+        .presets;
     })
     .await;
 
