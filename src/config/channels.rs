@@ -140,17 +140,7 @@ impl TelegramConfig {
             0..=MAX_POLL_TIMEOUT_SECS,
         )?;
         in_range(&key("poll_limit"), self.poll_limit, 1..=100)?;
-        let max_backoff = self.max_retry_backoff_ms;
-        in_range(
-            &key("max_retry_backoff_ms"),
-            max_backoff,
-            1..=MAX_DURATION_MS,
-        )?;
-        in_range(
-            &key("retry_backoff_ms"),
-            self.retry_backoff_ms,
-            1..=max_backoff,
-        )?;
+        check_backoff(&key, self.retry_backoff_ms, self.max_retry_backoff_ms)?;
         in_range(&key("send_attempts"), self.send_attempts, 1..=MAX_ATTEMPTS)?;
         in_range(
             &key("edit_interval_ms"),
@@ -167,6 +157,25 @@ impl TelegramConfig {
 /// Checks a `send_attempts`-like key: 1 to [`MAX_ATTEMPTS`].
 pub(super) fn check_attempts(key: &str, value: u32) -> Result<(), ConfigError> {
     in_range(key, value, 1..=MAX_ATTEMPTS)
+}
+
+/// A channel's `retry_backoff_ms` and `max_retry_backoff_ms` (`key` names a key of its
+/// section): the cap within the longest duration, the first back-off within the cap.
+pub(super) fn check_backoff(
+    key: &dyn Fn(&str) -> String,
+    retry_backoff_ms: u64,
+    max_retry_backoff_ms: u64,
+) -> Result<(), ConfigError> {
+    in_range(
+        &key("max_retry_backoff_ms"),
+        max_retry_backoff_ms,
+        1..=MAX_DURATION_MS,
+    )?;
+    in_range(
+        &key("retry_backoff_ms"),
+        retry_backoff_ms,
+        1..=max_retry_backoff_ms,
+    )
 }
 
 impl CallbackConfig {

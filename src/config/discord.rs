@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{in_range, invalid, AllowBots, DmScope, MAX_DURATION_MS};
+use super::{invalid, AllowBots, DmScope};
 use crate::error::ConfigError;
 
 /// Longest `system_prompt` of a guild or channel, in characters (it rides on every turn).
@@ -172,17 +172,7 @@ impl DiscordConfig {
             ));
         }
         super::channels::check_attempts(&key("send_attempts"), self.send_attempts)?;
-        let max_backoff = self.max_retry_backoff_ms;
-        in_range(
-            &key("max_retry_backoff_ms"),
-            max_backoff,
-            1..=MAX_DURATION_MS,
-        )?;
-        in_range(
-            &key("retry_backoff_ms"),
-            self.retry_backoff_ms,
-            1..=max_backoff,
-        )?;
+        super::channels::check_backoff(&key, self.retry_backoff_ms, self.max_retry_backoff_ms)?;
         if self.guilds.len() > MAX_DISCORD_TABLES {
             return Err(invalid(
                 &key("guilds"),

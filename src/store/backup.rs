@@ -145,18 +145,10 @@ impl Store {
     ) -> Result<(Vec<CutFile>, u64), StoreError> {
         let old = self.inner();
         let names = old.db.tree_names();
-        let tree_copy = |name: &sled::IVec| -> Result<TreeCopy, StoreError> {
-            Ok(TreeCopy {
-                src: old
-                    .db
-                    .open_tree(name)
-                    .map_err(StoreError::sled("opening a tree to back up"))?,
-                dst: db
-                    .open_tree(name)
-                    .map_err(StoreError::sled("creating a backup's tree"))?,
-            })
-        };
-        let copies = names.iter().map(tree_copy).collect::<Result<Vec<_>, _>>()?;
+        let copies = names
+            .iter()
+            .map(|name| TreeCopy::open(&old.db, db, name))
+            .collect::<Result<Vec<_>, _>>()?;
         let no_cap = SizeCap {
             dir: staging,
             bytes: u64::MAX,
@@ -178,7 +170,12 @@ impl Store {
         catch_up(&copies, &last)?;
         for name in old.db.tree_names() {
             if !names.contains(&name) {
-                copy_tree(&tree_copy(&name)?, &no_cap, &mut copied_bytes).map_err(stopped)?;
+                copy_tree(
+                    &TreeCopy::open(&old.db, db, &name)?,
+                    &no_cap,
+                    &mut copied_bytes,
+                )
+                .map_err(stopped)?;
             }
         }
         let meta = db

@@ -107,6 +107,20 @@ pub(super) struct TreeCopy {
     pub(super) dst: sled::Tree,
 }
 
+impl TreeCopy {
+    /// Tree `name` of `src` and its namesake in `dst` (created if new).
+    pub(super) fn open(src: &sled::Db, dst: &sled::Db, name: &[u8]) -> Result<Self, StoreError> {
+        Ok(Self {
+            src: src
+                .open_tree(name)
+                .map_err(StoreError::sled("opening a tree to copy"))?,
+            dst: dst
+                .open_tree(name)
+                .map_err(StoreError::sled("creating a tree copy"))?,
+        })
+    }
+}
+
 /// Why a copy stopped before its end.
 pub(super) enum Stop {
     /// The copy passed `cap` bytes on disk.
@@ -439,18 +453,10 @@ impl Store {
         cap: &SizeCap<'_>,
     ) -> Result<(u64, u64), Stop> {
         let names = old.db.tree_names();
-        let mut copies = Vec::with_capacity(names.len());
-        for tree in &names {
-            copies.push(TreeCopy {
-                src: old
-                    .db
-                    .open_tree(tree)
-                    .map_err(StoreError::sled("opening a tree to copy"))?,
-                dst: db
-                    .open_tree(tree)
-                    .map_err(StoreError::sled("creating a tree copy"))?,
-            });
-        }
+        let copies = names
+            .iter()
+            .map(|tree| TreeCopy::open(&old.db, &db, tree))
+            .collect::<Result<Vec<_>, _>>()?;
         // Watching starts before the first key is read: every write from here on is seen.
         let sources: Vec<sled::Tree> = copies.iter().map(|c| c.src.clone()).collect();
         let changes = Changes::watch(&sources)?;
@@ -472,15 +478,7 @@ impl Store {
         // A tree made while the copy ran (none is, today) is copied whole.
         for tree in old.db.tree_names() {
             if !names.contains(&tree) {
-                let copy = TreeCopy {
-                    src: old
-                        .db
-                        .open_tree(&tree)
-                        .map_err(StoreError::sled("opening a tree to copy"))?,
-                    dst: db
-                        .open_tree(&tree)
-                        .map_err(StoreError::sled("creating a tree copy"))?,
-                };
+                let copy = TreeCopy::open(&old.db, &db, &tree)?;
                 keys += copy_tree(
                     &copy,
                     &SizeCap {
