@@ -563,6 +563,23 @@ impl<'a> SessionView<'a> {
                 out.chatter.insert(*seq, lines);
             }
         }
+        // The current messages and their pending history bound it too: on a session's first
+        // turn the window is empty, and a message admitted while this turn waited (newer than
+        // the one answered) is not "earlier in this chat".
+        for c in self.current {
+            let first = c
+                .record
+                .group_history
+                .first()
+                .map_or(&c.record.message.message_id, |l| &l.message_id);
+            if let Some(m) = self
+                .store
+                .channel_message(&chat.channel, &chat.chat_id, first)?
+                .filter(|m| m.seq > 0)
+            {
+                oldest = Some(oldest.map_or(m.seq, |o| o.min(m.seq)));
+            }
+        }
         out.oldest_shown_seq = oldest;
         out.chat = Some(chat);
         Ok(out)

@@ -28,8 +28,10 @@ def main():
     prompt, completion = (int(n) for n in env("TURNSTILE_EXPECTED_USAGE").split(","))
     client = openai.OpenAI(base_url=env("TURNSTILE_BASE_URL"), api_key="unused", max_retries=0)
 
+    # The configured model, then each agent by the name that selects it (the default agent
+    # `main` when none is configured).
     ids = [m.id for m in client.models.list()]
-    assert ids == [model], ids
+    assert ids == [model, "agent:main"], ids
 
     whole = client.chat.completions.create(
         model="gpt-4o", user="py-whole", messages=[{"role": "user", "content": "hi"}]

@@ -249,3 +249,32 @@ fn the_best_hits_bring_the_exchange_around_them() {
     assert!(lines.contains("love having a buddy"), "the reply:\n{lines}");
     assert!(!lines.contains("build is slow"), "{lines}");
 }
+
+#[test]
+fn a_message_admitted_after_the_one_answered_is_not_recalled() {
+    // The question is in the chat record (written at admission); a line admitted while its
+    // turn waited comes after it and is no part of "earlier in this chat", even on a
+    // session's first turn, when no transcript window bounds the search.
+    let mut store = chat(&[("Priya", "the standup is at 9:00 in room Fjord", false)]);
+    let mut question = said(
+        "-100123",
+        100,
+        "Alice",
+        "@bot when is the standup?",
+        0,
+        true,
+    );
+    question.message_id = "q".into();
+    store.push_channel_message(question);
+    store.push_channel_message(said(
+        "-100123",
+        101,
+        "Bob",
+        "the standup moved to 10:00 in room Fjord",
+        0,
+        false,
+    ));
+    let lines = recalled(&ask(&store, "@bot when is the standup?")).join("\n");
+    assert!(lines.contains("at 9:00"), "{lines}");
+    assert!(!lines.contains("moved to 10:00"), "{lines}");
+}
