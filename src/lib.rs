@@ -66,6 +66,7 @@ mod pipeline;
 mod quotas;
 mod replies;
 mod runtime;
+pub mod schedules;
 pub mod secret;
 pub mod server;
 pub mod sse;

@@ -22,6 +22,7 @@ mod model;
 mod preflight;
 mod queue;
 mod quotas;
+mod schedules;
 mod server;
 mod session;
 mod storage;
@@ -53,6 +54,7 @@ pub use preflight::{AccessPolicy, AllowBots, PreflightConfig, PreflightOverride}
 pub use queue::{DropSetting, QueueConfig, QueueModeSetting, QueueOverride};
 pub(crate) use quotas::QuotaKind;
 pub use quotas::{OverQuota, QuotaMatch, QuotaRule};
+pub use schedules::{Missed, ScheduleConfig, MAX_SCHEDULES};
 pub use server::{RateLimitBy, RateLimitConfig, ServerConfig};
 pub use session::{DmScope, SessionConfig, SessionScope};
 pub use storage::{Durability, JanitorMode, StorageConfig};
@@ -107,6 +109,10 @@ pub struct Config {
     /// `[[quotas]]`: limits per sender, chat, account or agent (none by default).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub quotas: Vec<QuotaRule>,
+    /// `[[schedules]]`: turns run on a cron expression or an interval (none by default;
+    /// `POST /v1/schedules` adds more).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub schedules: Vec<ScheduleConfig>,
 }
 
 impl Config {
@@ -142,6 +148,7 @@ impl Config {
         self.channels.validate()?;
         agents::validate(self)?;
         quotas::validate(&self.quotas)?;
+        schedules::validate(self)?;
         mcp::validate(&self.mcp_servers)?;
         if let Some(cluster) = &self.cluster {
             // A node built without the feature must not run alone on a cluster's config.

@@ -407,3 +407,49 @@ fn the_cluster_section_is_parsed_and_needs_its_feature() {
     let err = Config::parse(&format!("{text}lease_msec = 1\n")).unwrap_err();
     assert!(err.to_string().contains("lease_msec"), "{err}");
 }
+
+#[test]
+fn schedules_are_checked_with_clear_errors() {
+    let ok = Config::parse(
+        "[agents.ops]\n[[schedules]]\nid = \"digest\"\ncron = \"30 9 * * mon-fri\"\n\
+         time_zone = \"Europe/Berlin\"\nagent = \"ops\"\nmessage = \"post the digest\"\n\
+         missed = \"skip\"\n[[schedules]]\nid = \"hb\"\nevery_ms = 1800000\nheartbeat = true\n",
+    )
+    .unwrap();
+    assert_eq!(ok.schedules.len(), 2);
+    assert_eq!(ok.schedules[0].missed, crate::config::Missed::Skip);
+    for (text, says) in [
+        ("id = \"d\"\nmessage = \"m\"\n", "exactly one of cron"),
+        (
+            "id = \"d\"\ncron = \"@daily\"\nevery_ms = 1000\nmessage = \"m\"\n",
+            "exactly one",
+        ),
+        ("id = \"d\"\ncron = \"* * *\"\nmessage = \"m\"\n", "five"),
+        ("id = \"d\"\nevery_ms = 10\nmessage = \"m\"\n", "every_ms"),
+        (
+            "id = \"d\"\ncron = \"@daily\"\ntime_zone = \"Mars/Base\"\nmessage = \"m\"\n",
+            "time_zone",
+        ),
+        (
+            "id = \"d\"\ncron = \"@daily\"\nagent = \"nobody\"\nmessage = \"m\"\n",
+            "nobody",
+        ),
+        ("id = \"d\"\ncron = \"@daily\"\n", "message"),
+        (
+            "id = \"D d\"\ncron = \"@daily\"\nmessage = \"m\"\n",
+            "schedules.id",
+        ),
+        (
+            "id = \"d\"\ncron = \"@daily\"\nmessage = \"m\"\nmissed = \"later\"\n",
+            "later",
+        ),
+    ] {
+        let err = Config::parse(&format!("[[schedules]]\n{text}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(says), "{text}: {err}");
+    }
+    let twice = "[[schedules]]\nid = \"d\"\ncron = \"@daily\"\nmessage = \"m\"\n";
+    let err = Config::parse(&format!("{twice}{twice}")).unwrap_err();
+    assert!(err.to_string().contains("twice"), "{err}");
+}

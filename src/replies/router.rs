@@ -121,6 +121,10 @@ impl ChannelRouter {
     /// Hands `reply` to the channel serving its route, if any.
     pub(crate) fn route(&self, reply: &Arc<Reply>) {
         let Some(route) = &reply.route else { return };
+        // A heartbeat with nothing to report stays in the transcript and goes nowhere.
+        if crate::schedules::is_quiet_heartbeat(reply) {
+            return;
+        }
         let Some(sink) = self.sink(route) else { return };
         if let Err(error) = sink.deliver(Arc::clone(reply)) {
             metrics::delivery(sink.name(), false);
@@ -204,5 +208,23 @@ mod tests {
         router.clear();
         router.route(&reply("telegram"));
         assert_eq!(tg.1.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_heartbeat_with_nothing_to_report_is_not_delivered() {
+        let router = ChannelRouter::default();
+        let tg = Arc::new(Recorder("telegram", Mutex::default()));
+        router
+            .add(tg.clone(), Serves::Channels(vec!["telegram".into()]))
+            .unwrap();
+        let heartbeat = |text: &str| {
+            let mut r = (*reply("telegram")).clone();
+            r.text = text.into();
+            r.in_reply_to = vec!["heartbeat:hb:1".into()];
+            Arc::new(r)
+        };
+        router.route(&heartbeat("HEARTBEAT_OK"));
+        router.route(&heartbeat("The backup failed last night."));
+        assert_eq!(*tg.1.lock().unwrap(), vec!["The backup failed last night."]);
     }
 }

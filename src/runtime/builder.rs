@@ -212,6 +212,10 @@ impl RuntimeBuilder {
         let (supervisor, _) = SupervisorHandle::start(backend).await?;
         let api = ChannelHandle::start(Arc::new(ApiChannel), &supervisor).await?;
         let janitor = start_janitor(&store, &config, &running).await?;
+        let schedules = Arc::new(crate::schedules::Schedules::new(
+            store.clone(),
+            Arc::clone(&config),
+        ));
         let runtime = Runtime {
             inner: Arc::new(Inner {
                 config,
@@ -227,6 +231,7 @@ impl RuntimeBuilder {
                 drain_requested: tokio::sync::Notify::new(),
                 running,
                 channel_tasks: ChannelTasks::new(),
+                schedules,
                 directory,
                 ingress: std::sync::OnceLock::new(),
             }),
@@ -264,6 +269,8 @@ impl RuntimeBuilder {
                 return Err(e.into());
             }
         }
+        // After the dedupe marks: a run resumed at start must find its first attempt's.
+        runtime.start_scheduler();
         Ok(runtime)
     }
 }

@@ -13,6 +13,7 @@ mod ops;
 mod ports;
 mod replica;
 mod requests;
+mod schedules;
 #[cfg(test)]
 mod turn_tests;
 
@@ -183,6 +184,9 @@ struct Inner {
     /// The agents, the bindings and the session keys they lead to (a cluster node places a
     /// message by its key).
     directory: Arc<crate::agents::AgentDirectory>,
+    /// Scheduled jobs (`[[schedules]]`, `/v1/schedules`); the scheduler task is in
+    /// `channel_tasks`.
+    schedules: Arc<crate::schedules::Schedules>,
     /// A cluster node's way into the replicated inbox, installed by the cluster layer.
     ingress: std::sync::OnceLock<Arc<dyn Ingress>>,
 }

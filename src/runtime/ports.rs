@@ -32,6 +32,22 @@ impl ChannelTasks {
         }
     }
 
+    /// Becomes true when the runtime begins to shut down.
+    pub(crate) fn stopping(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    /// Keeps `task` to be stopped (and waited for) at shutdown.
+    pub(crate) fn push(&self, task: JoinHandle<()>) {
+        match self.tasks.lock() {
+            Ok(mut tasks) => {
+                tasks.retain(|t| !t.is_finished());
+                tasks.push(task);
+            }
+            Err(_) => task.abort(),
+        }
+    }
+
     /// Tells every channel task to stop and waits for them, at most `deadline`; tasks still
     /// running then are aborted.
     pub(crate) async fn stop(&self, deadline: Duration) {
@@ -170,14 +186,7 @@ impl<C: Channel<Reply = Arc<Reply>>> ChannelPort<C> {
 
     /// Runs `task` until it ends; shutdown waits for it (after signalling [`Self::stopping`]).
     pub fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        let handle = tokio::spawn(task);
-        match self.runtime.inner.channel_tasks.tasks.lock() {
-            Ok(mut tasks) => {
-                tasks.retain(|t| !t.is_finished());
-                tasks.push(handle);
-            }
-            Err(_) => handle.abort(),
-        }
+        self.runtime.inner.channel_tasks.push(tokio::spawn(task));
     }
 }
 

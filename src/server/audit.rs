@@ -68,6 +68,12 @@ fn action_of(method: &Method, path: &str) -> Option<(String, Option<String>)> {
         }
         return None;
     }
+    if path == "/v1/schedules" {
+        return (*method == Method::POST).then(|| ("schedule.create".into(), None));
+    }
+    if let Some(id) = path.strip_prefix("/v1/schedules/") {
+        return (*method == Method::DELETE).then(|| ("schedule.delete".into(), Some(session(id))));
+    }
     let admin = path.strip_prefix("/v1/admin/")?;
     if let Some(subject) = admin.strip_prefix("quotas/") {
         return (*method == Method::DELETE).then(|| ("quota.reset".into(), Some(session(subject))));

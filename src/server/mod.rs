@@ -23,6 +23,7 @@ mod messages;
 mod openai;
 mod query;
 mod quotas;
+mod schedules;
 mod sessions;
 pub mod socket;
 mod stats;
@@ -104,6 +105,14 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         .route(
             "/v1/admin/quotas/{subject}",
             get(quotas::read).delete(quotas::reset),
+        )
+        .route(
+            "/v1/schedules",
+            get(schedules::list).post(schedules::create),
+        )
+        .route(
+            "/v1/schedules/{id}",
+            get(schedules::show).delete(schedules::delete),
         )
         .route("/v1/stats", get(stats::stats))
         .route("/v1/stats/history", get(stats::history))

@@ -69,6 +69,7 @@ mod records;
 mod recover;
 mod replica;
 mod rewrite;
+mod schedules;
 mod tails;
 mod totals;
 mod turn_commit;
@@ -104,6 +105,7 @@ pub(crate) use records::{
     ChannelMessage, EntrySender, HistoryLine, SessionRecord, SystemEvent, ToolInfo,
 };
 pub use records::{EntryKind, InboxRecord, TranscriptEntry};
+pub use schedules::{JobOrigin, JobRecord, RunOutcome, RunRecord, MAX_RUNS_KEPT};
 pub(crate) use tails::TailStamp;
 pub(crate) use totals::Totals;
 pub use turn_commit::TurnCommit;
@@ -226,6 +228,8 @@ struct StoreInner {
     audit_len: std::sync::atomic::AtomicUsize,
     /// Quota usage per subject (`quotas.rs`).
     quotas: sled::Tree,
+    /// Scheduled jobs and their runs (`schedules.rs`).
+    schedules: sled::Tree,
     commit: GroupCommit,
     /// Added to sled's `generate_id`, so ids keep increasing across generations.
     id_base: u64,
@@ -292,6 +296,7 @@ impl StoreInner {
             audit_len: std::sync::atomic::AtomicUsize::new(0),
             audit: open(audit::TREE)?,
             quotas: open(quotas::TREE)?,
+            schedules: open(schedules::TREE)?,
             id_base: rewrite::id_base(&db)?,
             tails: tails::TailCache::new(config.transcript_cache_bytes),
             commit: GroupCommit::start_for_store(

@@ -46,6 +46,8 @@
 //! - `mcp`: MCP client tools against real MCP servers (the official Python SDK's, over stdio
 //!   and streamable HTTP): a call's result reaches the model, a server killed mid-call, a
 //!   slow `tools/list`, a 1 MB result cut to the limit.
+//! - `schedules`: `/v1/schedules` (added, refused, run, deleted; a quiet heartbeat), and a
+//!   job due while the binary was killed runs exactly once after the restart.
 //! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
 //!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
 
@@ -75,6 +77,7 @@ mod quotas;
 mod rate_limits;
 mod real_model;
 mod restart;
+mod schedules;
 mod shutdown;
 mod small_window;
 mod streaming;
