@@ -482,6 +482,27 @@ async fn the_console_works_in_a_real_browser() {
     assert_eq!(status, StatusCode::NOT_FOUND, "deleted on the server");
     b.screenshot(&shots.join("deleted.png")).await;
 
+    // ---- a scheduled job on the overview, with its last run's outcome ----
+    let job = json!({"id": "pulse", "every_ms": 1000, "message": "@bot pulse"});
+    let (status, body) = api.post_raw("/v1/schedules", job.to_string()).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    b.goto(&format!("{base}/ui")).await;
+    let line = wait_js(
+        b,
+        "the scheduled job's answered run",
+        "const e = document.querySelector('[data-schedule=pulse]'); \
+         return e && e.dataset.value === 'answered' ? e.textContent : null;",
+    )
+    .await;
+    assert!(
+        line.as_str()
+            .is_some_and(|t| t.contains("every 1.00 s") && t.contains("echo")),
+        "{line}"
+    );
+    b.screenshot(&shots.join("schedules.png")).await;
+    let (status, body) = api.delete("/v1/schedules/pulse").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
     browser.quit().await;
     stop.store(true, Ordering::Relaxed);
     let _ = tokio::time::timeout(PATIENCE, traffic).await;

@@ -241,14 +241,14 @@
     const hist = { interval_seconds: 2, max_samples: 0, samples: [] };
     refreshFn = async () => {
       const last = hist.samples.length ? hist.samples[hist.samples.length - 1].at_ms : 0;
-      const [st, fresh, audit] = await Promise.all([api('/v1/stats'), api('/v1/stats/history?after_ms=' + last),
-        api('/v1/admin/audit?tail=' + AUDIT_SHOWN).catch(() => null)]);
+      const [st, fresh, audit, jobs] = await Promise.all([api('/v1/stats'), api('/v1/stats/history?after_ms=' + last),
+        api('/v1/admin/audit?tail=' + AUDIT_SHOWN).catch(() => null), api('/v1/schedules').catch(() => null)]);
       hist.interval_seconds = fresh.interval_seconds;
       hist.max_samples = fresh.max_samples;
       hist.samples.push(...fresh.samples);
       if (hist.samples.length > hist.max_samples) hist.samples.splice(0, hist.samples.length - hist.max_samples);
       overviewRefreshes += 1;
-      renderOverview(main, st, hist, audit);
+      renderOverview(main, st, hist, audit, jobs);
       status('updated ' + new Date().toLocaleTimeString());
     };
     await runRefresh();
@@ -266,7 +266,29 @@
             `${ago(r.at_ms)} · ${r.action}${r.target ? ' ' + r.target : ''} → ${r.status}` +
             `${r.key_fingerprint ? ' · key ' + r.key_fingerprint : ' · no key'}${r.client ? ' · ' + r.client : ''}`)));
   }
-  function renderOverview(main, st, hist, audit) {
+  // One line per scheduled job: its cadence, when it is next due, and its last run's outcome.
+  function schedulesCard(jobs) {
+    const list = jobs && Array.isArray(jobs.data) ? jobs.data : null;
+    if (list !== null && list.length === 0) return null;
+    const until = (atMs) => {
+      if (!atMs) return 'never again';
+      const d = Math.max(0, atMs - Date.now()) / 1000;
+      if (d < 90) return 'in ' + Math.round(d) + ' s';
+      if (d < 5400) return 'in ' + Math.round(d / 60) + ' min';
+      if (d < 129600) return 'in ' + Math.round(d / 3600) + ' h';
+      return 'in ' + Math.round(d / 86400) + ' d';
+    };
+    const last = (r) => !r ? 'no run yet'
+      : `last run ${ago(r.started_at_ms)}: ${r.status}${r.reply ? ' · ' + r.reply : ''}${r.error ? ' · ' + r.error : ''}`;
+    return h('div', { class: 'card wide', id: 'schedules' },
+      h('div', { class: 'label' }, 'Scheduled jobs'),
+      list === null ? h('div', { class: 'sub' }, 'did not answer')
+        : list.map((j) => h('div', { class: j.runs && j.runs[0] && j.runs[0].status === 'failed' ? 'sub error' : 'sub',
+          'data-schedule': j.id, 'data-value': j.runs && j.runs[0] ? j.runs[0].status : '' },
+        `${j.id}${j.heartbeat ? ' (heartbeat)' : ''} · ${j.cron ? j.cron + (j.time_zone ? ' ' + j.time_zone : '') : 'every ' + ms(j.every_ms)} · ` +
+        `${j.session_key} · next ${until(j.next_due_ms)} · ${last(j.runs && j.runs[0])}`)));
+  }
+  function renderOverview(main, st, hist, audit, jobs) {
     const rc = st.recent || {};
     const j = st.janitor;
     const cards = h('div', { class: 'cards' },
@@ -319,7 +341,7 @@
       ], '', span));
     const root = h('div', { id: 'overview', 'data-refreshes': String(overviewRefreshes) },
       h('h1', null, 'Overview'), cards, h('div', { class: 'cards' }, disk, jan, mcp), charts,
-      h('div', { class: 'cards' }, agents, auditCard(audit)),
+      h('div', { class: 'cards' }, agents, schedulesCard(jobs), auditCard(audit)),
       h('p', { class: 'muted' }, `Refreshes every ${REFRESH_MS / 1000} s while this tab is visible; samples every ${hist.interval_seconds} s, ${samples.length} of ${hist.max_samples} kept.`));
     clear(main).append(root);
   }
