@@ -257,6 +257,7 @@ impl RuntimeBuilder {
                     return Err(e.into());
                 }
             }
+            store.settle_after_start();
             return Ok(runtime);
         }
         // Before any channel can deliver a redelivery of a queued message.
@@ -271,6 +272,7 @@ impl RuntimeBuilder {
         }
         // After the dedupe marks: a run resumed at start must find its first attempt's.
         runtime.start_scheduler();
+        store.settle_after_start();
         Ok(runtime)
     }
 }

@@ -119,7 +119,7 @@ impl Store {
                 }
             }
         };
-        let written = write_file(&db, cut_files, &self.shared.data_dir, out);
+        let written = write_file(&db, cut_files, &self.shared.data_dir, &[], out);
         drop(db);
         if let Err(e) = remove_staging(&staging) {
             tracing::warn!(error = %e, "could not delete a backup's staging copy");
@@ -208,7 +208,7 @@ fn remove_staging(staging: &Path) -> Result<(), StoreError> {
 }
 
 /// The cold tier's pack files, opened, with their lengths now.
-fn open_packs(data_dir: &Path) -> Result<Vec<CutFile>, StoreError> {
+pub(super) fn open_packs(data_dir: &Path) -> Result<Vec<CutFile>, StoreError> {
     let dir = data_dir.join(COLD_DIR);
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -280,11 +280,13 @@ fn open_archives(data_dir: &Path) -> Result<Vec<CutFile>, StoreError> {
     Ok(files)
 }
 
-/// Writes the staging copy and the files to `out`; returns the keys, files and bytes written.
-fn write_file(
+/// Writes the staging copy and the files to `out`, then `meta` entries that override the
+/// copy's (a restore applies them last); returns the keys, files and bytes written.
+pub(super) fn write_file(
     db: &sled::Db,
     mut files: Vec<CutFile>,
     data_dir: &Path,
+    meta: &[(&[u8], Vec<u8>)],
     out: &mut dyn Write,
 ) -> Result<(u64, u64, u64), StoreError> {
     let mut writer = BackupWriter::start(out)?;
@@ -296,6 +298,12 @@ fn write_file(
         for kv in tree.iter() {
             let (k, v) = kv.map_err(StoreError::sled("reading a backup's tree"))?;
             writer.key(&k, &v)?;
+        }
+    }
+    if !meta.is_empty() {
+        writer.tree(b"meta")?;
+        for (k, v) in meta {
+            writer.key(k, v)?;
         }
     }
     files.extend(open_archives(data_dir)?);

@@ -9,6 +9,18 @@ use crate::error::StoreError;
 /// The `meta` key holding the one-byte schema version.
 pub(super) const SCHEMA_KEY: &[u8] = b"schema_version";
 
+/// The stored schema version when `db` needs a migration (older than this build's).
+pub(super) fn pending(db: &sled::Db) -> Result<Option<u8>, StoreError> {
+    let meta = db
+        .open_tree("meta")
+        .map_err(StoreError::sled("opening meta"))?;
+    Ok(meta
+        .get(SCHEMA_KEY)
+        .map_err(StoreError::sled("reading schema"))?
+        .map(|v| v.first().copied().unwrap_or(0))
+        .filter(|v| *v < SCHEMA_VERSION))
+}
+
 /// Brings `db` to [`SCHEMA_VERSION`]. Returns the version migrated from, if any.
 pub(super) fn run(db: &sled::Db) -> Result<Option<u8>, StoreError> {
     let meta = db

@@ -63,6 +63,7 @@ mod keys;
 mod ledger;
 mod memo;
 mod migrate;
+mod pre_migration;
 mod queued_events;
 mod quotas;
 mod records;
@@ -170,6 +171,8 @@ struct Shared {
     empty_found: std::sync::Mutex<Vec<(String, u64)>>,
     /// What the repair on open found and did.
     open_report: std::sync::OnceLock<DoctorReport>,
+    /// The schema version this open migrated from, if it migrated (`pre_migration.rs`).
+    migrated_at_open: Option<u8>,
     /// Where the incremental prune of `dedupe` continues (see `dedupe.rs`).
     dedupe_cursor: std::sync::Mutex<Vec<u8>>,
     /// System events queued across all sessions, counted on first use (`None` until then), so
@@ -241,7 +244,7 @@ struct StoreInner {
 
 impl StoreInner {
     /// Opens the database in `dir` (sled's panics on damaged files contained), running schema
-    /// migrations.
+    /// migrations after a backup of the old layout (`pre_migration.rs`).
     fn open_db(dir: &Path, config: &StorageConfig) -> Result<(sled::Db, Option<u8>), StoreError> {
         let open = || {
             contain::contain("opening the database", || {
@@ -265,6 +268,18 @@ impl StoreInner {
                 other => break other?,
             }
         };
+        if let Some(from) = contain::contain("reading the schema", || migrate::pending(&db))? {
+            let path = contain::contain("backing up before a migration", || {
+                pre_migration::back_up(&db, &config.data_dir, from)
+            })?;
+            tracing::warn!(
+                from,
+                to = SCHEMA_VERSION,
+                backup = %path.display(),
+                "migrating the store to a new layout; the old one is backed up (kept until the \
+                 next start; `turnstile restore --from <backup> --data-dir <new dir>` brings it back)"
+            );
+        }
         let migrated_from = contain::contain("migrating the schema", || migrate::run(&db))?;
         Ok((db, migrated_from))
     }
@@ -447,6 +462,7 @@ impl Store {
                 totals: totals::TotalsMeter::default(),
                 empty_found: std::sync::Mutex::default(),
                 open_report: std::sync::OnceLock::new(),
+                migrated_at_open: migrated_from,
                 dedupe_cursor: std::sync::Mutex::new(Vec::new()),
                 health,
                 ledger,

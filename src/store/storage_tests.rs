@@ -473,6 +473,55 @@ async fn a_v1_store_is_migrated_on_open() {
 }
 
 #[tokio::test]
+async fn a_migration_is_preceded_by_a_backup_that_restores_the_old_store() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(&config(dir.path())).unwrap();
+        turn(&store, "a", 10, "before the upgrade");
+        store.inner().by_updated.clear().unwrap();
+        store
+            .inner()
+            .db
+            .open_tree("meta")
+            .unwrap()
+            .insert(SCHEMA_KEY, &[1u8])
+            .unwrap();
+        store.close().await.unwrap();
+    }
+    let backup = dir.path().join("pre-migration-v1.backup");
+    let store = Store::open(&config(dir.path())).unwrap();
+    assert_eq!(store.open_report().unwrap().migrated_from, Some(1));
+    assert!(backup.is_file(), "taken before the migration");
+    // The start that migrated keeps it; ids after it stay above the old store's.
+    store.settle_after_start();
+    assert!(backup.is_file());
+    store.close().await.unwrap();
+    drop(store);
+
+    // Restored, it is the store as the old version left it (migrated again when opened).
+    let restored = tempfile::tempdir().unwrap();
+    let target = restored.path().join("data");
+    crate::store::restore_backup(&backup, &target).unwrap();
+    let old = Store::open(&config(&target)).unwrap();
+    assert_eq!(old.open_report().unwrap().migrated_from, Some(1));
+    let a = old.session("a").unwrap().expect("the session");
+    let entries = old.newest_entries(a.id, |_| true).unwrap();
+    assert!(entries
+        .iter()
+        .any(|(_, e)| &*e.text == "before the upgrade"));
+    assert!(old.inner().next_id().unwrap() > a.id);
+    old.close().await.unwrap();
+    drop(old);
+
+    // The next start needs no migration: the backup has served its purpose.
+    let store = Store::open(&config(dir.path())).unwrap();
+    assert_eq!(store.open_report().unwrap().migrated_from, None);
+    store.settle_after_start();
+    assert!(!backup.exists());
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
 async fn a_second_open_reports_the_lock() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&config(dir.path())).unwrap();
