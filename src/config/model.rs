@@ -13,6 +13,9 @@ pub(crate) const MIN_CONTEXT_WINDOW: u32 = MIN_PLAUSIBLE_WINDOW;
 /// Largest `model.requests_per_minute`.
 pub(crate) const MAX_REQUESTS_PER_MINUTE: u32 = 10_000_000;
 
+/// Largest `model.max_connections` (the adaptive limit's ceiling).
+pub(crate) const MAX_MODEL_CONNECTIONS: u32 = 100_000;
+
 /// Largest `model.tokens_per_minute`.
 pub(crate) const MAX_TOKENS_PER_MINUTE: u64 = 100_000_000_000;
 
@@ -56,6 +59,12 @@ pub struct ModelConfig {
     /// Tokens per minute sent to each model, counted as the prompt plus the answer's reserve
     /// (how providers count a quota); past it requests wait. 0 = no limit (default).
     pub tokens_per_minute: u64,
+    /// Requests in flight to each model at once, and idle keep-alive connections kept to its
+    /// server: one request holds one connection, so this bounds the connections the server
+    /// sees. Past it requests wait their turn (queued, never refused), so a model server that
+    /// accepts fewer connections than `lanes.max_concurrent_turns` is served by setting this
+    /// to what it accepts. Default 1,024.
+    pub max_connections: u32,
     /// The model accepts images: image attachments of the current message that carry a URL
     /// are sent as `image_url` parts of the user message (a text-only model rejects such
     /// parts, hence off by default). Their text lines are sent either way. Default false.
@@ -78,6 +87,7 @@ impl Default for ModelConfig {
             fallbacks: Vec::new(),
             requests_per_minute: 0,
             tokens_per_minute: 0,
+            max_connections: 1_024,
             vision: false,
         }
     }
@@ -105,6 +115,11 @@ impl ModelConfig {
             "model.tokens_per_minute",
             self.tokens_per_minute,
             0..=MAX_TOKENS_PER_MINUTE,
+        )?;
+        in_range(
+            "model.max_connections",
+            self.max_connections,
+            1..=MAX_MODEL_CONNECTIONS,
         )?;
         in_range("model.timeout_ms", self.timeout_ms, 1..=MAX_DURATION_MS)?;
         in_range(

@@ -5,8 +5,8 @@
 //! - a **pause**: after a 429 every request to the model waits, for the server's
 //!   `Retry-After` (or a back-off doubling per 429 in a row, from `base_pause`), at most
 //!   `max_pause`. Sessions do not each retry alone into the same quota;
-//! - an **adaptive concurrency limit** (AIMD): unbounded ([`MAX_ADAPTIVE_CONCURRENCY`]) until
-//!   the first 429, then halved from the number of requests in flight (once per congestion
+//! - an **adaptive concurrency limit** (AIMD): `[model] max_connections` (at most
+//!   [`MAX_ADAPTIVE_CONCURRENCY`]) until the first 429, then halved from the number of requests in flight (once per congestion
 //!   event: 429s of requests sent before the cut do not cut again), and raised by one per
 //!   success while it is what holds requests back;
 //! - optional **rates**: requests and tokens per minute, as token buckets holding
@@ -53,6 +53,17 @@ pub(crate) struct LimiterSettings {
     pub base_pause: Duration,
     /// Longest pause, whatever the server asks.
     pub max_pause: Duration,
+    /// Requests in flight at once, at most: the adaptive limit starts there and never grows
+    /// past it (`[model] max_connections`).
+    pub max_concurrency: u32,
+}
+
+impl LimiterSettings {
+    /// The adaptive limit's ceiling: `max_concurrency`, within 1..=[`MAX_ADAPTIVE_CONCURRENCY`].
+    fn ceiling(&self) -> u32 {
+        self.max_concurrency
+            .clamp(MIN_ADAPTIVE_CONCURRENCY, MAX_ADAPTIVE_CONCURRENCY)
+    }
 }
 
 /// A token bucket: `level` of `capacity` units, refilled at `per_sec`.
@@ -160,7 +171,7 @@ impl State {
                 self.streak = 0;
                 // Raise only a limit that holds requests back: one far above use means nothing.
                 if f64::from(flight) >= self.limit.floor() {
-                    self.limit = (self.limit + 1.0).min(f64::from(MAX_ADAPTIVE_CONCURRENCY));
+                    self.limit = (self.limit + 1.0).min(f64::from(settings.ceiling()));
                 }
             }
             Outcome::RateLimited(retry_after) => {
@@ -221,7 +232,7 @@ impl ModelLimiter {
                 settings,
                 state: Mutex::new(State {
                     in_flight: 0,
-                    limit: f64::from(MAX_ADAPTIVE_CONCURRENCY),
+                    limit: f64::from(settings.ceiling()),
                     epoch: 0,
                     paused_until: None,
                     streak: 0,
@@ -332,6 +343,7 @@ mod tests {
             tokens_per_minute: tpm,
             base_pause: Duration::from_millis(500),
             max_pause: Duration::from_secs(20),
+            max_concurrency: MAX_ADAPTIVE_CONCURRENCY,
         }
     }
 
@@ -365,6 +377,31 @@ mod tests {
         }
         assert_eq!(limiter.concurrency_limit(), MAX_ADAPTIVE_CONCURRENCY);
         assert_eq!(limiter.in_flight(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn past_max_connections_requests_wait_their_turn_and_the_limit_never_grows_past_it() {
+        let limiter = ModelLimiter::new(LimiterSettings {
+            max_concurrency: 2,
+            ..settings(0, 0)
+        });
+        let start = Instant::now();
+        let hold = Duration::from_secs(2);
+        let mut granted = Vec::new();
+        for task in spawn_requests(&limiter, 6, hold) {
+            granted.push(task.await.unwrap() - start);
+        }
+        granted.sort();
+        // Two at a time, each batch after the one before: queued, none refused.
+        assert_eq!(
+            granted,
+            [0, 0, 2, 2, 4, 4].map(Duration::from_secs).to_vec()
+        );
+        assert_eq!(
+            limiter.concurrency_limit(),
+            2,
+            "successes do not raise it past the cap"
+        );
     }
 
     #[tokio::test(start_paused = true)]

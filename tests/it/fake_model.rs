@@ -75,6 +75,20 @@ struct FakeState {
     seen: Mutex<Vec<Seen>>,
     /// Requests received so far, counted on arrival (before any delay).
     arrived: std::sync::atomic::AtomicUsize,
+    /// Requests being answered now, and the most at once so far.
+    in_flight: std::sync::atomic::AtomicUsize,
+    most_in_flight: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts a request in flight until dropped.
+struct InFlight<'a>(&'a FakeState);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// The fake server; dropping it stops it.
@@ -96,6 +110,8 @@ impl FakeModel {
             behaviour,
             seen: Mutex::new(Vec::new()),
             arrived: std::sync::atomic::AtomicUsize::new(0),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            most_in_flight: std::sync::atomic::AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
@@ -117,6 +133,13 @@ impl FakeModel {
     /// Requests received so far, answered or not.
     pub fn arrived(&self) -> usize {
         self.state.arrived.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The most requests it was answering at once.
+    pub fn most_in_flight(&self) -> usize {
+        self.state
+            .most_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Every request so far, in arrival order.
@@ -153,6 +176,14 @@ async fn completions(State(state): State<Arc<FakeState>>, Json(body): Json<Value
     state
         .arrived
         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let now = state
+        .in_flight
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        + 1;
+    state
+        .most_in_flight
+        .fetch_max(now, std::sync::atomic::Ordering::SeqCst);
+    let _counted = InFlight(&state);
     if state.behaviour.delay_ms > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(state.behaviour.delay_ms)).await;
     }

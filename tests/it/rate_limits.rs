@@ -1,5 +1,6 @@
 //! Provider rate limits: a 429 with `Retry-After` pauses the model for every session at once
-//! (the shared per-model limiter), instead of each turn retrying alone into the same quota.
+//! (the shared per-model limiter), instead of each turn retrying alone into the same quota;
+//! past `[model] max_connections` requests queue instead of failing.
 
 use std::time::Duration;
 
@@ -57,5 +58,43 @@ async fn a_429_backs_the_model_off_for_every_session_at_once() {
     let refused = seen.iter().filter(|s| s.status == 429).count();
     assert_eq!(refused, REFUSED);
     assert_eq!(seen.iter().filter(|s| s.status == 200).count(), SESSIONS);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_connections_turns_queue_for_the_model_instead_of_failing() {
+    const AT_ONCE: usize = 8;
+    let fake = FakeModel::start(Behaviour {
+        delay_ms: 200,
+        ..Behaviour::default()
+    })
+    .await;
+    let server = start_server_with(data_dir(), |c| {
+        openai_model(c, &fake.base_url, "narrow-model");
+        c.model.max_connections = 2;
+    })
+    .await;
+    let turns: Vec<_> = (0..AT_ONCE)
+        .map(|n| {
+            let api = server.api.clone();
+            tokio::spawn(
+                async move { chat(&api, &format!("c-{n}"), &format!("turn-{n} hi")).await },
+            )
+        })
+        .collect();
+    for (n, turn) in turns.into_iter().enumerate() {
+        let (status, reply) = turn.await.expect("the turn task");
+        assert_eq!(status, StatusCode::OK, "session {n}: {reply}");
+    }
+    assert_eq!(
+        fake.seen().len(),
+        AT_ONCE,
+        "each answered once, none retried"
+    );
+    assert!(
+        fake.most_in_flight() <= 2,
+        "{} requests at once",
+        fake.most_in_flight()
+    );
     server.stop().await;
 }

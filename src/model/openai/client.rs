@@ -120,6 +120,7 @@ impl OpenAiModel {
             tokens_per_minute: settings.tokens_per_minute,
             base_pause: settings.backoff_base,
             max_pause: settings.backoff_max,
+            max_concurrency: settings.max_connections,
         };
         let limiters = std::iter::once(&settings.model)
             .chain(&settings.fallbacks)

@@ -59,6 +59,8 @@ pub(crate) struct OpenAiSettings {
     pub requests_per_minute: u32,
     /// Tokens (prompt plus answer reserve) per minute to each model; 0 = no limit.
     pub tokens_per_minute: u64,
+    /// Requests in flight to each model at once, and idle connections pooled.
+    pub max_connections: u32,
 }
 
 impl OpenAiSettings {
@@ -102,6 +104,7 @@ impl OpenAiSettings {
             backoff_max: Duration::from_millis(config.backoff_max_ms),
             requests_per_minute: config.requests_per_minute,
             tokens_per_minute: config.tokens_per_minute,
+            max_connections: config.max_connections,
         }
     }
 }

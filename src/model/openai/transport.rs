@@ -24,11 +24,6 @@ use tokio::time::Instant;
 use super::settings::OpenAiSettings;
 use crate::error::{ConfigError, ModelError};
 
-/// Most idle keep-alive connections kept open to the model server; a connection past this
-/// is closed after its answer instead of pooled. Far above the turns in flight at once on
-/// two cores (each holds one connection), so the pool never churns under load.
-pub(crate) const MAX_IDLE_MODEL_CONNECTIONS: usize = 1024;
-
 /// How long an idle pooled connection is kept (reqwest's default).
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -70,7 +65,7 @@ impl Transport {
             connector.set_connect_timeout(Some(settings.connect_timeout));
             connector.set_nodelay(true);
             let client = Client::builder(TokioExecutor::new())
-                .pool_max_idle_per_host(MAX_IDLE_MODEL_CONNECTIONS)
+                .pool_max_idle_per_host(settings.max_connections as usize)
                 .pool_idle_timeout(POOL_IDLE_TIMEOUT)
                 .pool_timer(TokioTimer::new())
                 .build(connector);
