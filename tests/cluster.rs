@@ -26,7 +26,9 @@ use support::{eventually, PATIENCE};
 /// is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jetstream_kv_gives_create_cas_and_expiry_on_three_replicas() {
-    let cluster = NatsCluster::start().await;
+    let Some(cluster) = NatsCluster::start().await else {
+        return;
+    };
     let client = async_nats::connect(cluster.urls()).await.unwrap();
     let js = async_nats::jetstream::new(client);
     // Creating a bucket with the same config again is a no-op: a create whose answer timed out
@@ -102,7 +104,9 @@ fn held(m: &Member) -> BTreeSet<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_members_contend_for_one_partition_and_one_holds_it() {
-    let cluster = NatsCluster::start().await;
+    let Some(cluster) = NatsCluster::start().await else {
+        return;
+    };
     let (a, b) = tokio::join!(
         member(&cluster, "a", 1, 1500),
         member(&cluster, "b", 1, 1500)
@@ -148,7 +152,9 @@ async fn two_members_contend_for_one_partition_and_one_holds_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_balance_twelve_partitions_and_take_over_from_one_that_leaves() {
     const LEASE_MS: u64 = 1500;
-    let cluster = NatsCluster::start().await;
+    let Some(cluster) = NatsCluster::start().await else {
+        return;
+    };
     let a = member(&cluster, "a", 12, LEASE_MS).await;
     let b = member(&cluster, "b", 12, LEASE_MS).await;
     let c = member(&cluster, "c", 12, LEASE_MS).await;
@@ -201,7 +207,9 @@ async fn three_members_balance_twelve_partitions_and_take_over_from_one_that_lea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_that_stopped_renewing_is_fenced_once_another_took_over() {
     const LEASE_MS: u64 = 1500;
-    let cluster = NatsCluster::start().await;
+    let Some(cluster) = NatsCluster::start().await else {
+        return;
+    };
     // "a" holds partition 0 through the raw lease API, renewing by hand.
     let client = async_nats::connect(cluster.urls()).await.unwrap();
     let js = async_nats::jetstream::new(client);
@@ -272,7 +280,9 @@ async fn leases_are_renewed_across_the_sigkill_of_the_leases_stream_leader() {
     // Longer than JetStream's leader election after a SIGKILL (about 4-9 s), so the leases
     // are renewed through it rather than lost.
     const LEASE_MS: u64 = 20_000;
-    let mut cluster = NatsCluster::start().await;
+    let Some(mut cluster) = NatsCluster::start().await else {
+        return;
+    };
     let a = member(&cluster, "a", 4, LEASE_MS).await;
     let mut owned = a.owned();
     eventually(PATIENCE, "a to hold all 4", || async {
@@ -372,7 +382,9 @@ async fn an_append_against_a_stale_subject_sequence_is_refused() {
     use async_nats::jetstream::context::PublishErrorKind;
     use async_nats::jetstream::message::PublishMessage;
 
-    let cluster = NatsCluster::start().await;
+    let Some(cluster) = NatsCluster::start().await else {
+        return;
+    };
     let client = async_nats::connect(cluster.urls()).await.unwrap();
     let js = async_nats::jetstream::new(client);
     // Creating a stream with the same config again is a no-op, so a create whose answer timed

