@@ -452,4 +452,10 @@ fn schedules_are_checked_with_clear_errors() {
     let twice = "[[schedules]]\nid = \"d\"\ncron = \"@daily\"\nmessage = \"m\"\n";
     let err = Config::parse(&format!("{twice}{twice}")).unwrap_err();
     assert!(err.to_string().contains("twice"), "{err}");
+    if cfg!(feature = "cluster") {
+        let cluster = "[cluster]\nnats = [\"nats://127.0.0.1:4222\"]\nnode_id = \"n1\"\n\
+                       partitions = 64\nlease_ms = 5000\n";
+        let err = Config::parse(&format!("{cluster}{twice}")).unwrap_err();
+        assert!(err.to_string().contains("not run in a cluster"), "{err}");
+    }
 }
