@@ -229,6 +229,7 @@ impl RuntimeBuilder {
                 channel_tasks: ChannelTasks::new(),
                 directory,
                 ingress: std::sync::OnceLock::new(),
+                slack_events: std::sync::OnceLock::new(),
             }),
         };
         if self.inspect_only {

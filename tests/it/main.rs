@@ -46,6 +46,10 @@
 //! - `mcp`: MCP client tools against real MCP servers (the official Python SDK's, over stdio
 //!   and streamable HTTP): a call's result reaches the model, a server killed mid-call, a
 //!   slow `tools/list`, a 1 MB result cut to the limit.
+//! - `slack`: the Slack channel against a fake Slack (Web API and Socket Mode websocket):
+//!   mentions answered in thread, DMs, threads as sessions, dedupe of redelivered envelopes,
+//!   a disconnect mid-burst and restarts of the binary caught up exactly once, 429s backed
+//!   off, broadcasts escaped, the HTTP Events API's signature.
 //! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
 //!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
 
@@ -76,6 +80,7 @@ mod rate_limits;
 mod real_model;
 mod restart;
 mod shutdown;
+mod slack;
 mod small_window;
 mod streaming;
 #[path = "../support/mod.rs"]
