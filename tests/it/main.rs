@@ -15,7 +15,8 @@
 //!   selecting an agent, each agent's prompt and model reaching a recording fake model, the
 //!   agent shown by the session, transcript, dump, `/v1/stats` and `/v1/models` APIs.
 //! - `bad_input`: every refusal is a clear 4xx and stores nothing.
-//! - `bad_config`: `serve` refuses an out-of-range config value with a clear error.
+//! - `bad_config`: `serve` refuses an out-of-range config value, or a Slack section it cannot
+//!   start (a token missing or swapped), with a clear error.
 //! - `restart`: transcripts are identical across a graceful restart.
 //! - `import`: `turnstile import openclaw` history survives the first prune pass; bad keys are
 //!   refused.
