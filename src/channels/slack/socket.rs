@@ -6,7 +6,8 @@
 //! - `hello` opens a connection's life: the receiver is told, and catches up before the
 //!   events that follow it.
 //! - `disconnect` (`refresh_requested`, or any other reason but `link_disabled`) closes the
-//!   connection and opens the next one at once; a lost connection (closed, failed, no frame
+//!   connection and opens the next one at once (after the back-off when the connection lived
+//!   less than [`MIN_HEALTHY_CONNECTION`]); a lost connection (closed, failed, no frame
 //!   for [`ZOMBIE_AFTER`] although pinged, no `hello` within [`HELLO_TIMEOUT`]) is counted as
 //!   a failure and the next open waits out the back-off (`retry_backoff_ms` doubled, jittered,
 //!   up to `max_retry_backoff_ms`; a 429's `Retry-After` when Slack said).
@@ -53,6 +54,10 @@ pub(crate) const PING_AFTER: Duration = Duration::from_secs(30);
 /// closed and opened again (OpenClaw's "looks healthy while receiving nothing").
 pub(crate) const ZOMBIE_AFTER: Duration = Duration::from_secs(90);
 
+/// A connection that Slack refreshes sooner than this after opening it counts as a failure
+/// (the next one waits out the back-off), so a refresh loop cannot spin.
+pub(crate) const MIN_HEALTHY_CONNECTION: Duration = Duration::from_secs(10);
+
 /// What the receiver is handed.
 #[derive(Debug)]
 pub(crate) enum Inbound {
@@ -74,8 +79,12 @@ pub(crate) enum Inbound {
 enum Ended {
     /// The runtime is stopping.
     Stopping,
-    /// Slack asked for a new connection after a healthy one: open it at once.
-    Refresh,
+    /// Slack asked for a new connection after `hello`: open it at once (unless this one
+    /// lived less than [`MIN_HEALTHY_CONNECTION`]).
+    Refresh {
+        /// How long the connection was open.
+        lived: Duration,
+    },
     /// Lost, for this reason: back off, then open another.
     Lost(String),
     /// Stop the channel, for this reason.
@@ -144,8 +153,14 @@ impl SocketTask {
             match self.connection(&url, &mut failures).await {
                 Ended::Stopping => return,
                 Ended::Fatal(reason) => return stopped(&reason),
-                Ended::Refresh => {
+                Ended::Refresh { lived } => {
                     tracing::info!("slack asked for a new socket mode connection; reconnecting");
+                    if lived < MIN_HEALTHY_CONNECTION {
+                        failures += 1;
+                        if !pause_unless_stopped(self.pause(failures), &mut stop).await {
+                            return;
+                        }
+                    }
                 }
                 Ended::Lost(why) => {
                     failures += 1;
@@ -172,6 +187,7 @@ impl SocketTask {
         };
         let opened = Instant::now();
         let mut last_frame = Instant::now();
+        let mut last_ping = Instant::now();
         let mut hello = false;
         let mut ticker = tokio::time::interval(Duration::from_secs(1).min(PING_AFTER));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -202,8 +218,11 @@ impl SocketTask {
                             "nothing from Slack for {} s although pinged", quiet.as_secs()
                         ));
                     }
-                    if quiet >= PING_AFTER && ws.send(Message::ping("turnstile")).await.is_err() {
-                        return Ended::Lost("ping failed".into());
+                    if quiet >= PING_AFTER && last_ping.elapsed() >= PING_AFTER {
+                        last_ping = Instant::now();
+                        if ws.send(Message::ping("turnstile")).await.is_err() {
+                            return Ended::Lost("ping failed".into());
+                        }
                     }
                     continue;
                 }
@@ -249,7 +268,9 @@ impl SocketTask {
                         .send(Message::close(Some(CloseCode::NORMAL_CLOSURE), ""))
                         .await;
                     return if hello {
-                        Ended::Refresh
+                        Ended::Refresh {
+                            lived: opened.elapsed(),
+                        }
                     } else {
                         Ended::Lost(format!("disconnect ({reason}) before hello"))
                     };
