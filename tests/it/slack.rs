@@ -319,11 +319,17 @@ async fn restarts_of_the_binary_catch_up_through_history_exactly_once() {
     assert_eq!(last, expected[3..].to_vec(), "in order");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(fake.sent().len(), 6, "nothing answered twice");
-    let text = metrics(bin.url("/metrics")).await;
-    assert!(
-        text.contains("turnstile_channel_caught_up_total{channel=\"slack\"}"),
-        "{text}"
-    );
+    let url = bin.url("/metrics");
+    eventually_some(PATIENCE, "the caught-up count", || {
+        let url = url.clone();
+        async move {
+            metrics(url)
+                .await
+                .contains("turnstile_channel_caught_up_total{channel=\"slack\"}")
+                .then_some(())
+        }
+    })
+    .await;
     bin.stop().await;
 }
 

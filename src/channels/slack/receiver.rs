@@ -484,11 +484,13 @@ impl Receiver {
                 {
                     Handled::Stopping => return Handled::Stopping,
                     Handled::Duplicate => {}
-                    Handled::Accepted | Handled::Done => total += 1,
+                    Handled::Accepted | Handled::Done => {
+                        total += 1;
+                        metrics::channel_caught_up(SLACK, 1);
+                    }
                 }
             }
         }
-        metrics::channel_caught_up(SLACK, total as u64);
         metrics::channel_connection(SLACK, "connected", "");
         tracing::info!(messages = total, "slack catch-up done");
         Handled::Done
