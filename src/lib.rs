@@ -35,7 +35,8 @@
 //! - `pipeline`: the life of one message — admission, turn, delivery — and the actors' backend.
 //! - `replies`: the reply hub and the channel router, below both the runtime and the channels.
 //! - `runtime`: the [`Runtime`] handle, its builder, operator actions, channel ports.
-//! - `channels`: transports that feed the supervisor (Telegram, webhook callbacks).
+//! - `channels`: transports that feed the supervisor (Telegram, Discord, Slack, webhook
+//!   callbacks).
 //! - `metrics`: Prometheus metrics and per-turn timing, behind one-line functions.
 //! - `secret`: secrets from the environment, redacted when printed, compared in constant time.
 //! - `server`: the axum HTTP API, with auth and rate limits.

@@ -75,6 +75,9 @@ impl AgentDirectory {
         if let Some(dm_scope) = config.channels.discord.as_ref().and_then(|d| d.dm_scope) {
             keys = keys.with_channel_dm_scope(crate::channels::DISCORD, dm_scope);
         }
+        if let Some(dm_scope) = config.channels.slack.as_ref().and_then(|s| s.dm_scope) {
+            keys = keys.with_channel_dm_scope(crate::channels::SLACK, dm_scope);
+        }
         let mut profiles = BTreeMap::new();
         let mut aliases = HashMap::new();
         let no_section = AgentSection::default();

@@ -4,6 +4,8 @@
 //! - `callback.rs`: replies POSTed to a URL, HMAC-signed, retried (`[channels.callback]`).
 //! - `telegram/`: a Telegram bot, long polling (`[channels.telegram]`).
 //! - `discord/`: a Discord bot, gateway and REST with twilight (`[channels.discord]`).
+//! - `slack/`: a Slack app, Socket Mode or the HTTP Events API, and the Web API
+//!   (`[channels.slack]`).
 //!
 //! The API channel is the runtime's own (`runtime/api_channel.rs`); the router that picks the
 //! channel for a reply lives in `crate::replies`, below both.
@@ -12,9 +14,16 @@
 mod callback;
 mod discord;
 mod retry;
+mod slack;
 mod telegram;
 
 pub(crate) use discord::DISCORD;
+pub use slack::http::{
+    sign as slack_sign, verify as slack_verify, EventsAnswer as SlackEventsAnswer, SlackEvents,
+    MAX_SKEW_SECS as SLACK_MAX_SKEW_SECS, SIGNATURE_HEADER as SLACK_SIGNATURE_HEADER,
+    TIMESTAMP_HEADER as SLACK_TIMESTAMP_HEADER,
+};
+pub(crate) use slack::SLACK;
 
 pub use callback::{verify_signature, SIGNATURE_HEADER};
 
@@ -29,6 +38,9 @@ pub(crate) async fn start_configured(runtime: &Runtime) -> Result<(), Error> {
     }
     if let Some(discord) = channels.discord {
         discord::start(runtime, discord).await?;
+    }
+    if let Some(slack) = channels.slack {
+        slack::start(runtime, slack).await?;
     }
     if let Some(callback) = channels.callback {
         callback::start(runtime, callback).await?;

@@ -1,4 +1,4 @@
-//! `[channels]`: transports beyond the HTTP API (Telegram, Discord, webhook callbacks).
+//! `[channels]`: transports beyond the HTTP API (Telegram, Discord, Slack, webhook callbacks).
 
 use serde::{Deserialize, Serialize};
 
@@ -6,6 +6,7 @@ use super::{in_range, invalid, MAX_DURATION_MS};
 use crate::error::ConfigError;
 
 use super::discord::DiscordConfig;
+use super::slack::SlackConfig;
 
 /// Longest `channels.telegram.poll_timeout_secs` (one long poll).
 pub(crate) const MAX_POLL_TIMEOUT_SECS: u32 = 3_600;
@@ -24,6 +25,8 @@ pub struct ChannelsConfig {
     pub telegram: Option<TelegramConfig>,
     /// `[channels.discord]`: a Discord bot (gateway websocket and REST, `twilight`).
     pub discord: Option<DiscordConfig>,
+    /// `[channels.slack]`: a Slack app (Socket Mode or the HTTP Events API, and the Web API).
+    pub slack: Option<SlackConfig>,
     /// `[channels.callback]`: replies POSTed to a URL, signed with HMAC-SHA256.
     pub callback: Option<CallbackConfig>,
 }
@@ -123,6 +126,9 @@ impl ChannelsConfig {
         }
         if let Some(d) = &self.discord {
             d.validate()?;
+        }
+        if let Some(s) = &self.slack {
+            s.validate()?;
         }
         if let Some(c) = &self.callback {
             c.validate()?;

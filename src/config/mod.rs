@@ -25,6 +25,7 @@ mod quotas;
 mod schedules;
 mod server;
 mod session;
+mod slack;
 mod storage;
 mod tools;
 
@@ -57,6 +58,7 @@ pub use quotas::{OverQuota, QuotaMatch, QuotaRule};
 pub use schedules::{Missed, ScheduleConfig, MAX_SCHEDULES};
 pub use server::{RateLimitBy, RateLimitConfig, ServerConfig};
 pub use session::{DmScope, SessionConfig, SessionScope};
+pub use slack::{SlackChatConfig, SlackChatSettings, SlackConfig, SlackMode};
 pub use storage::{Durability, JanitorMode, StorageConfig};
 pub use tools::ToolsConfig;
 
@@ -88,7 +90,7 @@ pub struct Config {
     pub agent: AgentConfig,
     /// `[tools]`: limits of the tool loop (for applications that register tools).
     pub tools: ToolsConfig,
-    /// `[channels]`: transports beyond the HTTP API (Telegram, Discord, webhook callbacks).
+    /// `[channels]`: transports beyond the HTTP API (Telegram, Discord, Slack, webhook callbacks).
     pub channels: ChannelsConfig,
     /// `[mcp_servers.<name>]`: MCP servers (stdio or streamable HTTP) whose tools the model
     /// may call, as `<name>__<tool>`.

@@ -189,6 +189,9 @@ struct Inner {
     schedules: Arc<crate::schedules::Schedules>,
     /// A cluster node's way into the replicated inbox, installed by the cluster layer.
     ingress: std::sync::OnceLock<Arc<dyn Ingress>>,
+    /// The Slack channel's HTTP Events API hand-over (`[channels.slack] mode = "http"`),
+    /// for the server's `/v1/channels/slack/events` route.
+    slack_events: std::sync::OnceLock<Arc<crate::channels::SlackEvents>>,
 }
 
 /// What a drain finished and what it left (logged by `serve`, which exits non-zero when a

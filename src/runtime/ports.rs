@@ -191,6 +191,17 @@ impl<C: Channel<Reply = Arc<Reply>>> ChannelPort<C> {
 }
 
 impl Runtime {
+    /// Installs the Slack channel's HTTP Events API hand-over (once; a second is ignored).
+    pub(crate) fn set_slack_events(&self, events: crate::channels::SlackEvents) {
+        let _ = self.inner.slack_events.set(Arc::new(events));
+    }
+
+    /// The Slack channel's HTTP Events API hand-over, when `[channels.slack]` is in `http`
+    /// mode.
+    pub fn slack_events(&self) -> Option<Arc<crate::channels::SlackEvents>> {
+        self.inner.slack_events.get().cloned()
+    }
+
     /// Starts `channel` as an actor of this runtime and routes to it the replies `serves` names.
     /// Returns the port its tasks submit through.
     pub async fn add_channel<C>(

@@ -2,6 +2,7 @@
 //! `/readyz`) pass untouched so orchestrators never need the key or get throttled. The
 //! console's pages and assets (`ui::is_public`) hold no data and need no key — a browser
 //! cannot send a bearer header when it navigates — but they are rate limited like the API.
+//! So is Slack's events route, which Slack signs instead (`slack.rs`).
 
 use axum::extract::{ConnectInfo, Request};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -27,7 +28,11 @@ pub(super) fn refusal(guard: &Guard, request: &Request) -> Option<Response> {
         return None;
     }
     let authenticated = guard.auth.is_required() && guard.auth.permits(request.headers());
-    let needs_key = guard.auth.is_required() && !super::ui::is_public(request.uri().path());
+    // Slack's events are signed by Slack (checked by the route), not by the API key.
+    let path = request.uri().path();
+    let needs_key = guard.auth.is_required()
+        && !super::ui::is_public(path)
+        && path != super::slack::SLACK_EVENTS_PATH;
     if needs_key && !authenticated {
         metrics::http_rejected("unauthorized");
         let mut response = ApiError::new(

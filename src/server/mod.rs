@@ -25,6 +25,7 @@ mod query;
 mod quotas;
 mod schedules;
 mod sessions;
+mod slack;
 pub mod socket;
 mod stats;
 mod ui;
@@ -122,6 +123,7 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         .route("/v1/events", get(events::stream))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
+        .route(slack::SLACK_EVENTS_PATH, post(slack::events))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .merge(ui::routes())

@@ -51,9 +51,7 @@ pub(super) async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     if state.runtime.is_clustered() {
-        return Err(
-            Error::NotAvailable("scheduled turns do not run in a cluster yet".into()).into(),
-        );
+        return Err(Error::NotAvailable("scheduled turns do not run in a cluster yet").into());
     }
     let spec: ScheduleConfig = serde_json::from_slice(&body_bytes(body)?)
         .map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;

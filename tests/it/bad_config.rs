@@ -1,6 +1,7 @@
 //! `turnstile serve` with an out-of-range config value: the real binary refuses it with an
 //! error naming the key, the value and the allowed range, and exits non-zero (no panic, no
-//! abort, no server).
+//! abort, no server). Likewise a `[channels.slack]` section it cannot start: a token's
+//! variable unset, the bot token where the app-level token belongs, a bad mode or id.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -73,5 +74,110 @@ fn serve_refuses_out_of_range_values_with_a_clear_error() {
             !dir.path().join("data").exists(),
             "nothing is written before the config is valid"
         );
+    }
+}
+
+/// Runs `serve` on `text` with `env` set; its exit code and stderr (it must exit by itself).
+fn serve_refusing(text: &str, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("turnstile.toml");
+    std::fs::write(&path, text).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_turnstile"));
+    command
+        .arg("serve")
+        .arg("--config")
+        .arg(&path)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--listen", "127.0.0.1:0"])
+        .env_remove("RUST_BACKTRACE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command.spawn().unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > EXIT_DEADLINE {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{text}: the server started instead of refusing the config");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    (status.code(), stderr)
+}
+
+#[test]
+fn serve_refuses_a_slack_section_it_cannot_start_with_a_clear_error() {
+    let bot = "TURNSTILE_IT_BAD_CONFIG_SLACK_BOT";
+    let app = "TURNSTILE_IT_BAD_CONFIG_SLACK_APP";
+    let unset = "TURNSTILE_IT_BAD_CONFIG_SLACK_UNSET";
+    let section =
+        format!("[channels.slack]\nbot_token_env = \"{bot}\"\napp_token_env = \"{app}\"\n");
+    for (text, env, needles) in [
+        // The bot token's variable is not set.
+        (
+            format!("[channels.slack]\nbot_token_env = \"{unset}\"\n"),
+            vec![],
+            vec!["channels.slack", unset, "not set"],
+        ),
+        // Socket Mode without the app-level token.
+        (
+            format!("[channels.slack]\nbot_token_env = \"{bot}\"\napp_token_env = \"{unset}\"\n"),
+            vec![(bot, "xoxb-1")],
+            vec!["channels.slack", "socket", unset, "not set"],
+        ),
+        // The bot token where the app-level token belongs.
+        (
+            section.clone(),
+            vec![(bot, "xoxb-1"), (app, "xoxb-2")],
+            vec![
+                "channels.slack.app_token_env",
+                app,
+                "xapp-",
+                "connections:write",
+            ],
+        ),
+        // `http` mode without the signing secret.
+        (
+            format!("{section}mode = \"http\"\nsigning_secret_env = \"{unset}\"\n"),
+            vec![(bot, "xoxb-1")],
+            vec!["channels.slack", "http", unset, "not set"],
+        ),
+        // Values the config itself refuses.
+        (
+            "[channels.slack]\nmode = \"rtm\"\n".to_string(),
+            vec![],
+            vec!["rtm", "socket", "http"],
+        ),
+        (
+            "[channels.slack.channels.general]\nrequire_mention = false\n".to_string(),
+            vec![],
+            vec![
+                "channels.slack.channels.general",
+                "not a Slack conversation id",
+            ],
+        ),
+        (
+            "[channels.slack]\napi_base = \"slack.com/api\"\n".to_string(),
+            vec![],
+            vec!["channels.slack.api_base", "http(s) URL"],
+        ),
+    ] {
+        let (code, stderr) = serve_refusing(&text, &env);
+        assert_eq!(code, Some(1), "{text}: {stderr}");
+        for needle in needles {
+            assert!(
+                stderr.contains(needle),
+                "{text}: {needle:?} missing in {stderr}"
+            );
+        }
     }
 }

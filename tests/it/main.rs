@@ -15,7 +15,8 @@
 //!   selecting an agent, each agent's prompt and model reaching a recording fake model, the
 //!   agent shown by the session, transcript, dump, `/v1/stats` and `/v1/models` APIs.
 //! - `bad_input`: every refusal is a clear 4xx and stores nothing.
-//! - `bad_config`: `serve` refuses an out-of-range config value with a clear error.
+//! - `bad_config`: `serve` refuses an out-of-range config value, or a Slack section it cannot
+//!   start (a token missing or swapped), with a clear error.
 //! - `restart`: transcripts are identical across a graceful restart.
 //! - `import`: `turnstile import openclaw` history survives the first prune pass; bad keys are
 //!   refused.
@@ -48,6 +49,10 @@
 //!   slow `tools/list`, a 1 MB result cut to the limit.
 //! - `schedules`: `/v1/schedules` (added, refused, run, deleted; a quiet heartbeat), and a
 //!   job due while the binary was killed runs exactly once after the restart.
+//! - `slack`: the Slack channel against a fake Slack (Web API and Socket Mode websocket):
+//!   mentions answered in thread, DMs, threads as sessions, dedupe of redelivered envelopes,
+//!   a disconnect mid-burst and restarts of the binary caught up exactly once, 429s backed
+//!   off, broadcasts escaped, the HTTP Events API's signature.
 //! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
 //!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
 
@@ -79,6 +84,7 @@ mod real_model;
 mod restart;
 mod schedules;
 mod shutdown;
+mod slack;
 mod small_window;
 mod streaming;
 #[path = "../support/mod.rs"]

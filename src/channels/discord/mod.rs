@@ -16,7 +16,7 @@
 //! Delivery is this module's [`Channel`]: the reply goes to the thread or channel of the newest
 //! message it answers, replying to it.
 
-mod chunk;
+pub(super) mod chunk;
 mod convert;
 mod events;
 mod outbound;
