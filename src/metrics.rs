@@ -607,9 +607,66 @@ pub const CONNECTION_STATES: [&str; 5] = [
     "stopped",
 ];
 
+/// Most channels whose connection state is kept for [`channel_connections`]: channels are few
+/// and configured; past it a new name is not kept (its gauges still are).
+const MAX_CONNECTION_CHANNELS: usize = 64;
+
+/// A channel's connection as `/v1/stats` and the console show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChannelConnection {
+    /// The channel (`discord`, `slack`).
+    pub channel: String,
+    /// One of [`CONNECTION_STATES`].
+    pub state: String,
+    /// Why it stopped (empty unless `stopped`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// Since when, ms since the epoch.
+    pub since_ms: u64,
+}
+
+/// The newest connection state of each channel, as [`channel_connection`] reported it (the
+/// gauges' own values cannot be read back). Process-wide, as the metrics are.
+fn connections() -> &'static std::sync::Mutex<Vec<ChannelConnection>> {
+    static STATES: OnceLock<std::sync::Mutex<Vec<ChannelConnection>>> = OnceLock::new();
+    STATES.get_or_init(Default::default)
+}
+
+/// Every channel's connection state, by channel name.
+pub fn channel_connections() -> Vec<ChannelConnection> {
+    let mut all = connections()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    all.sort_by(|a, b| a.channel.cmp(&b.channel));
+    all
+}
+
 /// `channel`'s connection is now in `state` (one of [`CONNECTION_STATES`]); a stop carries
 /// its `reason` (e.g. `authentication failed (4004)`), empty otherwise.
 pub fn channel_connection(channel: &str, state: &str, reason: &str) {
+    {
+        let mut all = connections()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = crate::clock::now_ms();
+        let full = all.len() >= MAX_CONNECTION_CHANNELS;
+        match all.iter_mut().find(|c| c.channel == channel) {
+            Some(c) if c.state == state && c.reason == reason => {}
+            Some(c) => {
+                c.state = state.to_string();
+                c.reason = reason.to_string();
+                c.since_ms = now;
+            }
+            None if !full => all.push(ChannelConnection {
+                channel: channel.to_string(),
+                state: state.to_string(),
+                reason: reason.to_string(),
+                since_ms: now,
+            }),
+            None => {}
+        }
+    }
     for s in CONNECTION_STATES {
         let on = if s == state { 1.0 } else { 0.0 };
         if s == "stopped" {
@@ -718,6 +775,30 @@ pub fn process_stats() -> ProcessTurnStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_channel_keeps_its_newest_connection_state() {
+        let mine = |all: Vec<ChannelConnection>| -> Vec<(String, String, String)> {
+            all.into_iter()
+                .filter(|c| c.channel.starts_with("unit-conn-"))
+                .map(|c| (c.channel, c.state, c.reason))
+                .collect()
+        };
+        channel_connection("unit-conn-b", "connecting", "");
+        channel_connection("unit-conn-a", "connected", "");
+        channel_connection("unit-conn-b", "stopped", "authentication failed (4004)");
+        assert_eq!(
+            mine(channel_connections()),
+            [
+                ("unit-conn-a".into(), "connected".into(), String::new()),
+                (
+                    "unit-conn-b".into(),
+                    "stopped".into(),
+                    "authentication failed (4004)".into()
+                ),
+            ]
+        );
+    }
 
     #[test]
     fn the_recorder_renders_turn_metrics() {

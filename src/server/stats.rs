@@ -42,6 +42,8 @@ pub(super) struct StatsView {
     mcp_servers: Vec<crate::McpServerHealth>,
     /// The agents, the default first.
     agents: Vec<AgentView>,
+    /// Each platform channel's connection (Discord, Slack): state, stop reason, since when.
+    channels: Vec<crate::metrics::ChannelConnection>,
 }
 
 /// One agent in `/v1/stats`.
@@ -132,6 +134,7 @@ pub(super) async fn stats(State(state): State<AppState>) -> Result<Json<StatsVie
         recent: state.history.recent(&now, RECENT_WINDOW),
         agents,
         mcp_servers: state.runtime.mcp_health(),
+        channels: crate::metrics::channel_connections(),
         janitor: janitor.map(|j| JanitorView {
             passes: j.passes,
             last_pass_at_ms: j.last_pass_at_ms,

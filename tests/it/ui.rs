@@ -158,6 +158,7 @@ async fn stats_keep_their_fields_and_gain_the_overview_ones() {
     for field in ["model_errors", "compactions_run", "evictions"] {
         assert!(stats[field].is_u64(), "{field}: {stats}");
     }
+    assert!(stats["channels"].is_array(), "{stats}");
     assert!(stats["janitor"]["passes"].as_u64() >= Some(1), "{stats}");
     assert!(
         stats["janitor"]["last_pass_at_ms"].as_u64() > Some(0),

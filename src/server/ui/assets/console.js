@@ -327,6 +327,11 @@
       st.mcp_servers.map((m) => h('div', { class: m.status === 'down' ? 'sub error' : 'sub', 'data-mcp': m.name, 'data-value': m.status },
         `${m.name} (${m.transport}) · ${m.status}${m.status === 'up' ? ', ' + int(m.tools) + ' tools' : ''} · since ${ago(m.since_ms)}` +
         `${m.restarts ? ' · ' + int(m.restarts) + ' restarts' : ''}${m.error ? ' · ' + m.error : ''}`)));
+    // One line per platform channel's connection (none configured: no card).
+    const channels = (st.channels || []).length === 0 ? null : h('div', { class: 'card wide', id: 'channels' },
+      h('div', { class: 'label' }, 'Channels'),
+      st.channels.map((c) => h('div', { class: c.state === 'stopped' ? 'sub error' : 'sub', 'data-channel': c.channel, 'data-value': c.state },
+        `${c.channel} · ${c.state.replace('_', ' ')} since ${ago(c.since_ms)}${c.reason ? ' · ' + c.reason : ''}`)));
     const samples = (hist && hist.samples) || [];
     const span = Math.max(60, (hist.interval_seconds || 2) * (hist.max_samples || samples.length));
     const charts = h('div', { class: 'charts' },
@@ -340,7 +345,7 @@
         { name: 'live lanes', values: samples.map((x) => [x.at_ms, x.live_lanes]) },
       ], '', span));
     const root = h('div', { id: 'overview', 'data-refreshes': String(overviewRefreshes) },
-      h('h1', null, 'Overview'), cards, h('div', { class: 'cards' }, disk, jan, mcp), charts,
+      h('h1', null, 'Overview'), cards, h('div', { class: 'cards' }, disk, jan, channels, mcp), charts,
       h('div', { class: 'cards' }, agents, schedulesCard(jobs), auditCard(audit)),
       h('p', { class: 'muted' }, `Refreshes every ${REFRESH_MS / 1000} s while this tab is visible; samples every ${hist.interval_seconds} s, ${samples.length} of ${hist.max_samples} kept.`));
     clear(main).append(root);
