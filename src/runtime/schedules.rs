@@ -157,6 +157,11 @@ impl Runtime {
         text: String,
     ) -> InboundMessage {
         let chat = self.inner.store.session_chat(key).ok().flatten();
+        // A thread's session (`…:thread:<id>`) answers in its thread.
+        let thread_id = chat
+            .as_ref()
+            .and_then(|_| key.rsplit_once(":thread:"))
+            .map(|(_, t)| t.to_string());
         let (channel, chat_id, chat_kind) = match chat {
             Some((channel, chat_id)) => {
                 // A chat record scoped to an agent names its channel `<channel>\u{1f}<agent>`.
@@ -178,7 +183,7 @@ impl Runtime {
             account_id: "default".into(),
             chat_kind,
             chat_id,
-            thread_id: None,
+            thread_id,
             message_id: id.to_string(),
             sender: Sender {
                 id: SCHEDULER_SENDER.into(),
