@@ -185,6 +185,12 @@ async fn the_console_works_in_a_real_browser() {
         // The busy group keeps its message_count drop for the inspector to show: the window
         // trigger would fold it into a summary at a moment the test cannot predict.
         c.compaction.window_trigger = false;
+        // A quota rule for a sender that never writes: the quotas card shows, nothing refused.
+        c.quotas = turnstile::Config::parse(
+            "[[quotas]]\nmatch = { sender = \"telegram:nobody\" }\nmessages_per_minute = 1\n",
+        )
+        .expect("a quota rule")
+        .quotas;
     })
     .await;
     let api = authed(&server.base);
@@ -306,6 +312,17 @@ async fn the_console_works_in_a_real_browser() {
     )
     .await;
     b.screenshot(&shots.join("overview.png")).await;
+    let quotas = wait_js(
+        b,
+        "the quotas card",
+        "const e = document.querySelector('[data-figure=quota_refused_messages]'); \
+         return e ? e.textContent : null;",
+    )
+    .await;
+    assert!(
+        quotas.as_str().is_some_and(|t| t.starts_with("1 rule")),
+        "{quotas}"
+    );
 
     // ---- the sessions list ----
     b.goto(&format!("{base}/ui/sessions")).await;

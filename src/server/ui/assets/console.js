@@ -332,6 +332,14 @@
       h('div', { class: 'label' }, 'Channels'),
       st.channels.map((c) => h('div', { class: c.state === 'stopped' ? 'sub error' : 'sub', 'data-channel': c.channel, 'data-value': c.state },
         `${c.channel} · ${c.state.replace('_', ' ')} since ${ago(c.since_ms)}${c.reason ? ' · ' + c.reason : ''}`)));
+    // `[[quotas]]`: refusals since start and the subjects refused most (no rules: no card).
+    const q = st.quotas;
+    const quotas = !q ? null : h('div', { class: 'card wide', id: 'quotas' },
+      h('div', { class: 'label' }, 'Quotas'),
+      h('div', { class: 'sub', 'data-figure': 'quota_refused_messages', 'data-value': raw(q.refused_messages) },
+        `${int(q.rules)} rule${q.rules === 1 ? '' : 's'} · since start ${int(q.refused_messages)} messages refused over a message quota, ${int(q.refused_tokens)} over a token quota`),
+      (q.top || []).map((o) => h('div', { class: 'sub', 'data-quota': o.subject, 'data-value': raw(o.refused) },
+        `${o.subject} · ${int(o.refused)} refused`)));
     const samples = (hist && hist.samples) || [];
     const span = Math.max(60, (hist.interval_seconds || 2) * (hist.max_samples || samples.length));
     const charts = h('div', { class: 'charts' },
@@ -345,7 +353,7 @@
         { name: 'live lanes', values: samples.map((x) => [x.at_ms, x.live_lanes]) },
       ], '', span));
     const root = h('div', { id: 'overview', 'data-refreshes': String(overviewRefreshes) },
-      h('h1', null, 'Overview'), cards, h('div', { class: 'cards' }, disk, jan, channels, mcp), charts,
+      h('h1', null, 'Overview'), cards, h('div', { class: 'cards' }, disk, jan, channels, mcp, quotas), charts,
       h('div', { class: 'cards' }, agents, schedulesCard(jobs), auditCard(audit)),
       h('p', { class: 'muted' }, `Refreshes every ${REFRESH_MS / 1000} s while this tab is visible; samples every ${hist.interval_seconds} s, ${samples.length} of ${hist.max_samples} kept.`));
     clear(main).append(root);
