@@ -445,6 +445,18 @@ async fn a_serving_open_checks_the_inbox_now_and_the_rest_later() {
     store.close().await.unwrap();
 }
 
+/// Makes `store` look like a v1 store: no `by_updated` index, schema version 1.
+fn make_v1(store: &Store) {
+    store.inner().by_updated.clear().unwrap();
+    store
+        .inner()
+        .db
+        .open_tree("meta")
+        .unwrap()
+        .insert(SCHEMA_KEY, &[1u8])
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_v1_store_is_migrated_on_open() {
     let dir = tempfile::tempdir().unwrap();
@@ -452,15 +464,7 @@ async fn a_v1_store_is_migrated_on_open() {
         let store = Store::open(&config(dir.path())).unwrap();
         turn(&store, "a", 10, "x");
         turn(&store, "b", 20, "x");
-        // Make it look like a v1 store: no index, version 1.
-        store.inner().by_updated.clear().unwrap();
-        store
-            .inner()
-            .db
-            .open_tree("meta")
-            .unwrap()
-            .insert(SCHEMA_KEY, &[1u8])
-            .unwrap();
+        make_v1(&store);
         store.close().await.unwrap();
     }
     let store = Store::open(&config(dir.path())).unwrap();
@@ -478,14 +482,7 @@ async fn a_migration_is_preceded_by_a_backup_that_restores_the_old_store() {
     {
         let store = Store::open(&config(dir.path())).unwrap();
         turn(&store, "a", 10, "before the upgrade");
-        store.inner().by_updated.clear().unwrap();
-        store
-            .inner()
-            .db
-            .open_tree("meta")
-            .unwrap()
-            .insert(SCHEMA_KEY, &[1u8])
-            .unwrap();
+        make_v1(&store);
         store.close().await.unwrap();
     }
     let backup = dir.path().join("pre-migration-v1.backup");
