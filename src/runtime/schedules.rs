@@ -13,8 +13,8 @@ use crate::inbound::{
     ChatKind, DropReason, IdOrigin, InboundMessage, MessageKind, Refusal, Sender,
 };
 use crate::schedules::{
-    excerpt, job_session, outcome_of, quiet_text, run_message_id, run_scheduler, RunTurns,
-    Schedules, HEARTBEAT_OK,
+    answer_outcome, excerpt, job_session, outcome_of, quiet_text, run_message_id, run_scheduler,
+    RunTurns, Schedules, HEARTBEAT_OK,
 };
 use crate::store::RunOutcome;
 
@@ -114,13 +114,9 @@ impl Runtime {
             // reply still to come.
             Err(e) if e.dropped() == Some(DropReason::Duplicate) => {
                 match self.stored_answer(&key, &id) {
-                    Ok(Some(answer)) if job.heartbeat && quiet_text(&answer.text) => {
-                        return Some(RunOutcome::Quiet)
-                    }
                     Ok(Some(answer)) => {
-                        return Some(RunOutcome::Answered {
-                            reply: excerpt(&answer.text),
-                        })
+                        let quiet = job.heartbeat && quiet_text(&answer.text);
+                        return Some(answer_outcome(&answer.text, false, quiet));
                     }
                     Ok(None) => {}
                     Err(e) => {

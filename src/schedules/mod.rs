@@ -290,15 +290,21 @@ pub(crate) fn excerpt(text: &str) -> String {
 
 /// The outcome of a turn that answered with `reply`.
 pub(crate) fn outcome_of(reply: &Reply) -> RunOutcome {
-    if reply.error {
+    answer_outcome(&reply.text, reply.error, is_quiet_heartbeat(reply))
+}
+
+/// The outcome of a turn whose answer is `text`: a failure notice (`error`), a heartbeat's
+/// nothing to report (`quiet`), or an answer.
+pub(crate) fn answer_outcome(text: &str, error: bool, quiet: bool) -> RunOutcome {
+    if error {
         RunOutcome::Failed {
-            error: excerpt(&reply.text),
+            error: excerpt(text),
         }
-    } else if is_quiet_heartbeat(reply) {
+    } else if quiet {
         RunOutcome::Quiet
     } else {
         RunOutcome::Answered {
-            reply: excerpt(&reply.text),
+            reply: excerpt(text),
         }
     }
 }

@@ -209,7 +209,25 @@ fn remove_staging(staging: &Path) -> Result<(), StoreError> {
 
 /// The cold tier's pack files, opened, with their lengths now.
 pub(super) fn open_packs(data_dir: &Path) -> Result<Vec<CutFile>, StoreError> {
-    let dir = data_dir.join(COLD_DIR);
+    open_files(data_dir, COLD_DIR, |name, _| pack_number(name).is_some())
+}
+
+/// The archives as found now (each one a complete file; a half-written one has a dot name).
+fn open_archives(data_dir: &Path) -> Result<Vec<CutFile>, StoreError> {
+    open_files(data_dir, ARCHIVE_DIR, |name, entry| {
+        !name.starts_with('.') && entry.file_type().is_ok_and(|t| t.is_file())
+    })
+}
+
+/// The files of `data_dir/<sub>` that `keep` takes, opened, with their lengths now, by name.
+/// A file deleted since the listing (by the janitor) is left out: the copied index no longer
+/// names it.
+fn open_files(
+    data_dir: &Path,
+    sub: &str,
+    keep: impl Fn(&str, &std::fs::DirEntry) -> bool,
+) -> Result<Vec<CutFile>, StoreError> {
+    let dir = data_dir.join(sub);
     let entries = match std::fs::read_dir(&dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -219,13 +237,12 @@ pub(super) fn open_packs(data_dir: &Path) -> Result<Vec<CutFile>, StoreError> {
     for entry in entries {
         let entry = entry.map_err(StoreError::file("list", &dir))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if pack_number(&name).is_none() {
+        if !keep(&name, &entry) {
             continue;
         }
-        let path = entry.path();
+        let path: PathBuf = entry.path();
         let file = match File::open(&path) {
             Ok(file) => file,
-            // Deleted by the janitor since the listing: the copied index no longer names it.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(StoreError::file("open", &path)(e)),
         };
@@ -234,47 +251,10 @@ pub(super) fn open_packs(data_dir: &Path) -> Result<Vec<CutFile>, StoreError> {
             .map_err(StoreError::file("read the size of", &path))?
             .len();
         files.push(CutFile {
-            name: format!("{COLD_DIR}/{name}"),
+            name: format!("{sub}/{name}"),
             file,
             len,
         });
-    }
-    files.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(files)
-}
-
-/// The archives as found now (each one a complete file; a half-written one has a dot name).
-fn open_archives(data_dir: &Path) -> Result<Vec<CutFile>, StoreError> {
-    let dir = data_dir.join(ARCHIVE_DIR);
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(StoreError::file("list", &dir)(e)),
-    };
-    let mut files = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(StoreError::file("list", &dir))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || !entry.file_type().is_ok_and(|t| t.is_file()) {
-            continue;
-        }
-        let path: PathBuf = entry.path();
-        match File::open(&path) {
-            Ok(file) => {
-                let len = file
-                    .metadata()
-                    .map_err(StoreError::file("read the size of", &path))?
-                    .len();
-                files.push(CutFile {
-                    name: format!("{ARCHIVE_DIR}/{name}"),
-                    file,
-                    len,
-                });
-            }
-            // Deleted by the janitor meanwhile.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(StoreError::file("open", &path)(e)),
-        }
     }
     files.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(files)

@@ -179,6 +179,22 @@ fn decode_run(bytes: &[u8]) -> Result<RunRecord, StoreError> {
     })
 }
 
+/// Removes job `id`'s runs but the newest `keep`.
+fn remove_runs(tree: &sled::Tree, id: &str, keep: usize) -> Result<(), StoreError> {
+    let old: Vec<sled::IVec> = tree
+        .scan_prefix(runs_prefix(id))
+        .keys()
+        .rev()
+        .skip(keep)
+        .collect::<Result<_, _>>()
+        .map_err(StoreError::sled("reading a schedule's runs"))?;
+    for k in old {
+        tree.remove(k)
+            .map_err(StoreError::sled("removing a schedule's runs"))?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Every stored job, in id order (at most [`crate::config::MAX_SCHEDULES`] are ever
     /// stored).
@@ -222,18 +238,7 @@ impl Store {
             .remove(job_key(id))
             .map_err(StoreError::sled("deleting a schedule"))?
             .is_some();
-        let runs: Vec<sled::IVec> = inner
-            .schedules
-            .scan_prefix(runs_prefix(id))
-            .keys()
-            .collect::<Result<_, _>>()
-            .map_err(StoreError::sled("reading a schedule's runs"))?;
-        for k in runs {
-            inner
-                .schedules
-                .remove(k)
-                .map_err(StoreError::sled("deleting a schedule's runs"))?;
-        }
+        remove_runs(&inner.schedules, id, 0)?;
         Ok((existed, inner.commit.ticket()))
     }
 
@@ -271,20 +276,7 @@ impl Store {
         if !recorded {
             return Ok(None);
         }
-        let keys: Vec<sled::IVec> = inner
-            .schedules
-            .scan_prefix(runs_prefix(id))
-            .keys()
-            .rev()
-            .skip(MAX_RUNS_KEPT)
-            .collect::<Result<_, _>>()
-            .map_err(StoreError::sled("reading a schedule's runs"))?;
-        for k in keys {
-            inner
-                .schedules
-                .remove(k)
-                .map_err(StoreError::sled("trimming a schedule's runs"))?;
-        }
+        remove_runs(&inner.schedules, id, MAX_RUNS_KEPT)?;
         Ok(Some(inner.commit.ticket()))
     }
 
