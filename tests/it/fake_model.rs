@@ -37,6 +37,9 @@ pub struct Behaviour {
     pub retry_after_secs: u32,
     /// How long each answer takes (a slow model), in ms.
     pub delay_ms: u64,
+    /// Answers wait until [`FakeModel::release`] (a model that is busy for as long as the
+    /// test needs, so what happens meanwhile does not race a timer).
+    pub held: bool,
 }
 
 impl Default for Behaviour {
@@ -47,6 +50,7 @@ impl Default for Behaviour {
             rate_limited_first: 0,
             retry_after_secs: 1,
             delay_ms: 0,
+            held: false,
         }
     }
 }
@@ -78,6 +82,8 @@ struct FakeState {
     /// Requests being answered now, and the most at once so far.
     in_flight: std::sync::atomic::AtomicUsize,
     most_in_flight: std::sync::atomic::AtomicUsize,
+    /// Open once released; held answers wait on it.
+    released: tokio::sync::watch::Sender<bool>,
 }
 
 /// Counts a request in flight until dropped.
@@ -112,6 +118,7 @@ impl FakeModel {
             arrived: std::sync::atomic::AtomicUsize::new(0),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             most_in_flight: std::sync::atomic::AtomicUsize::new(0),
+            released: tokio::sync::watch::Sender::new(false),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
@@ -140,6 +147,11 @@ impl FakeModel {
         self.state
             .most_in_flight
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Lets held answers (and every later one) go.
+    pub fn release(&self) {
+        self.state.released.send_replace(true);
     }
 
     /// Every request so far, in arrival order.
@@ -184,6 +196,10 @@ async fn completions(State(state): State<Arc<FakeState>>, Json(body): Json<Value
         .most_in_flight
         .fetch_max(now, std::sync::atomic::Ordering::SeqCst);
     let _counted = InFlight(&state);
+    if state.behaviour.held {
+        let mut released = state.released.subscribe();
+        let _ = released.wait_for(|open| *open).await;
+    }
     if state.behaviour.delay_ms > 0 {
         tokio::time::sleep(std::time::Duration::from_millis(state.behaviour.delay_ms)).await;
     }

@@ -77,7 +77,7 @@ async fn sigterm_exits_cleanly_and_loses_nothing() {
 }
 
 /// A drain finishes the work it has (issue 44): SIGTERM while turns run on a slow model
-/// (a test double answering after 1.5 s) — `/readyz` and new messages get `503` at once,
+/// (a test double holding its answers until released) — `/readyz` and new messages get `503`,
 /// every running turn's client gets its answer, the process exits 0, and after a restart
 /// each session holds exactly one reply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -86,7 +86,7 @@ async fn sigterm_drains_running_turns_to_their_clients() {
     use crate::support::{eventually, ServerProcess, PATIENCE};
     const CLIENTS: usize = 8;
     let fake = FakeModel::start(Behaviour {
-        delay_ms: 1_500,
+        held: true,
         ..Behaviour::default()
     })
     .await;
@@ -132,13 +132,20 @@ async fn sigterm_drains_running_turns_to_their_clients() {
     .await;
     server.sigterm();
 
-    // While the turns finish: not ready, and new messages are refused with a retry hint.
-    let ready = http
-        .get(format!("{}/readyz", server.url))
-        .send()
-        .await
-        .expect("/readyz answers during the drain");
-    assert_eq!(ready.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    // While the turns run: not ready (once the signal is handled), and new messages are
+    // refused with a retry hint.
+    eventually(PATIENCE, "/readyz to answer 503 after SIGTERM", || {
+        let ready = http.get(format!("{}/readyz", server.url)).send();
+        async move {
+            let status = ready.await.map_err(|e| e.to_string())?.status();
+            if status == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                Ok(())
+            } else {
+                Err(format!("/readyz answered {status}"))
+            }
+        }
+    })
+    .await;
     let refused = http
         .post(format!("{}/v1/messages", server.url))
         .json(&crate::support::Msg::group("drain-chat", "late-1", "too late").json())
@@ -148,6 +155,7 @@ async fn sigterm_drains_running_turns_to_their_clients() {
     assert_eq!(refused.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
     assert!(refused.headers().contains_key("retry-after"));
 
+    fake.release();
     while let Some(done) = clients.join_next().await {
         let (i, status, body) = done.expect("a client task");
         assert_eq!(status, reqwest::StatusCode::OK, "client {i}: {body}");
