@@ -10,9 +10,12 @@
 //! The API channel is the runtime's own (`runtime/api_channel.rs`); the router that picks the
 //! channel for a reply lives in `crate::replies`, below both.
 //! - `retry.rs`: the pause between retries (delays from `crate::backoff`).
+//! - `preview.rs`: a streaming reply shown as one message edited as it grows (Telegram,
+//!   Discord, Slack).
 
 mod callback;
 mod discord;
+mod preview;
 mod retry;
 mod slack;
 mod telegram;

@@ -14,7 +14,7 @@ pub(crate) const MAX_POLL_TIMEOUT_SECS: u32 = 3_600;
 /// Most attempts `channels.telegram.send_attempts` and `channels.callback.max_attempts` allow.
 pub(crate) const MAX_ATTEMPTS: u32 = 100;
 
-/// Shortest and longest `channels.telegram.edit_interval_ms` (Telegram limits edits per chat).
+/// Shortest and longest `edit_interval_ms` of a channel (platforms limit edits per chat).
 const EDIT_INTERVAL_MS: std::ops::RangeInclusive<u64> = 250..=60_000;
 
 /// `[channels]`: optional transports. A section that is present turns its channel on.
@@ -148,16 +148,17 @@ impl TelegramConfig {
         in_range(&key("poll_limit"), self.poll_limit, 1..=100)?;
         check_backoff(&key, self.retry_backoff_ms, self.max_retry_backoff_ms)?;
         in_range(&key("send_attempts"), self.send_attempts, 1..=MAX_ATTEMPTS)?;
-        in_range(
-            &key("edit_interval_ms"),
-            self.edit_interval_ms,
-            EDIT_INTERVAL_MS,
-        )?;
+        check_edit_interval(&key("edit_interval_ms"), self.edit_interval_ms)?;
         if !(self.api_base.starts_with("http://") || self.api_base.starts_with("https://")) {
             return Err(invalid(&key("api_base"), "must be an http(s) URL"));
         }
         Ok(())
     }
+}
+
+/// Checks a channel's `edit_interval_ms`: within [`EDIT_INTERVAL_MS`].
+pub(super) fn check_edit_interval(key: &str, value: u64) -> Result<(), ConfigError> {
+    in_range(key, value, EDIT_INTERVAL_MS)
 }
 
 /// Checks a `send_attempts`-like key: 1 to [`MAX_ATTEMPTS`].

@@ -53,6 +53,13 @@ pub struct DiscordConfig {
     /// Longest pause between retries, in ms (a 429's `retry_after` is capped by it). Default
     /// 60,000.
     pub max_retry_backoff_ms: u64,
+    /// Show a reply while it streams: one message with the text so far, edited as more
+    /// arrives (only while the edit route's rate-limit bucket has room) and a last time to
+    /// the final text. Default true.
+    pub stream_edits: bool,
+    /// Shortest time between two edits of a streaming reply, in ms (250–60,000). Default
+    /// 1,000.
+    pub edit_interval_ms: u64,
     /// `[channels.discord.guilds.<guild id>]`: settings of one guild. Default none.
     pub guilds: BTreeMap<String, DiscordGuildConfig>,
 }
@@ -71,6 +78,8 @@ impl Default for DiscordConfig {
             send_attempts: 5,
             retry_backoff_ms: 1_000,
             max_retry_backoff_ms: 60_000,
+            stream_edits: true,
+            edit_interval_ms: 1_000,
             guilds: BTreeMap::new(),
         }
     }
@@ -173,6 +182,7 @@ impl DiscordConfig {
         }
         super::channels::check_attempts(&key("send_attempts"), self.send_attempts)?;
         super::channels::check_backoff(&key, self.retry_backoff_ms, self.max_retry_backoff_ms)?;
+        super::channels::check_edit_interval(&key("edit_interval_ms"), self.edit_interval_ms)?;
         if self.guilds.len() > MAX_DISCORD_TABLES {
             return Err(invalid(
                 &key("guilds"),

@@ -77,6 +77,12 @@ pub struct SlackConfig {
     /// Longest pause between retries, in ms (a 429's `Retry-After` is capped by it). Default
     /// 60,000.
     pub max_retry_backoff_ms: u64,
+    /// Show a reply while it streams: one message with the text so far, edited
+    /// (`chat.update`) as more arrives and a last time to the final text. Default true.
+    pub stream_edits: bool,
+    /// Shortest time between two edits of a streaming reply, in ms (250–60,000). Default
+    /// 2,000: `chat.update` is a Tier 3 method (about 50 calls a minute).
+    pub edit_interval_ms: u64,
     /// `[channels.slack.channels.<channel id>]`: settings of one conversation (its threads
     /// use them too). Default none.
     pub channels: BTreeMap<String, SlackChatConfig>,
@@ -99,6 +105,8 @@ impl Default for SlackConfig {
             send_attempts: 5,
             retry_backoff_ms: 1_000,
             max_retry_backoff_ms: 60_000,
+            stream_edits: true,
+            edit_interval_ms: 2_000,
             channels: BTreeMap::new(),
         }
     }
@@ -172,6 +180,7 @@ impl SlackConfig {
         }
         super::channels::check_attempts(&key("send_attempts"), self.send_attempts)?;
         super::channels::check_backoff(&key, self.retry_backoff_ms, self.max_retry_backoff_ms)?;
+        super::channels::check_edit_interval(&key("edit_interval_ms"), self.edit_interval_ms)?;
         users(&key("users"), &self.users)?;
         if self.channels.len() > MAX_SLACK_TABLES {
             return Err(invalid(

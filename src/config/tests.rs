@@ -289,6 +289,10 @@ fn every_numeric_key_has_a_range() {
         ("channels.telegram", "send_attempts", "4000000000"),
         ("channels.telegram", "edit_interval_ms", "249"),
         ("channels.telegram", "edit_interval_ms", "60001"),
+        ("channels.discord", "edit_interval_ms", "249"),
+        ("channels.discord", "edit_interval_ms", "60001"),
+        ("channels.slack", "edit_interval_ms", "0"),
+        ("channels.slack", "edit_interval_ms", HUGE),
     ];
     for (section, key, value) in cases {
         let text = format!("[{section}]\n{key} = {value}\n");

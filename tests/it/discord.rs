@@ -428,3 +428,68 @@ async fn the_http_api_takes_a_message_type_and_a_command_is_not_a_turn() {
     assert_eq!(status.as_u16(), 400, "{body}");
     server.stop().await;
 }
+
+/// A streamed reply (a test-double model writing one piece per release) shows as one message
+/// edited as it grows under a tight edit bucket (the fake's: two per 2 s). Discord names a
+/// bucket only in a 429, so at most one edit is refused; after it the edits wait for room or
+/// are skipped, and the message ends with the whole text; nothing else is posted.
+#[tokio::test]
+async fn a_streamed_reply_is_one_message_edited_within_the_edit_bucket() {
+    use crate::fake_streaming_model::{use_model, FakeStreamingModel, Script};
+    let fake = FakeDiscord::start().await;
+    fake.edit_bucket(2, Duration::from_secs(2));
+    let script = Script {
+        step_gated: true,
+        ..Script::text(&["one ", "two ", "three ", "four ", "five"])
+    };
+    let model = FakeStreamingModel::start(script.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_env = env_var(TOKEN);
+    let mut c = config(dir.path());
+    one_turn_per_message(&mut c);
+    use_model(&mut c, &model.base_url);
+    c.channels.discord = Some(DiscordConfig {
+        edit_interval_ms: 250,
+        ..discord_config(&fake, &token_env)
+    });
+    let runtime = Runtime::builder().config(c).build().await.unwrap();
+    let server = TestServer::serve(runtime, None).await;
+    connected(&fake, 1).await;
+
+    let (m1, msg) = addressed(&fake, "stream please");
+    fake.post(msg);
+    assert_eq!(replies(&fake, 1).await, vec![m1], "the preview replies");
+    assert_eq!(fake.sent()[0].1["content"], json!("one "));
+    for _ in 1..script.chunks.len() {
+        model.release();
+        // Paced past the edit interval, so the preview has edits to make.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let whole = script.whole();
+    eventually_some(PATIENCE, "the whole text", || {
+        let fake = fake.clone();
+        let whole = whole.clone();
+        async move { (fake.sent()[0].1["content"] == json!(whole)).then_some(()) }
+    })
+    .await;
+    assert_eq!(fake.sent().len(), 1, "one message: {:?}", fake.sent());
+    assert!(
+        fake.edits_refused() <= 1,
+        "{} edits refused",
+        fake.edits_refused()
+    );
+    let edits: Vec<Value> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH")
+        .map(|r| r.body)
+        .collect();
+    assert!(
+        (1..=script.chunks.len()).contains(&edits.len()),
+        "at most one edit per piece: {edits:?}"
+    );
+    for body in &edits {
+        assert_eq!(body["allowed_mentions"]["parse"], json!([]), "{body}");
+    }
+    server.stop().await;
+}

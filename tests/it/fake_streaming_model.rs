@@ -31,6 +31,9 @@ pub struct Script {
     pub usage: Option<(u32, u32)>,
     /// Hold every chunk after the first until [`FakeStreamingModel::release`].
     pub gated: bool,
+    /// Hold each chunk after the first until its own [`FakeStreamingModel::release`] (a
+    /// model that writes as slowly as the test needs).
+    pub step_gated: bool,
     /// Answer with this status and error message instead.
     pub fail: Option<(u16, String)>,
 }
@@ -42,6 +45,7 @@ impl Script {
             finish_reason: "stop".into(),
             usage: None,
             gated: false,
+            step_gated: false,
             fail: None,
         }
     }
@@ -173,7 +177,7 @@ async fn complete(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
             .send(send(chunk(json!({"role": "assistant"}), Value::Null)))
             .await;
         for (i, text) in script.chunks.iter().enumerate() {
-            if i == 1 && script.gated {
+            if (i == 1 && script.gated) || (i >= 1 && script.step_gated) {
                 shared.gate.notified().await;
             }
             if tx

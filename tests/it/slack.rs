@@ -191,6 +191,8 @@ async fn a_429_is_backed_off_for_its_retry_after() {
     let dir = tempfile::tempdir().unwrap();
     let mut slack = slack_config(&fake);
     slack.max_retry_backoff_ms = 5_000;
+    // The final send's back-off is the subject: no preview to take the 429 first.
+    slack.stream_edits = false;
     let server = server_with(dir.path(), slack).await;
     connected(&fake).await;
     fake.rate_limit_next_posts(1, 1);
@@ -436,5 +438,61 @@ async fn a_refused_app_token_or_link_disabled_stops_the_channel_with_its_reason(
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(fake.opens(), 1, "not reconnected");
+    server.stop().await;
+}
+
+/// A streamed reply (a test-double model writing one piece per release) shows as one message
+/// in the thread, edited with `chat.update` as it grows, and ends with the whole text; nothing
+/// else is posted.
+#[tokio::test]
+async fn a_streamed_reply_is_one_message_edited_as_it_grows() {
+    use crate::fake_streaming_model::{use_model, FakeStreamingModel, Script};
+    let fake = FakeSlack::start().await;
+    let script = Script {
+        step_gated: true,
+        ..Script::text(&["one ", "two ", "three ", "four ", "<!here> five"])
+    };
+    let model = FakeStreamingModel::start(script.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    one_turn_per_message(&mut c);
+    use_model(&mut c, &model.base_url);
+    c.channels.slack = Some(SlackConfig {
+        edit_interval_ms: 250,
+        ..slack_config(&fake)
+    });
+    let runtime = Runtime::builder().config(c).build().await.unwrap();
+    let server = TestServer::serve(runtime, None).await;
+    connected(&fake).await;
+
+    let m1 = fake.post(CHANNEL, "U1", &mention("stream please"), None);
+    let first = sent(&fake, 1).await;
+    assert_eq!(first[0].1["text"], json!("one "));
+    assert_eq!(
+        first[0].1["thread_ts"],
+        json!(m1),
+        "the preview is in the thread"
+    );
+    for _ in 1..script.chunks.len() {
+        model.release();
+        // Paced past the edit interval, so the preview has edits to make.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let whole = "one two three four &lt;!here&gt; five";
+    eventually_some(PATIENCE, "the whole text", || {
+        let fake = fake.clone();
+        async move { (fake.sent()[0].1["text"] == json!(whole)).then_some(()) }
+    })
+    .await;
+    assert_eq!(fake.sent().len(), 1, "one message: {:?}", fake.sent());
+    let updates = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "chat.update")
+        .count();
+    assert!(
+        (2..=script.chunks.len()).contains(&updates),
+        "edits while streaming and a last one, at most one per piece: {updates}"
+    );
     server.stop().await;
 }

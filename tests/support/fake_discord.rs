@@ -14,7 +14,10 @@
 //! HTML page); keeps each channel's message history (what users posted and what the bot sent)
 //! for `GET /channels/{id}/messages?after=`; honours `nonce` + `enforce_nonce` as Discord does
 //! (a repeated nonce returns the message already created); echoes the bot's own messages on
-//! the gateway like Discord.
+//! the gateway like Discord. Message edits (`PATCH /channels/{id}/messages/{id}`) change the
+//! kept message and answer with the headers of their own bucket, which the test may make
+//! tight (an edit past it gets a 429, counted, with `X-RateLimit-Scope` as Discord sends it
+//! on 429s only).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, patch, post};
 use axum::Router;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
@@ -86,6 +89,29 @@ struct Shared {
     json_429s: u32,
     html_429s: u32,
     close_on_identify: Option<u16>,
+    edits: EditBucket,
+}
+
+/// The edit route's rate-limit bucket: `limit` edits per window of `window`.
+struct EditBucket {
+    limit: u32,
+    window: std::time::Duration,
+    started: Option<std::time::Instant>,
+    used: u32,
+    /// Edits answered 429 (past the bucket).
+    refused: u32,
+}
+
+impl Default for EditBucket {
+    fn default() -> Self {
+        Self {
+            limit: 50,
+            window: std::time::Duration::from_millis(50),
+            started: None,
+            used: 0,
+            refused: 0,
+        }
+    }
 }
 
 /// The fake Discord.
@@ -157,6 +183,10 @@ impl FakeDiscord {
             .route(
                 "/api/v10/channels/{id}/messages",
                 post(create_message).get(channel_messages),
+            )
+            .route(
+                "/api/v10/channels/{id}/messages/{mid}",
+                patch(update_message),
             )
             .route("/api/v10/channels/{id}/typing", post(typing))
             .with_state(fake.clone());
@@ -282,6 +312,18 @@ impl FakeDiscord {
     /// Paths of the gateway connections so far (`/` or `/resume`).
     pub fn connections(&self) -> Vec<String> {
         self.shared().connections.clone()
+    }
+
+    /// Makes the edit bucket `limit` edits per `window`.
+    pub fn edit_bucket(&self, limit: u32, window: std::time::Duration) {
+        let mut s = self.shared();
+        s.edits.limit = limit;
+        s.edits.window = window;
+    }
+
+    /// Edits answered 429 so far (sent past the bucket).
+    pub fn edits_refused(&self) -> u32 {
+        self.shared().edits.refused
     }
 
     /// Every REST request so far.
@@ -572,6 +614,77 @@ async fn create_message(
     // Discord echoes the bot's own message on the gateway.
     f.dispatch("MESSAGE_CREATE", m.clone());
     limited(axum::Json(m).into_response())
+}
+
+async fn update_message(
+    State(f): State<FakeDiscord>,
+    Path((id, mid)): Path<(u64, u64)>,
+    body: axum::body::Bytes,
+) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    f.record(
+        "PATCH",
+        format!("/channels/{id}/messages/{mid}"),
+        body.clone(),
+    );
+    let mut s = f.shared();
+    let now = std::time::Instant::now();
+    let b = &mut s.edits;
+    if b.started.is_none_or(|t| now >= t + b.window) {
+        b.started = Some(now);
+        b.used = 0;
+    }
+    let reset_after = (b.started.unwrap_or(now) + b.window).saturating_duration_since(now);
+    let reset = format!("{:.3}", reset_after.as_secs_f64());
+    if b.used >= b.limit {
+        b.refused += 1;
+        let mut r = (
+            StatusCode::TOO_MANY_REQUESTS,
+            axum::Json(json!({
+                "message": "You are being rate limited.", "retry_after": reset_after.as_secs_f64(),
+                "global": false
+            })),
+        )
+            .into_response();
+        edit_headers(&mut r, b.limit, 0, &reset);
+        // Discord names the scope on a 429 only; it is what makes twilight learn the bucket.
+        r.headers_mut()
+            .insert("x-ratelimit-scope", HeaderValue::from_static("user"));
+        return r;
+    }
+    b.used += 1;
+    let (limit, remaining) = (b.limit, b.limit - b.used);
+    let Some(m) = s
+        .history
+        .get_mut(&id)
+        .and_then(|l| l.iter_mut().find(|m| m["id"] == json!(mid.to_string())))
+    else {
+        return (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"message": "Unknown Message", "code": 10008})),
+        )
+            .into_response();
+    };
+    if let Some(content) = body["content"].as_str() {
+        m["content"] = json!(content);
+    }
+    m["edited_timestamp"] = json!("2026-01-01T00:00:01.000000+00:00");
+    let mut r = axum::Json(m.clone()).into_response();
+    edit_headers(&mut r, limit, remaining, &reset);
+    r
+}
+
+fn edit_headers(r: &mut Response, limit: u32, remaining: u32, reset_after: &str) {
+    let h = r.headers_mut();
+    h.insert("x-ratelimit-limit", HeaderValue::from(limit));
+    h.insert("x-ratelimit-remaining", HeaderValue::from(remaining));
+    if let Ok(v) = HeaderValue::from_str(reset_after) {
+        h.insert("x-ratelimit-reset-after", v);
+    }
+    h.insert(
+        "x-ratelimit-bucket",
+        HeaderValue::from_static("fake-edit-bucket"),
+    );
 }
 
 async fn channel_messages(

@@ -524,7 +524,22 @@ async fn web_api(
             f.deliver(&channel, &m);
             ok(json!({"channel": channel, "ts": m["ts"], "message": m}))
         }
-        "chat.update" => ok(json!({"channel": p("channel"), "ts": p("ts"), "text": p("text")})),
+        "chat.update" => {
+            let (channel, ts) = (p("channel"), p("ts"));
+            let mut s = f.shared();
+            let found = s
+                .history
+                .get_mut(&channel)
+                .and_then(|l| l.iter_mut().find(|m| m["ts"] == json!(ts)));
+            match found {
+                Some(m) if m["user"] == json!(BOT_USER) => {
+                    m["text"] = json!(p("text"));
+                    ok(json!({"channel": channel, "ts": ts, "text": p("text")}))
+                }
+                Some(_) => error("cant_update_message"),
+                None => error("message_not_found"),
+            }
+        }
         "conversations.info" => {
             let channel = p("channel");
             let t = f.channel_type(&channel);

@@ -12,6 +12,8 @@
 //! - `chunk.rs`: replies in pieces of 2,000 characters, cut on lines and code fences.
 //! - `outbound.rs`: the message body (reply reference, mentions that ping nobody else, nonce).
 //! - `typing.rs`: the typing indicator while a turn runs.
+//! - `preview.rs`: where a streaming reply's preview goes (a reply, then edits while the
+//!   edit bucket has room; `stream_edits`, `edit_interval_ms`); the final reply edits it last.
 //!
 //! Delivery is this module's [`Channel`]: the reply goes to the thread or channel of the newest
 //! message it answers, replying to it.
@@ -20,6 +22,7 @@ pub(super) mod chunk;
 mod convert;
 mod events;
 mod outbound;
+mod preview;
 mod rest;
 mod shard;
 mod state;
@@ -32,12 +35,13 @@ use turnstile_actors::Channel;
 use twilight_gateway::queue::InMemoryQueue;
 use twilight_gateway::ShardId;
 
+use crate::channels::preview::{PreviewSettings, Previews, TextLimit};
 use crate::channels::retry::pause_unless_stopped;
 use crate::config::DiscordConfig;
 use crate::error::Error;
 use crate::metrics;
-use crate::replies::{Reply, Serves};
-use crate::runtime::{ChannelPort, Runtime};
+use crate::replies::{Reply, ReplyRoute, Serves};
+use crate::runtime::{ChannelPort, DeltaTaker, Runtime};
 use crate::secret::Secret;
 use chunk::{split_message, MAX_MESSAGE_CHARS};
 use rest::{Rest, RestError};
@@ -49,15 +53,76 @@ pub(crate) const DISCORD: &str = "discord";
 /// Most shards one process runs (Discord recommends one per 1,000–2,500 guilds).
 pub(crate) const MAX_SHARDS: u32 = 64;
 
+/// The nonce index of a reply's streaming preview (its chunks count from 0).
+const PREVIEW_NONCE_INDEX: usize = usize::MAX;
+
 /// The Discord channel's delivery side.
 #[derive(Debug)]
 pub(crate) struct DiscordChannel {
     rest: Rest,
     config: DiscordConfig,
     typing: Arc<Typing>,
+    /// The previews of streaming replies, when `stream_edits` is on.
+    previews: Option<Arc<Previews<preview::Target>>>,
+}
+
+/// The channel or thread a reply to `route` goes to, if it is a Discord id.
+fn target_of(route: &ReplyRoute) -> Option<u64> {
+    route
+        .thread_id
+        .as_deref()
+        .unwrap_or(&route.chat_id)
+        .parse()
+        .ok()
 }
 
 impl DiscordChannel {
+    /// The channel for the bot behind `rest`.
+    fn new(rest: Rest, config: DiscordConfig, typing: Arc<Typing>) -> Self {
+        let previews = config.stream_edits.then(|| {
+            let settings = PreviewSettings {
+                interval: Duration::from_millis(config.edit_interval_ms),
+                limit: TextLimit::Chars(MAX_MESSAGE_CHARS),
+                call_timeout: rest::REQUEST_TIMEOUT,
+            };
+            let rest = rest.clone();
+            let target = Box::new(move |route: &ReplyRoute| {
+                let channel = target_of(route)?;
+                let reply_to = route.message_id.parse::<u64>().ok();
+                Some(preview::Target {
+                    rest: rest.clone(),
+                    channel,
+                    reply_to,
+                    nonce: outbound::nonce(
+                        &route.chat_id,
+                        reply_to.unwrap_or_default(),
+                        PREVIEW_NONCE_INDEX,
+                    ),
+                })
+            });
+            Arc::new(Previews::new(config.account_id.clone(), settings, target))
+        });
+        Self {
+            rest,
+            config,
+            typing,
+            previews,
+        }
+    }
+
+    /// Edits the preview `message` to the final `text`; false if that failed (the caller then
+    /// sends the text as a new message). Waits on the edit bucket if it must.
+    async fn edit_final(&self, channel: u64, message: u64, text: &str, replying: bool) -> bool {
+        let body = serde_json::to_vec(&outbound::edit_body(text, replying)).unwrap_or_default();
+        match self.rest.update_message(channel, message, &body).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(%error, "discord final edit failed; sending the reply anew");
+                false
+            }
+        }
+    }
+
     /// Sends one chunk, retrying rate limits and transient failures; the posted message's id,
     /// or `None` when it was given up.
     async fn send_chunk(&self, channel: u64, body: &[u8]) -> Option<u64> {
@@ -103,19 +168,31 @@ impl Channel for DiscordChannel {
             tracing::debug!(account = %route.account_id, "reply for another discord account; not sent");
             return;
         }
-        let target = route.thread_id.as_deref().unwrap_or(&route.chat_id);
-        let Ok(channel) = target.parse::<u64>() else {
-            tracing::warn!(chat = %target, "discord reply to a chat that is not a Discord id; not sent");
+        let Some(channel) = target_of(route) else {
+            tracing::warn!(chat = %route.chat_id, "discord reply to a chat that is not a Discord id; not sent");
             metrics::delivery(DISCORD, false);
             return;
         };
         self.typing.stop(channel);
         let reply_to = route.message_id.parse::<u64>().ok();
+        let preview = match &self.previews {
+            Some(p) => p.finish(&reply.session_key, &reply.in_reply_to).await,
+            None => None,
+        };
         let mut ok = true;
         for (i, text) in split_message(&reply.text, MAX_MESSAGE_CHARS)
             .into_iter()
             .enumerate()
         {
+            if let (0, Some(message)) = (i, preview) {
+                // The preview becomes the first chunk (or the error notice).
+                if self
+                    .edit_final(channel, message, &text, reply_to.is_some())
+                    .await
+                {
+                    continue;
+                }
+            }
             let nonce = outbound::nonce(&reply.session_key, reply.seq, i);
             let body = outbound::message_body(&text, reply_to.filter(|_| i == 0), &nonce);
             let body = serde_json::to_vec(&body).unwrap_or_default();
@@ -137,13 +214,17 @@ pub(crate) async fn start(runtime: &Runtime, config: DiscordConfig) -> Result<()
     let token = Secret::require_env(&config.token_env, "channels.discord")?;
     let rest = Rest::new(&config.api_base, token.expose(), DISCORD);
     let typing = Arc::new(Typing::new(rest.clone()));
-    let channel = DiscordChannel {
-        rest: rest.clone(),
-        config: config.clone(),
-        typing: Arc::clone(&typing),
-    };
+    let channel = DiscordChannel::new(rest.clone(), config.clone(), Arc::clone(&typing));
+    let deltas = channel
+        .previews
+        .clone()
+        .map(|p| Arc::new(p) as Arc<dyn DeltaTaker>);
     let port = runtime
-        .add_channel(Arc::new(channel), Serves::Channels(vec![DISCORD.into()]))
+        .add_streaming_channel(
+            Arc::new(channel),
+            Serves::Channels(vec![DISCORD.into()]),
+            deltas,
+        )
         .await?;
     let starter = Starter {
         port: port.clone(),

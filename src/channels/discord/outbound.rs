@@ -47,6 +47,15 @@ pub(crate) fn message_body(text: &str, reply_to: Option<u64>, nonce: &str) -> Va
     body
 }
 
+/// The body of an edit of a reply's message to `text` (a streaming preview): the same
+/// mentions rule as a send.
+pub(crate) fn edit_body(text: &str, replying: bool) -> Value {
+    json!({
+        "content": text,
+        "allowed_mentions": {"parse": [], "replied_user": replying},
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

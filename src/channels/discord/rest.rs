@@ -16,7 +16,7 @@ use twilight_model::id::Id;
 use crate::metrics;
 
 /// Timeout of one REST request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Application flags saying the Message Content intent is granted (verified bots, and bots in
 /// fewer than 100 servers).
@@ -152,6 +152,43 @@ impl Rest {
             .await
             .map_err(|e| RestError::Final(e.to_string()))?;
         Ok(message.id.get())
+    }
+
+    /// `PATCH /channels/{channel}/messages/{message}` with a prepared body (a streaming
+    /// reply's message, edited).
+    pub(crate) async fn update_message(
+        &self,
+        channel: u64,
+        message: u64,
+        body: &[u8],
+    ) -> Result<(), RestError> {
+        let (Some(channel), Some(message)) = (Id::new_checked(channel), Id::new_checked(message))
+        else {
+            return Err(RestError::Final("id 0".into()));
+        };
+        self.client
+            .update_message(channel, message)
+            .payload_json(body)
+            .await
+            .map(drop)
+            .map_err(|e| RestError::of(&e))
+    }
+
+    /// Whether the rate-limit bucket of editing `message` in `channel` has a request left
+    /// now (or is not known yet): a streaming edit goes only then, so it never waits on the
+    /// bucket, and the final edit finds room.
+    pub(crate) async fn edit_has_room(&self, channel: u64, message: u64) -> bool {
+        let Some(limiter) = self.client.ratelimiter() else {
+            return true;
+        };
+        let endpoint = twilight_http_ratelimiting::Endpoint {
+            method: twilight_http_ratelimiting::Method::Patch,
+            path: format!("channels/{channel}/messages/{message}"),
+        };
+        limiter
+            .bucket(endpoint)
+            .await
+            .is_none_or(|bucket| bucket.remaining > 1)
     }
 
     /// `POST /channels/{channel}/typing`.

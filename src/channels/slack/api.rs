@@ -17,7 +17,7 @@ use crate::metrics;
 use crate::secret::Secret;
 
 /// Timeout of one Web API request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The `error` codes of `{"ok": false}` answers worth retrying after a back-off.
 const TRANSIENT_ERRORS: [&str; 5] = [
@@ -200,6 +200,11 @@ impl WebApi {
     ) -> Result<String, ApiError> {
         let answer = self.call("chat.postMessage", bot, body, false).await?;
         Ok(answer["ts"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// `chat.update` with a prepared body (a streaming reply's message, edited).
+    pub(crate) async fn update_message(&self, bot: &Secret, body: &Value) -> Result<(), ApiError> {
+        self.call("chat.update", bot, body, false).await.map(drop)
     }
 
     /// `conversations.info`: the conversation's kind as a message's `channel_type` names it

@@ -17,6 +17,8 @@
 //!   messages with the seed's rules. `state.rs`: the durable cursors and the catch-up bounds.
 //!   `ts.rs`: message timestamps.
 //! - `outbound.rs`: the reply body (escaped so nothing pings, in thread).
+//! - `preview.rs`: where a streaming reply's preview goes (`chat.postMessage`, then
+//!   `chat.update`; `stream_edits`, `edit_interval_ms`); the final reply edits it last.
 //!
 //! Delivery is this module's [`Channel`]: the reply goes to the conversation of the newest
 //! message it answers, in its thread (or a new one under it), in pieces of 4,000 characters.
@@ -26,6 +28,7 @@ mod convert;
 mod events;
 pub(crate) mod http;
 mod outbound;
+mod preview;
 mod receiver;
 mod socket;
 mod state;
@@ -38,13 +41,14 @@ use tokio::sync::mpsc;
 use turnstile_actors::Channel;
 
 use crate::channels::discord::chunk::split_message;
+use crate::channels::preview::{PreviewSettings, Previews, TextLimit};
 use crate::channels::retry::pause_unless_stopped;
 use crate::config::{SlackConfig, SlackMode};
 use crate::error::{ConfigError, Error};
 use crate::inbound::ChatKind;
 use crate::metrics;
-use crate::replies::{Reply, Serves};
-use crate::runtime::{ChannelPort, Runtime};
+use crate::replies::{Reply, ReplyRoute, Serves};
+use crate::runtime::{ChannelPort, DeltaTaker, Runtime};
 use crate::secret::Secret;
 use api::{ApiError, WebApi};
 use outbound::MAX_MESSAGE_CHARS;
@@ -64,9 +68,62 @@ pub(crate) struct SlackChannel {
     api: WebApi,
     bot_token: Secret,
     config: SlackConfig,
+    /// The previews of streaming replies, when `stream_edits` is on.
+    previews: Option<Arc<Previews<preview::Target>>>,
+}
+
+/// The thread a reply to `route` goes in: the message's own thread; else, in channels, a new
+/// thread under the message answered (`reply_in_thread`); in a DM, none.
+fn thread_of(config: &SlackConfig, route: &ReplyRoute) -> Option<String> {
+    route.thread_id.clone().or_else(|| {
+        (config.reply_in_thread && route.chat_kind != ChatKind::Direct)
+            .then(|| route.message_id.clone())
+            .filter(|ts| ts::valid(ts))
+    })
 }
 
 impl SlackChannel {
+    /// The channel for the bot behind `api`.
+    fn new(api: WebApi, bot_token: Secret, config: SlackConfig) -> Self {
+        let previews = config.stream_edits.then(|| {
+            let settings = PreviewSettings {
+                interval: Duration::from_millis(config.edit_interval_ms),
+                limit: TextLimit::Chars(MAX_MESSAGE_CHARS),
+                call_timeout: api::REQUEST_TIMEOUT,
+            };
+            let account_id = config.account_id.clone();
+            let (api, bot, config) = (api.clone(), bot_token.clone(), config.clone());
+            let target = Box::new(move |route: &ReplyRoute| {
+                Some(preview::Target {
+                    api: api.clone(),
+                    bot: bot.clone(),
+                    channel: route.chat_id.clone(),
+                    thread_ts: thread_of(&config, route),
+                })
+            });
+            Arc::new(Previews::new(account_id, settings, target))
+        });
+        Self {
+            api,
+            bot_token,
+            config,
+            previews,
+        }
+    }
+
+    /// Edits the preview `ts` to the final `text`; false if that failed (the caller then
+    /// sends the text as a new message).
+    async fn edit_final(&self, channel: &str, ts: &str, text: &str) -> bool {
+        let body = outbound::update_body(channel, ts, text);
+        match self.api.update_message(&self.bot_token, &body).await {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::warn!(%error, "slack final chat.update failed; sending the reply anew");
+                false
+            }
+        }
+    }
+
     /// Sends one piece, retrying rate limits and transient failures; false when it was
     /// given up.
     async fn send_chunk(&self, body: &serde_json::Value) -> bool {
@@ -112,15 +169,22 @@ impl Channel for SlackChannel {
             tracing::debug!(account = %route.account_id, "reply for another slack account; not sent");
             return;
         }
-        // In the message's thread; else, in channels, a new thread under the message
-        // answered; in a DM, inline.
-        let thread_ts = route.thread_id.clone().or_else(|| {
-            (self.config.reply_in_thread && route.chat_kind != ChatKind::Direct)
-                .then(|| route.message_id.clone())
-                .filter(|ts| ts::valid(ts))
-        });
+        let thread_ts = thread_of(&self.config, route);
+        let preview = match &self.previews {
+            Some(p) => p.finish(&reply.session_key, &reply.in_reply_to).await,
+            None => None,
+        };
         let mut ok = true;
-        for text in split_message(&reply.text, MAX_MESSAGE_CHARS) {
+        for (i, text) in split_message(&reply.text, MAX_MESSAGE_CHARS)
+            .into_iter()
+            .enumerate()
+        {
+            if let (0, Some(ts)) = (i, &preview) {
+                // The preview becomes the first piece (or the error notice).
+                if self.edit_final(&route.chat_id, ts, &text).await {
+                    continue;
+                }
+            }
             let body = outbound::message_body(&route.chat_id, &text, thread_ts.as_deref());
             if !self.send_chunk(&body).await {
                 ok = false;
@@ -173,13 +237,17 @@ pub(crate) async fn start(runtime: &Runtime, config: SlackConfig) -> Result<(), 
     };
     let api = WebApi::new(&config.api_base)
         .map_err(|e| ConfigError::Invalid(format!("channels.slack: {e}")))?;
-    let channel = SlackChannel {
-        api: api.clone(),
-        bot_token: bot_token.clone(),
-        config: config.clone(),
-    };
+    let channel = SlackChannel::new(api.clone(), bot_token.clone(), config.clone());
+    let deltas = channel
+        .previews
+        .clone()
+        .map(|p| Arc::new(p) as Arc<dyn DeltaTaker>);
     let port = runtime
-        .add_channel(Arc::new(channel), Serves::Channels(vec![SLACK.into()]))
+        .add_streaming_channel(
+            Arc::new(channel),
+            Serves::Channels(vec![SLACK.into()]),
+            deltas,
+        )
         .await?;
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
     if let Some(secret) = signing_secret {

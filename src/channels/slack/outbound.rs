@@ -43,6 +43,11 @@ pub(crate) fn message_body(channel: &str, text: &str, thread_ts: Option<&str>) -
     body
 }
 
+/// The body of a `chat.update` of the message `ts` in `channel` to `text` (escaped here).
+pub(crate) fn update_body(channel: &str, ts: &str, text: &str) -> Value {
+    json!({"channel": channel, "ts": ts, "text": escape(text), "link_names": false})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +68,8 @@ mod tests {
         assert_eq!(b["thread_ts"], json!("1.5"));
         assert_eq!(b["link_names"], json!(false));
         assert!(message_body("C1", "x", None).get("thread_ts").is_none());
+        let u = update_body("C1", "1.5", "<!here>");
+        assert_eq!(u["text"], json!("&lt;!here&gt;"));
+        assert_eq!((&u["channel"], &u["ts"]), (&json!("C1"), &json!("1.5")));
     }
 }

@@ -4,8 +4,9 @@
 //! - `api.rs`: the Bot API client (reqwest); `api_base` is configurable so tests use a fake.
 //! - `convert.rs`: updates to inbound messages (chat kinds, forum topics, mentions).
 //! - `chunk.rs`: replies longer than 4,096 UTF-16 units become several messages.
-//! - `preview.rs`: while a reply streams, one message shows it, edited as it grows
-//!   (`stream_edits`, at most one edit per `edit_interval_ms`); the final reply edits it last.
+//! - `preview.rs`: where a streaming preview goes (`sendMessage`, then `editMessageText`);
+//!   `channels/preview.rs` drafts and throttles it (`stream_edits`, `edit_interval_ms`); the
+//!   final reply edits it last.
 //! - `poller.rs`: the long-poll loop; the next offset is stored durably after the updates
 //!   before it are durably accepted, so a restart neither skips nor (beyond the last batch)
 //!   repeats updates.
@@ -29,6 +30,7 @@ pub(super) use api::{ApiError, BotApi};
 pub(super) use chunk::{split_message, MAX_MESSAGE_UTF16};
 pub(super) use convert::{split_chat_id, TELEGRAM};
 
+use crate::channels::preview::{PreviewSettings, Previews, TextLimit};
 use crate::config::TelegramConfig;
 use crate::error::{ConfigError, Error};
 use crate::metrics;
@@ -36,7 +38,7 @@ use crate::replies::Reply;
 use crate::replies::Serves;
 use crate::runtime::{DeltaTaker, Runtime};
 use crate::secret::Secret;
-use preview::Previews;
+use preview::Target;
 
 /// The Telegram channel's delivery side.
 #[derive(Debug)]
@@ -44,7 +46,7 @@ pub(crate) struct TelegramChannel {
     api: BotApi,
     config: TelegramConfig,
     /// The previews of streaming replies, when `stream_edits` is on.
-    previews: Option<Arc<Previews>>,
+    previews: Option<Arc<Previews<Target>>>,
 }
 
 /// A chat id as the Bot API takes it: a number when it is one, else a `@channel` name.
@@ -69,11 +71,22 @@ impl TelegramChannel {
     /// The channel for the bot behind `api`.
     pub(crate) fn new(api: BotApi, config: TelegramConfig) -> Self {
         let previews = config.stream_edits.then(|| {
-            Arc::new(Previews::new(
-                api.clone(),
-                config.account_id.clone(),
-                Duration::from_millis(config.edit_interval_ms),
-            ))
+            let settings = PreviewSettings {
+                interval: Duration::from_millis(config.edit_interval_ms),
+                limit: TextLimit::Utf16(MAX_MESSAGE_UTF16),
+                call_timeout: api::CALL_TIMEOUT,
+            };
+            let api = api.clone();
+            let target = Box::new(move |route: &crate::replies::ReplyRoute| {
+                let (chat, topic) = split_chat_id(&route.chat_id);
+                Some(Target {
+                    api: api.clone(),
+                    chat: chat_value(chat),
+                    topic: topic.and_then(|t| t.parse().ok()),
+                    reply_to: route.message_id.parse().ok(),
+                })
+            });
+            Arc::new(Previews::new(config.account_id.clone(), settings, target))
         });
         Self {
             api,
@@ -141,10 +154,7 @@ impl Channel for TelegramChannel {
         let topic = topic.and_then(|t| t.parse::<i64>().ok());
         let reply_to = route.message_id.parse::<i64>().ok();
         let preview = match &self.previews {
-            Some(p) => {
-                p.finish(&preview::key(&reply.session_key, &reply.in_reply_to))
-                    .await
-            }
+            Some(p) => p.finish(&reply.session_key, &reply.in_reply_to).await,
             None => None,
         };
         let mut ok = true;
