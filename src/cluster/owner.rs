@@ -235,6 +235,7 @@ impl Owner {
                 return;
             }
         };
+        let streamed = envelope.streamed;
         let event = envelope.into_event();
         let key = self.runtime.session_key_of(&event);
         let id = event.message.message_id.clone();
@@ -275,7 +276,7 @@ impl Owner {
                 return;
             }
         }
-        match self.runtime.admit_replicated(event).await {
+        match self.runtime.admit_replicated(event, streamed).await {
             Ok(_) => {
                 metrics::cluster_inbox(p, "admitted");
                 self.changelog.hold(p, key, id, message);
