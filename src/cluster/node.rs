@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::stream::Stream;
 use async_nats::jetstream::Context;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::changelog::Changelog;
@@ -22,7 +22,7 @@ use super::error::ClusterError;
 use super::follower::Follower;
 use super::ingress::JetStreamIngress;
 use super::membership::{connect, Member, Owned};
-use super::owner::Owner;
+use super::owner::{Owner, MAX_CONSUMER_CREATES};
 use super::{streams, Partition};
 use crate::config::ClusterConfig;
 use crate::runtime::Runtime;
@@ -51,6 +51,8 @@ struct Shared {
     log: Stream,
     changelog: Arc<Changelog>,
     position: watch::Receiver<u64>,
+    /// The owner tasks' permits to replace their inbox consumers.
+    creates: Arc<Semaphore>,
 }
 
 impl ClusterNode {
@@ -124,6 +126,7 @@ impl ClusterNode {
             log,
             changelog: Arc::clone(&changelog),
             position,
+            creates: Arc::new(Semaphore::new(MAX_CONSUMER_CREATES)),
         };
         let coordinator = tokio::spawn(coordinate(member.owned(), shared));
         tracing::info!(node_id = %config.node_id, partitions = config.partitions, "joined the cluster");
@@ -207,6 +210,7 @@ async fn coordinate(mut owned: watch::Receiver<Owned>, shared: Shared) {
                 position: shared.position.clone(),
                 partition: p,
                 epoch,
+                creates: Arc::clone(&shared.creates),
             };
             crate::metrics::cluster_partition_owned(p, true);
             tasks.running.insert(p, (epoch, tokio::spawn(owner.run())));
