@@ -42,19 +42,13 @@ async fn a_delete_on_a_node_that_does_not_own_the_session_reaches_every_node() {
     let key = group_key(chat);
     let owner = owner_of(&nats, &key).await;
     let (other, third) = ((owner + 1) % 3, (owner + 2) % 3);
-    nodes
-        .node(other)
-        .api
-        .send(&Msg::group(chat, "d-1", "first"))
-        .await;
-    nodes
-        .node(third)
-        .api
-        .send(&Msg::group(chat, "d-2", "second"))
-        .await;
-    let answered = vec![(key.clone(), vec!["d-1".to_string(), "d-2".to_string()])];
-    for i in 0..3 {
-        wait_all_answered_within(&nodes.node(i).api, &answered, patience()).await;
+    // Two turns (one answered before the next is sent, so they are not batched into one).
+    for (via, id, text) in [(other, "d-1", "first"), (third, "d-2", "second")] {
+        nodes.node(via).api.send(&Msg::group(chat, id, text)).await;
+        let answered = vec![(key.clone(), vec![id.to_string()])];
+        for n in 0..3 {
+            wait_all_answered_within(&nodes.node(n).api, &answered, patience()).await;
+        }
     }
 
     let asked = &nodes.node(other).api;
