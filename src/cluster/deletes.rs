@@ -13,6 +13,7 @@
 //! last sequence, so a foreign record would read as a new owner; and the owner would have to
 //! order its own turns' local commits around a delete it learns of only through its follower.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::client::RequestErrorKind;
@@ -20,7 +21,6 @@ use async_nats::Client;
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
-use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::changelog::Changelog;
@@ -82,9 +82,14 @@ impl DeleteClient {
             .await
             .map_err(|e| {
                 Error::Replication(match e.kind() {
-                    RequestErrorKind::TimedOut | RequestErrorKind::NoResponders => format!(
-                        "no owner of partition {partition} answered the delete (it may be \
-                         moving); nothing was deleted, retry"
+                    RequestErrorKind::NoResponders => format!(
+                        "no node serves partition {partition}'s deletes: nothing was deleted; \
+                         retry"
+                    ),
+                    RequestErrorKind::TimedOut => format!(
+                        "partition {partition}'s owner did not answer the delete in {:?} (the \
+                         partition may be moving, or the changelog has no quorum); retry",
+                        self.timeout
                     ),
                     _ => format!("the delete did not reach partition {partition}'s owner: {e}"),
                 })
