@@ -1,7 +1,14 @@
 //! Cluster mode against a real 3-node NATS JetStream cluster (feature `cluster`): the
-//! harness is `cluster/nats.rs`, the `cluster status` tests are `cluster/status.rs`; every
+//! harness is `cluster/nats.rs`, the `cluster status` tests are `cluster/status.rs`, the
+//! API on nodes that do not own the session (delete, streaming) `cluster/any_node.rs`; every
 //! test starts a cluster of its own and kills it at the end.
 
+#[path = "cluster/any_node.rs"]
+mod any_node;
+// The streaming model double of the `it` suite (some of its helpers go unused here).
+#[allow(dead_code)]
+#[path = "it/fake_streaming_model.rs"]
+mod fake_streaming_model;
 #[path = "cluster/nats.rs"]
 mod nats;
 #[path = "cluster/serve.rs"]

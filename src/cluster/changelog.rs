@@ -43,7 +43,7 @@ pub(super) struct Tenure {
     /// The lease's epoch.
     pub epoch: u64,
     /// The last changelog sequence of the partition this tenure wrote (or read, at takeover).
-    last: tokio::sync::Mutex<u64>,
+    last: Arc<tokio::sync::Mutex<u64>>,
 }
 
 /// This node's side of the changelogs, shared by the turns (appends), the partitions' owner
@@ -84,13 +84,18 @@ impl Changelog {
         &self.node_id
     }
 
+    /// The partition of `session_key`.
+    pub(super) fn partition_of(&self, session_key: &str) -> Partition {
+        partition_of(session_key, self.partitions)
+    }
+
     /// Starts a tenure of `partition` whose takeover record has sequence `last`.
     pub(super) fn begin(&self, partition: Partition, epoch: u64, last: u64) {
         self.tenures.insert(
             partition,
             Arc::new(Tenure {
                 epoch,
-                last: tokio::sync::Mutex::new(last),
+                last: Arc::new(tokio::sync::Mutex::new(last)),
             }),
         );
     }
@@ -154,42 +159,130 @@ impl Changelog {
         self.held.len()
     }
 
-    async fn append_turn(&self, turn: &ReplicatedTurn) -> Result<ReplicaMarks, ReplicationError> {
-        let partition = partition_of(&turn.session_key, self.partitions);
-        let fenced = ReplicationError::Fenced { partition };
-        let Some(tenure) = self.tenures.get(&partition).map(|t| Arc::clone(&t)) else {
-            metrics::cluster_append(partition, "fenced");
-            return Err(fenced);
-        };
-        let id = format!(
+    /// Takes `partition`'s append lock for this node's current tenure; `None` if this node
+    /// does not own the partition. Appends go one at a time per partition: each names the
+    /// sequence the previous one got.
+    pub(super) async fn lock(&self, partition: Partition) -> Option<AppendLock> {
+        let tenure = self.tenures.get(&partition).map(|t| Arc::clone(&t))?;
+        let last = Arc::clone(&tenure.last).lock_owned().await;
+        Some(AppendLock {
+            partition,
+            tenure,
+            last,
+        })
+    }
+
+    /// A fresh record id of this node's `epoch` (see [`LogRecord::Turn`]'s `id`).
+    fn next_id(&self, epoch: u64) -> String {
+        format!(
             "{}/{}/{}",
             self.node_id,
-            tenure.epoch,
+            epoch,
             self.appended.fetch_add(1, Ordering::Relaxed)
-        );
+        )
+    }
+
+    async fn append_turn(&self, turn: &ReplicatedTurn) -> Result<ReplicaMarks, ReplicationError> {
+        let partition = partition_of(&turn.session_key, self.partitions);
+        let Some(mut lock) = self.lock(partition).await else {
+            metrics::cluster_append(partition, "fenced");
+            return Err(ReplicationError::Fenced { partition });
+        };
+        let epoch = lock.tenure.epoch;
+        let id = self.next_id(epoch);
         let record = LogRecord::Turn {
             id: id.clone(),
             node: self.node_id.clone(),
-            epoch: tenure.epoch,
+            epoch,
             turn: Box::new(turn.clone()),
         };
+        let sequence = self.append_locked(&mut lock, &id, &record).await?;
+        drop(lock);
+        for id in &turn.reply.in_reply_to {
+            if let Some((_, (_, message))) =
+                self.held.remove(&(turn.session_key.clone(), id.clone()))
+            {
+                self.count_held(partition, false);
+                if let Err(e) = message.ack_with(AckKind::Ack).await {
+                    // The answer is in the log: a redelivery finds its answered mark.
+                    tracing::warn!(partition, error = %e, "could not acknowledge an answered inbox message");
+                }
+            }
+        }
+        Ok(ReplicaMarks {
+            partition,
+            log_seq: sequence,
+            answered: turn.reply.in_reply_to.clone(),
+            expires_at_ms: now_ms().saturating_add(ANSWERED_MARK_TTL_MS),
+        })
+    }
+
+    /// Appends the deletion of `session_key` under `lock` (its partition's) and answers its
+    /// sequence. The caller deletes the session here before it lets the lock go, so that on
+    /// this node too the deletion comes after the turns appended before it and before those
+    /// appended after it.
+    pub(super) async fn append_delete(
+        &self,
+        lock: &mut AppendLock,
+        session_key: &str,
+    ) -> Result<u64, ReplicationError> {
+        let epoch = lock.tenure.epoch;
+        let id = self.next_id(epoch);
+        let record = LogRecord::Delete {
+            id: id.clone(),
+            node: self.node_id.clone(),
+            epoch,
+            session_key: session_key.to_string(),
+        };
+        self.append_locked(lock, &id, &record).await
+    }
+
+    /// Acknowledges the inbox messages of `session_key` held here: the session was deleted
+    /// with them unanswered (as a single node deletes its pending messages), so they must not
+    /// be delivered again.
+    pub(super) async fn drop_held(&self, session_key: &str) {
+        let ids: Vec<(String, String)> = self
+            .held
+            .iter()
+            .filter(|e| e.key().0 == session_key)
+            .map(|e| e.key().clone())
+            .collect();
+        for key in ids {
+            if let Some((_, (partition, message))) = self.held.remove(&key) {
+                self.count_held(partition, false);
+                if let Err(e) = message.ack_with(AckKind::Ack).await {
+                    tracing::warn!(partition, error = %e, "could not acknowledge a deleted session's inbox message; it may be answered anew");
+                }
+            }
+        }
+    }
+
+    /// Appends `record` (its id `id`) to the partition of `lock`, fenced by its tenure, with
+    /// retries; answers the sequence it landed at.
+    async fn append_locked(
+        &self,
+        lock: &mut AppendLock,
+        id: &str,
+        record: &LogRecord,
+    ) -> Result<u64, ReplicationError> {
+        let partition = lock.partition;
+        let epoch = lock.tenure.epoch;
+        let fenced = ReplicationError::Fenced { partition };
         let body = Bytes::from(
-            serde_json::to_vec(&record)
-                .map_err(|e| ReplicationError::Failed(format!("cannot encode the turn: {e}")))?,
+            serde_json::to_vec(record)
+                .map_err(|e| ReplicationError::Failed(format!("cannot encode the record: {e}")))?,
         );
-        // One append at a time per partition: each names the sequence the previous one got.
-        let mut last = tenure.last.lock().await;
         let mut pause = APPEND_RETRY_FIRST;
         let mut appended = None;
         for attempt in 1..=MAX_APPEND_ATTEMPTS {
-            if !self.is_current(partition, tenure.epoch) {
+            if !self.is_current(partition, epoch) {
                 metrics::cluster_append(partition, "fenced");
                 return Err(fenced);
             }
             let message = PublishMessage::build()
                 .payload(body.clone())
-                .message_id(&id)
-                .expected_last_subject_sequence(*last);
+                .message_id(id)
+                .expected_last_subject_sequence(*lock.last);
             let sent = match self.js.send_publish(log_subject(partition), message).await {
                 Ok(ack) => ack.await,
                 Err(e) => Err(e),
@@ -202,7 +295,7 @@ impl Changelog {
                 Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
                     // Our own earlier try may have landed with its answer lost; otherwise
                     // someone else appended: another node holds the partition.
-                    match self.last_record_is(partition, &id).await {
+                    match self.last_record_is(partition, id).await {
                         Ok(Some(seq)) => {
                             appended = Some(seq);
                             break;
@@ -210,11 +303,10 @@ impl Changelog {
                         Ok(None) => {
                             tracing::warn!(
                                 partition,
-                                epoch = tenure.epoch,
+                                epoch,
                                 "changelog append refused: the partition has a new owner"
                             );
-                            self.tenures
-                                .remove_if(&partition, |_, t| t.epoch == tenure.epoch);
+                            self.tenures.remove_if(&partition, |_, t| t.epoch == epoch);
                             return Err(fenced);
                         }
                         Err(e) => {
@@ -236,37 +328,23 @@ impl Changelog {
                 "partition {partition}'s changelog took no append in {MAX_APPEND_ATTEMPTS} tries"
             )));
         };
-        let ack = Appended { sequence };
         metrics::cluster_append(partition, "ok");
-        *last = ack.sequence;
-        drop(last);
-        for id in &turn.reply.in_reply_to {
-            if let Some((_, (_, message))) =
-                self.held.remove(&(turn.session_key.clone(), id.clone()))
-            {
-                self.count_held(partition, false);
-                if let Err(e) = message.ack_with(AckKind::Ack).await {
-                    // The answer is in the log: a redelivery finds its answered mark.
-                    tracing::warn!(partition, error = %e, "could not acknowledge an answered inbox message");
-                }
-            }
-        }
-        Ok(ReplicaMarks {
-            partition,
-            log_seq: ack.sequence,
-            answered: turn.reply.in_reply_to.clone(),
-            expires_at_ms: now_ms().saturating_add(ANSWERED_MARK_TTL_MS),
-        })
+        *lock.last = sequence;
+        Ok(sequence)
     }
 }
 
-/// Where an append landed.
-struct Appended {
-    sequence: u64,
+/// A partition's append lock under this node's tenure: appends (and a delete's local
+/// deletion) happen one at a time while it is held.
+pub(super) struct AppendLock {
+    partition: Partition,
+    tenure: Arc<Tenure>,
+    /// The last sequence the tenure wrote.
+    last: tokio::sync::OwnedMutexGuard<u64>,
 }
 
 impl Changelog {
-    /// The sequence of `partition`'s last changelog record if it is the turn `id`.
+    /// The sequence of `partition`'s last changelog record if it is the record `id`.
     async fn last_record_is(
         &self,
         partition: Partition,
@@ -282,7 +360,11 @@ impl Changelog {
             Err(e) => return Err(Box::new(e)),
         };
         Ok(match serde_json::from_slice::<LogRecord>(&last.payload) {
-            Ok(LogRecord::Turn { id: found, .. }) if found == id => Some(last.sequence),
+            Ok(LogRecord::Turn { id: found, .. } | LogRecord::Delete { id: found, .. })
+                if found == id =>
+            {
+                Some(last.sequence)
+            }
             _ => None,
         })
     }

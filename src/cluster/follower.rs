@@ -5,7 +5,9 @@
 //!
 //! A turn is applied once: the position applied per partition is written in the turn's own
 //! transaction, and a turn at or below it is skipped; this node's current tenures' turns are
-//! skipped too (their delivery committed them here).
+//! skipped too (their delivery committed them here). A delete (`deletes`) is applied the
+//! same way, in changelog order, except on the owner that appended it (it deleted its copy
+//! under the partition's append lock).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,11 +113,11 @@ impl Follower {
                 return;
             }
         };
-        let LogRecord::Turn {
-            node, epoch, turn, ..
-        } = record
-        else {
-            return;
+        let (node, epoch) = match &record {
+            LogRecord::Tenure { .. } => return,
+            LogRecord::Turn { node, epoch, .. } | LogRecord::Delete { node, epoch, .. } => {
+                (node, *epoch)
+            }
         };
         if node == self.changelog.node_id() && self.changelog.is_current(partition, epoch) {
             return;
@@ -124,10 +126,24 @@ impl Follower {
             Ok(applied) if applied >= seq => return,
             Ok(_) => {}
             Err(e) => {
-                tracing::error!(partition, seq, error = %e, "cannot read the applied position; the turn is not applied here");
+                tracing::error!(partition, seq, error = %e, "cannot read the applied position; the record is not applied here");
                 return;
             }
         }
+        let turn = match record {
+            LogRecord::Turn { turn, .. } => turn,
+            LogRecord::Delete { session_key, .. } => {
+                if let Err(e) = self
+                    .runtime
+                    .apply_replicated_delete(&session_key, partition, seq)
+                    .await
+                {
+                    tracing::error!(partition, seq, session_key, error = %e, "could not apply a replicated delete here");
+                }
+                return;
+            }
+            LogRecord::Tenure { .. } => return,
+        };
         let marks = ReplicaMarks {
             partition,
             log_seq: seq,

@@ -26,8 +26,13 @@ impl JetStreamIngress {
         Self { js, partitions }
     }
 
-    async fn publish_event(&self, session_key: &str, event: &InboundEvent) -> Result<(), Refusal> {
-        let body = serde_json::to_vec(&InboxEnvelope::of(event))
+    async fn publish_event(
+        &self,
+        session_key: &str,
+        event: &InboundEvent,
+        streamed: bool,
+    ) -> Result<(), Refusal> {
+        let body = serde_json::to_vec(&InboxEnvelope::of(event, streamed))
             .map_err(|e| Refusal::Storage(format!("cannot encode the message: {e}")))?;
         let partition = partition_of(session_key, self.partitions);
         let message = PublishMessage::build()
@@ -60,7 +65,8 @@ impl Ingress for JetStreamIngress {
         &'a self,
         session_key: &'a str,
         event: &'a InboundEvent,
+        streamed: bool,
     ) -> BoxFuture<'a, Result<(), Refusal>> {
-        Box::pin(self.publish_event(session_key, event))
+        Box::pin(self.publish_event(session_key, event, streamed))
     }
 }

@@ -8,7 +8,9 @@
 //! partition's replicated inbox (`ingress`, `streams`); the owner of a partition takes them
 //! from there (`owner`); turns append to the partition's changelog before they commit, fenced
 //! by the owner's tenure (`changelog`); every node applies the changelog to its own sled and
-//! answers its own waiters from it (`follower`). What travels is in `record`; the names every
+//! answers its own waiters from it (`follower`); a session delete asked of any node is done
+//! by the partition's owner and travels the changelog too (`deletes`); the owner's streaming
+//! deltas reach waiters on other nodes over core NATS (`deltas`). What travels is in `record`; the names every
 //! node and tool shares in `names`; `status` reads the operator's view (`turnstile cluster
 //! status`) without joining.
 //!
@@ -19,6 +21,10 @@ pub mod placement;
 
 #[cfg(feature = "cluster")]
 mod changelog;
+#[cfg(feature = "cluster")]
+mod deletes;
+#[cfg(feature = "cluster")]
+mod deltas;
 #[cfg(feature = "cluster")]
 mod error;
 #[cfg(feature = "cluster")]

@@ -3,8 +3,10 @@
 //!
 //! Per partition `p`: its inbox subject [`inbox_subject`] on [`INBOX_STREAM`], drained by the
 //! durable pull consumer [`inbox_consumer`] (filtered to that subject); its changelog subject
-//! [`log_subject`] on [`LOG_STREAM`]. The leases and heartbeats live in the KV buckets
-//! [`LEASES_BUCKET`] and [`NODES_BUCKET`].
+//! [`log_subject`] on [`LOG_STREAM`]; on core NATS (no stream), the subject its owner answers
+//! deletes on ([`delete_subject`]) and the one it publishes its turns' streaming deltas on
+//! ([`delta_subject`]). The leases and heartbeats live in the KV buckets [`LEASES_BUCKET`] and
+//! [`NODES_BUCKET`].
 
 pub use super::lease::{LEASES_BUCKET, NODES_BUCKET};
 use super::Partition;
@@ -36,7 +38,23 @@ pub const LOG_SUBJECTS: &str = "turnstile.log.>";
 /// Every inbox subject.
 pub const INBOX_SUBJECTS: &str = "turnstile.inbox.>";
 
-/// The partition of an inbox or changelog subject.
+/// The core NATS subject `partition`'s owner answers session deletes on.
+pub fn delete_subject(partition: Partition) -> String {
+    format!("turnstile.delete.{partition}")
+}
+
+/// Every delete subject.
+pub const DELETE_SUBJECTS: &str = "turnstile.delete.*";
+
+/// The core NATS subject `partition`'s owner publishes its turns' streaming deltas on.
+pub fn delta_subject(partition: Partition) -> String {
+    format!("turnstile.delta.{partition}")
+}
+
+/// Every delta subject.
+pub const DELTA_SUBJECTS: &str = "turnstile.delta.*";
+
+/// The partition of an inbox, changelog, delete or delta subject.
 pub fn partition_of_subject(subject: &str) -> Option<Partition> {
     subject.rsplit('.').next()?.parse().ok()
 }
@@ -53,5 +71,7 @@ mod tests {
         assert_eq!(partition_of_subject(&log_subject(12)), Some(12));
         assert_eq!(partition_of_subject(&inbox_subject(3)), Some(3));
         assert_eq!(partition_of_subject("turnstile.log.x"), None);
+        assert_eq!(partition_of_subject(&delete_subject(5)), Some(5));
+        assert_eq!(partition_of_subject(&delta_subject(11)), Some(11));
     }
 }

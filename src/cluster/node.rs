@@ -1,6 +1,8 @@
 //! [`ClusterNode`]: a runtime joined to its cluster. It installs the ingress (accepted
-//! messages go to their partition's replicated inbox) and the changelog (turns append before
-//! they commit), starts the follower, joins the membership, and runs an owner task for each
+//! messages go to their partition's replicated inbox), the changelog (turns append before
+//! they commit) and the deletes (asked of the partition's owner), starts the follower, the
+//! owner side of deletes and the exchange of streaming deltas, joins the membership, and runs
+//! an owner task for each
 //! partition the membership says this node holds — started when one is gained, aborted (and
 //! its tenure ended, so its turns are fenced) when one is lost.
 
@@ -10,15 +12,17 @@ use std::time::Duration;
 
 use async_nats::jetstream::stream::Stream;
 use async_nats::jetstream::Context;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::changelog::Changelog;
+use super::deletes::{self, DeleteClient};
+use super::deltas;
 use super::error::ClusterError;
 use super::follower::Follower;
 use super::ingress::JetStreamIngress;
 use super::membership::{connect, Member, Owned};
-use super::owner::Owner;
+use super::owner::{Owner, MAX_CONSUMER_CREATES};
 use super::{streams, Partition};
 use crate::config::ClusterConfig;
 use crate::runtime::Runtime;
@@ -31,6 +35,10 @@ const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct ClusterNode {
     member: Member,
     follower: JoinHandle<()>,
+    /// Answers the deletes of the partitions this node owns.
+    deletes: JoinHandle<()>,
+    /// Send this node's streaming deltas to the others and take theirs in.
+    delta_tasks: Vec<JoinHandle<()>>,
     coordinator: JoinHandle<()>,
     changelog: Arc<Changelog>,
 }
@@ -43,6 +51,8 @@ struct Shared {
     log: Stream,
     changelog: Arc<Changelog>,
     position: watch::Receiver<u64>,
+    /// The owner tasks' permits to replace their inbox consumers.
+    creates: Arc<Semaphore>,
 }
 
 impl ClusterNode {
@@ -66,13 +76,20 @@ impl ClusterNode {
             config.node_id.clone(),
             config.partitions,
         ));
+        let (position_tx, position) = watch::channel(0);
+        let delete_client = DeleteClient::new(
+            js.client(),
+            config.partitions,
+            position.clone(),
+            deletes::delete_timeout(Duration::from_millis(config.lease_ms)),
+        );
         runtime
             .install_cluster(
                 Arc::new(JetStreamIngress::new(js.clone(), config.partitions)),
                 Arc::clone(&changelog) as _,
+                Arc::new(delete_client),
             )
             .map_err(|e| ClusterError::Runtime(e.to_string()))?;
-        let (position_tx, position) = watch::channel(0);
         let follower = tokio::spawn(
             Follower::new(
                 runtime.clone(),
@@ -83,6 +100,24 @@ impl ClusterNode {
             )
             .run(),
         );
+        let deletes = tokio::spawn(deletes::serve(
+            js.client(),
+            runtime.clone(),
+            Arc::clone(&changelog),
+        ));
+        let mut delta_tasks = vec![tokio::spawn(deltas::import(
+            js.client(),
+            config.node_id.clone(),
+            runtime.clone(),
+        ))];
+        if let Some(exported) = runtime.export_deltas() {
+            delta_tasks.push(tokio::spawn(deltas::export(
+                js.client(),
+                config.node_id.clone(),
+                config.partitions,
+                exported,
+            )));
+        }
         let member = Member::open(&js, config).await?;
         let shared = Shared {
             runtime: runtime.clone(),
@@ -91,12 +126,15 @@ impl ClusterNode {
             log,
             changelog: Arc::clone(&changelog),
             position,
+            creates: Arc::new(Semaphore::new(MAX_CONSUMER_CREATES)),
         };
         let coordinator = tokio::spawn(coordinate(member.owned(), shared));
         tracing::info!(node_id = %config.node_id, partitions = config.partitions, "joined the cluster");
         Ok(ClusterNode {
             member,
             follower,
+            deletes,
+            delta_tasks,
             coordinator,
             changelog,
         })
@@ -118,6 +156,10 @@ impl ClusterNode {
         self.coordinator.abort();
         let _ = self.coordinator.await;
         self.follower.abort();
+        self.deletes.abort();
+        for task in &self.delta_tasks {
+            task.abort();
+        }
         self.member.stop().await
     }
 }
@@ -168,6 +210,7 @@ async fn coordinate(mut owned: watch::Receiver<Owned>, shared: Shared) {
                 position: shared.position.clone(),
                 partition: p,
                 epoch,
+                creates: Arc::clone(&shared.creates),
             };
             crate::metrics::cluster_partition_owned(p, true);
             tasks.running.insert(p, (epoch, tokio::spawn(owner.run())));

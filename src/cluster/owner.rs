@@ -16,7 +16,7 @@ use async_nats::jetstream::stream::{LastRawMessageErrorKind, Stream};
 use async_nats::jetstream::{AckKind, Context, Message};
 use bytes::Bytes;
 use futures_util::StreamExt;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 use super::changelog::Changelog;
 use super::error::{ClusterError, NatsError};
@@ -43,6 +43,29 @@ pub(super) const REFUSED_RETRY: Duration = Duration::from_secs(1);
 
 /// Takeover attempts before the task gives up and waits for the next membership round.
 const TAKEOVER_ATTEMPTS: u32 = 5;
+
+/// Inbox consumers this node replaces (delete and create) at once, over all its partitions.
+/// A takeover gains many partitions together; creating all their consumers at once floods
+/// JetStream's meta leader, which answers "temporarily unavailable" (10008) and stalls
+/// partitions nobody moved. The rest wait for a permit.
+pub(super) const MAX_CONSUMER_CREATES: usize = 4;
+
+/// Pause before an inbox consumer that ended without an error is opened again.
+const REOPEN_PAUSE: Duration = Duration::from_millis(200);
+
+/// First and longest pause before an inbox consumer that failed (a create refused with 10008,
+/// a timeout) is tried again: the back-off doubles per failure in a row, jittered, so the
+/// partitions of one takeover do not come back together.
+const REOPEN_RETRY_FIRST: Duration = Duration::from_millis(200);
+const REOPEN_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// The pause before the inbox consumer is opened again after `failures` failures in a row.
+fn reopen_pause(failures: u32) -> Duration {
+    match failures {
+        0 => REOPEN_PAUSE,
+        n => crate::backoff::jittered(REOPEN_RETRY_FIRST, REOPEN_RETRY_MAX, n - 1),
+    }
+}
 
 /// Checks that a consumer's deliveries come without a gap: JetStream numbers each delivery
 /// of a consumer (redeliveries included) 1, 2, 3…, so a skipped number is a delivery that
@@ -84,6 +107,8 @@ pub(super) struct Owner {
     pub(crate) position: watch::Receiver<u64>,
     pub(crate) partition: Partition,
     pub(crate) epoch: u64,
+    /// This node's permits to replace an inbox consumer ([`MAX_CONSUMER_CREATES`]).
+    pub(crate) creates: Arc<Semaphore>,
 }
 
 impl Owner {
@@ -123,11 +148,16 @@ impl Owner {
         );
         let mut order = DeliveryOrder::default();
         let mut fresh = true;
+        let mut failures = 0;
         loop {
-            if let Err(e) = self.serve_inbox(&mut order, &mut fresh).await {
-                tracing::warn!(partition = p, error = %e, "inbox consumer: reopening");
+            match self.serve_inbox(&mut order, &mut fresh).await {
+                Ok(()) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(partition = p, error = %e, failures, "inbox consumer: reopening");
+                }
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            tokio::time::sleep(reopen_pause(failures)).await;
         }
     }
 
@@ -178,6 +208,10 @@ impl Owner {
         let p = self.partition;
         let jet = |op| jet(op, p);
         let name = inbox_consumer(p);
+        let permit = Arc::clone(&self.creates)
+            .acquire_owned()
+            .await
+            .map_err(|e| jet("waiting to open the inbox consumer")(Box::new(e)))?;
         if *fresh {
             // A missing consumer is fine: this is the partition's first owner.
             let _ = self.inbox.delete_consumer(&name).await;
@@ -202,6 +236,7 @@ impl Owner {
             )
             .await
             .map_err(|e| jet("opening the inbox consumer")(Box::new(e)))?;
+        drop(permit);
         let mut messages = consumer
             .messages()
             .await
@@ -235,6 +270,7 @@ impl Owner {
                 return;
             }
         };
+        let streamed = envelope.streamed;
         let event = envelope.into_event();
         let key = self.runtime.session_key_of(&event);
         let id = event.message.message_id.clone();
@@ -275,7 +311,7 @@ impl Owner {
                 return;
             }
         }
-        match self.runtime.admit_replicated(event).await {
+        match self.runtime.admit_replicated(event, streamed).await {
             Ok(_) => {
                 metrics::cluster_inbox(p, "admitted");
                 self.changelog.hold(p, key, id, message);
@@ -306,7 +342,29 @@ impl Owner {
 
 #[cfg(test)]
 mod tests {
-    use super::DeliveryOrder;
+    use super::{reopen_pause, DeliveryOrder, REOPEN_PAUSE, REOPEN_RETRY_FIRST, REOPEN_RETRY_MAX};
+
+    #[test]
+    fn a_consumer_that_keeps_failing_is_retried_ever_later_up_to_the_cap() {
+        assert_eq!(reopen_pause(0), REOPEN_PAUSE);
+        let first = reopen_pause(1);
+        assert!(
+            first >= REOPEN_RETRY_FIRST / 2 && first <= REOPEN_RETRY_FIRST,
+            "{first:?}"
+        );
+        let fourth = reopen_pause(4);
+        assert!(
+            fourth >= REOPEN_RETRY_FIRST * 4,
+            "doubled per failure: {fourth:?}"
+        );
+        for failures in [10, 100, u32::MAX] {
+            let pause = reopen_pause(failures);
+            assert!(
+                pause >= REOPEN_RETRY_MAX / 2 && pause <= REOPEN_RETRY_MAX,
+                "{failures}: {pause:?}"
+            );
+        }
+    }
 
     #[test]
     fn a_skipped_or_unreadable_delivery_number_is_a_gap() {

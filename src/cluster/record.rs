@@ -1,10 +1,12 @@
-//! What the two streams carry, as JSON: an accepted message in a partition's inbox, and the
-//! records of a partition's changelog (a new tenure, a turn).
+//! What the cluster carries, as JSON: an accepted message in a partition's inbox, the records
+//! of a partition's changelog (a new tenure, a turn, a deleted session), and a delete asked of
+//! a partition's owner with its answer (core NATS request-reply).
 
 use serde::{Deserialize, Serialize};
 
 use crate::inbound::{InboundEvent, InboundMessage, RouteHints};
 use crate::pipeline::ReplicatedTurn;
+use crate::replies::Delta;
 
 /// An accepted message in its partition's inbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,15 +19,20 @@ pub(super) struct InboxEnvelope {
     /// What routes it to an agent beyond its fields (guild, roles), if anything.
     #[serde(default, skip_serializing_if = "RouteHints::is_empty")]
     pub route: RouteHints,
+    /// A streaming request waits for its answer on the node that accepted it: the owner's
+    /// turn streams, and its deltas reach that node.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub streamed: bool,
 }
 
 impl InboxEnvelope {
-    /// The envelope of `event`.
-    pub(super) fn of(event: &InboundEvent) -> Self {
+    /// The envelope of `event` (`streamed`: a streaming request waits for its answer).
+    pub(super) fn of(event: &InboundEvent, streamed: bool) -> Self {
         Self {
             message: event.message.clone(),
             session_key: event.session_key.clone(),
             route: event.route.clone(),
+            streamed,
         }
     }
 
@@ -37,6 +44,49 @@ impl InboxEnvelope {
             id_origin: crate::inbound::IdOrigin::Given,
             route: self.route,
             rules: crate::inbound::ChatRules::default(),
+        }
+    }
+}
+
+/// A streaming delta of a turn as the owner publishes it to the other nodes (core NATS,
+/// [`super::names::delta_subject`]; lost ones are not sent again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct DeltaEnvelope {
+    /// The node whose turn made it (which does not take it back).
+    pub node: String,
+    /// The session.
+    pub session_key: String,
+    /// The message ids the turn answers.
+    pub in_reply_to: Vec<String>,
+    /// 1, 2, 3… within the turn.
+    pub seq: u64,
+    /// The new text.
+    pub text: String,
+    /// The model call of the turn it belongs to.
+    pub round: u32,
+}
+
+impl DeltaEnvelope {
+    /// The envelope of `delta`, made on `node`.
+    pub(super) fn of(node: &str, delta: &Delta) -> Self {
+        Self {
+            node: node.to_string(),
+            session_key: delta.session_key.clone(),
+            in_reply_to: delta.in_reply_to.clone(),
+            seq: delta.seq,
+            text: delta.text.clone(),
+            round: delta.round,
+        }
+    }
+
+    /// The delta it carries.
+    pub(super) fn into_delta(self) -> Delta {
+        Delta {
+            session_key: self.session_key,
+            in_reply_to: self.in_reply_to,
+            seq: self.seq,
+            text: self.text,
+            round: self.round,
         }
     }
 }
@@ -65,6 +115,50 @@ pub(super) enum LogRecord {
         /// What it appended and answered (boxed: a turn is far larger than a tenure).
         turn: Box<ReplicatedTurn>,
     },
+    /// The owner deleted a session (asked by an operator on any node). Turns of the session
+    /// before it are deleted with it; a turn after it starts the session anew.
+    Delete {
+        /// Unique per record, like a turn's (the append's message id).
+        id: String,
+        /// The owner that deleted it.
+        node: String,
+        /// Its tenure's epoch.
+        epoch: u64,
+        /// The deleted session.
+        session_key: String,
+    },
+}
+
+/// A delete asked of the owner of the session's partition (on [`super::names::delete_subject`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct DeleteRequest {
+    /// The session, normalised.
+    pub session_key: String,
+}
+
+/// The owner's answer to a [`DeleteRequest`]. A node that does not own the partition (any
+/// more) does not answer at all, so the asker hears the owner or nobody.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub(super) enum DeleteAnswer {
+    /// Deleted here and appended to the changelog at `seq`.
+    Deleted {
+        /// The changelog sequence of the [`LogRecord::Delete`].
+        seq: u64,
+        /// Transcript entries removed.
+        entries: u64,
+        /// Accepted but unanswered messages removed.
+        pending_messages: u64,
+    },
+    /// No such session.
+    NotFound,
+    /// A turn of the session is running (as on a single node: retry when it has finished).
+    Busy,
+    /// The delete failed; nothing was appended.
+    Failed {
+        /// Why.
+        reason: String,
+    },
 }
 
 /// The message id the inbox stream deduplicates by: a platform's redelivery of a message has
@@ -89,6 +183,7 @@ mod tests {
                 guild_id: Some("g1".into()),
                 roles: vec!["r1".into()],
             },
+            streamed: true,
         };
         let json = serde_json::to_vec(&envelope).unwrap();
         assert_eq!(
@@ -119,5 +214,31 @@ mod tests {
         };
         let json = serde_json::to_vec(&turn).unwrap();
         assert_eq!(serde_json::from_slice::<LogRecord>(&json).unwrap(), turn);
+        let delete = LogRecord::Delete {
+            id: "n1/7/2".into(),
+            node: "n1".into(),
+            epoch: 7,
+            session_key: "agent:main:x".into(),
+        };
+        let json = serde_json::to_vec(&delete).unwrap();
+        assert_eq!(serde_json::from_slice::<LogRecord>(&json).unwrap(), delete);
+        for answer in [
+            DeleteAnswer::Deleted {
+                seq: 9,
+                entries: 4,
+                pending_messages: 1,
+            },
+            DeleteAnswer::NotFound,
+            DeleteAnswer::Busy,
+            DeleteAnswer::Failed {
+                reason: "no quorum".into(),
+            },
+        ] {
+            let json = serde_json::to_vec(&answer).unwrap();
+            assert_eq!(
+                serde_json::from_slice::<DeleteAnswer>(&json).unwrap(),
+                answer
+            );
+        }
     }
 }

@@ -2,10 +2,12 @@
 //! subscribers) and to whoever waits for the answer to one particular message (the
 //! OpenAI-compatible endpoint). While a turn streams, its text deltas go the same ways (see
 //! [`ReplyHub::delta_fanout`]): bounded everywhere, a slow consumer loses deltas, never the
-//! final reply, and a turn nobody watches does not stream at all.
+//! final reply, and a turn nobody watches does not stream at all. On a cluster node the
+//! deltas also go to the other nodes ([`ReplyHub::export_deltas`]), and theirs come in
+//! ([`ReplyHub::publish_remote_delta`]) as their replies do ([`ReplyHub::publish_remote`]).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use dashmap::DashMap;
 use serde::{Deserialize, Serialize};
@@ -109,6 +111,15 @@ pub(crate) const DELTA_STREAM_BUFFER: usize = 256;
 /// some; it still gets the whole text with the final reply.
 pub(crate) const DELTA_WAITER_BUFFER: usize = 64;
 
+/// Most deltas queued on a cluster node for the other nodes before new ones are dropped
+/// (counted); a waiter elsewhere still gets the whole text with the final reply.
+pub(crate) const DELTA_EXPORT_BUFFER: usize = 1_024;
+
+/// Most message ids at once whose streaming waiter is on another cluster node. Past it a
+/// turn does not stream for such a waiter (it gets the whole reply at the end). An id goes
+/// when its reply is published here, which every node does for every reply.
+pub(crate) const MAX_REMOTE_WATCHED: usize = 4_096;
+
 /// Where a reply goes back to: the chat of the newest message it answers. Channels that push
 /// replies to a platform (Telegram, callbacks) read it; the channel router picks the channel by
 /// `channel`.
@@ -167,6 +178,12 @@ pub(crate) struct ReplyHub {
     delta_watchers: AtomicUsize,
     /// Deltas for the request waiting on one message id.
     delta_waiters: DashMap<String, Vec<DeltaWaiting>>,
+    /// Message ids a streaming request on another cluster node waits for (at most
+    /// [`MAX_REMOTE_WATCHED`]): their turns stream here as if watched.
+    remote_watched: DashMap<String, ()>,
+    /// A cluster node's deltas on their way to the other nodes (at most
+    /// [`DELTA_EXPORT_BUFFER`]); unset on a single node.
+    exported: OnceLock<mpsc::Sender<Arc<Delta>>>,
     router: ChannelRouter,
 }
 
@@ -274,6 +291,12 @@ impl DeltaFanout<'_> {
             }
         }
         self.hub.router.route_delta(self.route.as_ref(), &delta);
+        if let Some(exported) = self.hub.exported.get() {
+            // Full: the other nodes' waiters lose it (and see the gap in `seq`).
+            if exported.try_send(Arc::clone(&delta)).is_err() {
+                crate::metrics::cluster_delta_dropped();
+            }
+        }
         let _ = self.hub.delta_stream.send(delta);
     }
 
@@ -295,6 +318,8 @@ impl ReplyHub {
             delta_stream,
             delta_watchers: AtomicUsize::new(0),
             delta_waiters: DashMap::new(),
+            remote_watched: DashMap::new(),
+            exported: OnceLock::new(),
             router: ChannelRouter::default(),
         }
     }
@@ -338,8 +363,8 @@ impl ReplyHub {
     ) -> Option<DeltaFanout<'_>> {
         let watched = self.delta_watchers.load(Ordering::Relaxed) > 0
             || batch.iter().any(|i| {
-                self.delta_waiters
-                    .contains_key(&i.record.message.message_id)
+                let id = &i.record.message.message_id;
+                self.delta_waiters.contains_key(id) || self.remote_watched.contains_key(id)
             })
             || batch
                 .last()
@@ -355,6 +380,47 @@ impl ReplyHub {
             seq: 0,
             round: 0,
         })
+    }
+
+    /// Whether a streaming request here waits for the reply to `message_id` (a cluster node
+    /// tells the owner, whose turn then streams).
+    pub(crate) fn streams_to(&self, message_id: &str) -> bool {
+        self.delta_waiters.contains_key(message_id)
+    }
+
+    /// Makes the turn answering `message_id` stream here: a streaming request on another
+    /// cluster node waits for it. Ignored past [`MAX_REMOTE_WATCHED`] ids.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn watch_remote(&self, message_id: &str) {
+        if self.remote_watched.len() < MAX_REMOTE_WATCHED {
+            self.remote_watched.insert(message_id.to_string(), ());
+        }
+    }
+
+    /// The deltas of this node's turns, for the other cluster nodes, from now on (every
+    /// delta any fan-out sends; at most [`DELTA_EXPORT_BUFFER`] queued, the rest dropped and
+    /// counted). `None` if taken before.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn export_deltas(&self) -> Option<mpsc::Receiver<Arc<Delta>>> {
+        let (tx, rx) = mpsc::channel(DELTA_EXPORT_BUFFER);
+        self.exported.set(tx).ok().map(|()| rx)
+    }
+
+    /// Hands a delta of another cluster node's turn to this node's streaming waiters and
+    /// delta subscribers (never to platform channels: the owner streams to those). Like a
+    /// local delta it never waits; once the reply is published here its waiters are gone,
+    /// so a late delta reaches none of them.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn publish_remote_delta(&self, delta: Delta) {
+        let delta = Arc::new(delta);
+        for id in &delta.in_reply_to {
+            if let Some(waiting) = self.delta_waiters.get(id) {
+                for (_, tx) in waiting.iter() {
+                    let _ = tx.try_send(Arc::clone(&delta));
+                }
+            }
+        }
+        let _ = self.delta_stream.send(delta);
     }
 
     /// Subscribes to every reply from now on. A subscriber more than the buffer behind misses
@@ -413,6 +479,7 @@ impl ReplyHub {
                 }
             }
             self.delta_waiters.remove(id);
+            self.remote_watched.remove(id);
         }
         if route {
             self.router.route(&reply);
@@ -522,5 +589,61 @@ mod tests {
         );
         drop((original, retry));
         assert!(hub.waiters.is_empty(), "no waiter left behind");
+    }
+
+    #[test]
+    fn a_waiter_on_another_node_makes_the_turn_stream_until_its_reply() {
+        let hub = ReplyHub::new(4);
+        assert!(hub.delta_fanout("k", &[item("m1")]).is_none());
+        hub.watch_remote("m1");
+        assert!(hub.delta_fanout("k", &[item("m1")]).is_some());
+        // Its reply, published here (by the owner's turn or the follower), ends the watch.
+        hub.publish_remote(reply("m1", "done"));
+        assert!(hub.delta_fanout("k", &[item("m1")]).is_none());
+        for i in 0..MAX_REMOTE_WATCHED + 5 {
+            hub.watch_remote(&format!("w{i}"));
+        }
+        assert_eq!(hub.remote_watched.len(), MAX_REMOTE_WATCHED, "bounded");
+    }
+
+    #[tokio::test]
+    async fn deltas_go_to_other_nodes_without_waiting_and_theirs_reach_waiters_here() {
+        let hub = ReplyHub::new(4);
+        let mut exported = hub.export_deltas().expect("the first export");
+        assert!(hub.export_deltas().is_none(), "one export");
+        let _waiter = hub.wait_streaming("m1");
+        let mut fanout = hub.delta_fanout("k", &[item("m1")]).expect("watched");
+        // Nobody takes the exported deltas while the turn sends more than their queue holds.
+        for i in 0..DELTA_EXPORT_BUFFER + 10 {
+            fanout.send(format!("{i} "));
+        }
+        drop(fanout);
+        let mut queued = 0;
+        while exported.try_recv().is_ok() {
+            queued += 1;
+        }
+        assert_eq!(
+            queued, DELTA_EXPORT_BUFFER,
+            "the queue's worth, the rest dropped"
+        );
+
+        let mut remote = hub.wait_streaming("r1");
+        let mut plain = hub.subscribe_deltas();
+        hub.publish_remote_delta(Delta {
+            session_key: "k2".into(),
+            in_reply_to: vec!["r1".into()],
+            seq: 1,
+            text: "Hel".into(),
+            round: 0,
+        });
+        match remote.next().await {
+            Some(Heard::Delta(d)) => assert_eq!(d.text, "Hel"),
+            other => panic!("expected a delta, got {other:?}"),
+        }
+        assert_eq!(plain.recv().await.map(|d| d.seq).ok(), Some(1));
+        assert!(
+            exported.try_recv().is_err(),
+            "another node's delta is not sent back"
+        );
     }
 }

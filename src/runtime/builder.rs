@@ -234,6 +234,7 @@ impl RuntimeBuilder {
                 schedules,
                 directory,
                 ingress: std::sync::OnceLock::new(),
+                deletes: std::sync::OnceLock::new(),
                 slack_events: std::sync::OnceLock::new(),
             }),
         };

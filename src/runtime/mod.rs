@@ -31,7 +31,7 @@ pub(crate) use api_channel::ApiChannel;
 pub use builder::RuntimeBuilder;
 pub use ops::{Compacted, Deleted, Stats};
 pub use ports::{ChannelPort, DeltaTaker};
-pub(crate) use replica::Ingress;
+pub(crate) use replica::{ClusterDeletes, Ingress};
 pub(crate) use requests::StoredAnswer;
 
 use crate::clock::now_ms;
@@ -189,6 +189,9 @@ struct Inner {
     schedules: Arc<crate::schedules::Schedules>,
     /// A cluster node's way into the replicated inbox, installed by the cluster layer.
     ingress: std::sync::OnceLock<Arc<dyn Ingress>>,
+    /// A cluster node's way to delete a session (through its partition's owner), installed
+    /// by the cluster layer.
+    deletes: std::sync::OnceLock<Arc<dyn ClusterDeletes>>,
     /// The Slack channel's HTTP Events API hand-over (`[channels.slack] mode = "http"`),
     /// for the server's `/v1/channels/slack/events` route.
     slack_events: std::sync::OnceLock<Arc<crate::channels::SlackEvents>>,

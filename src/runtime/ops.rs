@@ -73,39 +73,60 @@ impl Runtime {
     /// Deletes a session: its record, transcript and unanswered messages, in one transaction,
     /// after its lane dropped what it held in memory (else the lane would answer the deleted
     /// messages into a new session). `Ok(None)` if there is no such session;
-    /// [`Error::Conflict`] while a turn of it runs (its commit could land after the delete);
-    /// [`Error::NotAvailable`] on a cluster node.
-    /// Messages admitted after the lane dropped its queue belong to a new session.
+    /// [`Error::Conflict`] while a turn of it runs (its commit could land after the delete).
+    /// Messages admitted after the lane dropped its queue belong to a new session. On a
+    /// cluster node the partition's owner does this and appends it to the changelog; the
+    /// answer comes once this node has applied it too (`docs/cluster.md`).
     pub async fn delete_session(&self, key: &str) -> Result<Option<Deleted>, Error> {
-        if self.is_clustered() {
-            // Every node holds a copy, and the changelog would bring the session back.
-            return Err(Error::NotAvailable(
-                "deleting a session on a cluster node (every node keeps a copy)",
-            ));
-        }
         let key = normalize_session_key(key);
+        if self.is_clustered() {
+            let Some(deletes) = self.inner.deletes.get() else {
+                return Err(Error::Replication(
+                    "the node has not joined its cluster yet".into(),
+                ));
+            };
+            return deletes.delete(&key).await;
+        }
+        self.discard_for_delete(&key).await?;
+        self.delete_stored(&key).await
+    }
+
+    /// Makes sure no turn of `key` runs and its lane holds nothing: [`Error::Conflict`] if a
+    /// turn runs (its commit could land after the delete).
+    pub(crate) async fn discard_for_delete(&self, key: &str) -> Result<(), Error> {
         let busy = || {
             Error::Conflict(format!(
                 "session {key:?} is running a turn; retry when it has finished"
             ))
         };
-        if self.inner.running.is_running(&key) {
+        if self.inner.running.is_running(key) {
             return Err(busy());
         }
         // Ordered with admissions by the supervisor, and answered by the lane itself, which is
         // the only one that can tell whether a turn started since the check above.
-        match self.inner.supervisor.discard(key.as_str().into()).await? {
-            DiscardOutcome::Dropped => {}
-            DiscardOutcome::Busy => return Err(busy()),
+        match self.inner.supervisor.discard(key.into()).await? {
+            DiscardOutcome::Dropped => Ok(()),
+            DiscardOutcome::Busy => Err(busy()),
         }
+    }
+
+    /// Deletes what this node stores of `key` (after [`Runtime::discard_for_delete`]) and
+    /// waits until that is durable. `Ok(None)` if nothing was stored.
+    pub(crate) async fn delete_stored(&self, key: &str) -> Result<Option<Deleted>, Error> {
         let store = &self.inner.store;
-        let Some(gone) = store.delete_session(&key)? else {
+        let Some(gone) = store.delete_session(key)? else {
             return Ok(None);
         };
         store.commit().wait(gone.ticket).await?;
+        self.inner
+            .engine
+            .agents()
+            .for_key(key)
+            .context
+            .invalidate(key);
         tracing::info!(session_key = %key, entries = gone.entries, pending = gone.pending, "session deleted");
         Ok(Some(Deleted {
-            session_key: key,
+            session_key: key.to_string(),
             entries: gone.entries,
             pending_messages: gone.pending,
         }))

@@ -1,13 +1,14 @@
-//! What the cluster layer (`crate::cluster`, feature `cluster`) uses of a runtime: the seam
+//! What the cluster layer (`crate::cluster`, feature `cluster`) uses of a runtime: the seams
 //! for accepted messages ([`Ingress`]: into the partition's replicated inbox instead of this
-//! node's), local admission of what the partition's owner takes from that inbox, and applying
-//! other nodes' turns from the changelog. A single node uses none of it.
+//! node's) and for session deletes ([`ClusterDeletes`]: done by the partition's owner), local
+//! admission of what the partition's owner takes from that inbox, and applying other nodes'
+//! turns and deletes from the changelog. A single node uses none of it.
 
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 
-use super::{Ack, Runtime, SubmitError};
+use super::{Ack, Deleted, Runtime, SubmitError};
 use crate::error::Error;
 use crate::inbound::{normalize_session_key, InboundEvent, Refusal};
 use crate::metrics;
@@ -18,12 +19,21 @@ use crate::store::{ReplicaMarks, TurnCommit};
 /// Where a cluster node puts the messages it accepts: the partition's replicated inbox. `Ok`
 /// only once that inbox acknowledged the message (it is then as durable as the cluster).
 pub(crate) trait Ingress: Send + Sync + 'static {
-    /// Publishes `event` (validated) for the session `session_key`.
+    /// Publishes `event` (validated) for the session `session_key`; `streamed`: a streaming
+    /// request here waits for its answer (the owner's turn then streams its deltas here).
     fn publish<'a>(
         &'a self,
         session_key: &'a str,
         event: &'a InboundEvent,
+        streamed: bool,
     ) -> BoxFuture<'a, Result<(), Refusal>>;
+}
+
+/// How a cluster node deletes a session: the partition's owner deletes it and appends the
+/// delete to the changelog; `Ok` once this node has applied it too.
+pub(crate) trait ClusterDeletes: Send + Sync + 'static {
+    /// Deletes `session_key` (normalised) everywhere; `Ok(None)` if there is no such session.
+    fn delete<'a>(&'a self, session_key: &'a str) -> BoxFuture<'a, Result<Option<Deleted>, Error>>;
 }
 
 #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
@@ -33,12 +43,13 @@ impl Runtime {
         self.inner.config.cluster.is_some()
     }
 
-    /// Installs the cluster layer's ingress and changelog; a cluster node accepts and answers
-    /// nothing before. Errs if already installed or not a cluster node.
+    /// Installs the cluster layer's ingress, changelog and deletes; a cluster node accepts,
+    /// answers and deletes nothing before. Errs if already installed or not a cluster node.
     pub(crate) fn install_cluster(
         &self,
         ingress: Arc<dyn Ingress>,
         replication: Arc<dyn Replication>,
+        deletes: Arc<dyn ClusterDeletes>,
     ) -> Result<(), Error> {
         if !self.is_clustered() {
             return Err(Error::from(crate::error::StoreError::Invariant(
@@ -47,6 +58,7 @@ impl Runtime {
         }
         if !self.inner.engine.replication().install(replication)
             || self.inner.ingress.set(ingress).is_err()
+            || self.inner.deletes.set(deletes).is_err()
         {
             return Err(Error::from(crate::error::StoreError::Invariant(
                 "the cluster layer was installed twice",
@@ -80,8 +92,10 @@ impl Runtime {
             );
         };
         let session_key = self.session_key_of(&event);
+        // The streaming waiter registers before it submits.
+        let streamed = self.inner.replies.streams_to(&event.message.message_id);
         ingress
-            .publish(&session_key, &event)
+            .publish(&session_key, &event, streamed)
             .await
             .inspect_err(|r| metrics::inbound_dropped(channel, r.metric_reason()))?;
         metrics::inbound_accepted(channel);
@@ -94,8 +108,16 @@ impl Runtime {
     /// The partition owner's admission of a message taken from the replicated inbox: through
     /// preflight into this node's inbox and lane, as on a single node, without waiting for
     /// a local flush (the replicated inbox keeps the message until its answer is in the
-    /// changelog).
-    pub(crate) async fn admit_replicated(&self, event: InboundEvent) -> Result<Ack, SubmitError> {
+    /// changelog). `streamed`: a streaming request on another node waits for the answer, so
+    /// the turn streams (see `ReplyHub::watch_remote`).
+    pub(crate) async fn admit_replicated(
+        &self,
+        event: InboundEvent,
+        streamed: bool,
+    ) -> Result<Ack, SubmitError> {
+        if streamed {
+            self.inner.replies.watch_remote(&event.message.message_id);
+        }
         let admitted = self.admit_local(&self.inner.api, "cluster", event).await?;
         Ok(admitted.ack)
     }
@@ -166,6 +188,66 @@ impl Runtime {
         reply.seq = committed.seqs.last().copied().unwrap_or_default();
         self.publish_remote_reply(reply);
         Ok(())
+    }
+
+    /// Whether this node stores anything of `session_key` (a record, hot or cold, or an
+    /// unanswered message): what a delete would remove.
+    pub(crate) fn stores_session(&self, session_key: &str) -> Result<bool, Error> {
+        let store = &self.inner.store;
+        Ok(store.find_session(session_key)?.is_some()
+            || !store.pending(session_key, 0, 1)?.is_empty())
+    }
+
+    /// Applies another node's delete from the changelog (`seq` of `partition`) to this node's
+    /// copy: the session's stored data goes, as on a single node, then the applied position
+    /// moves past it. A crash between the two applies the delete again, which changes nothing
+    /// (nothing after it in the changelog was applied yet).
+    pub(crate) async fn apply_replicated_delete(
+        &self,
+        session_key: &str,
+        partition: u32,
+        seq: u64,
+    ) -> Result<(), Error> {
+        let store = self.inner.store.clone();
+        let key = session_key.to_string();
+        let gone = tokio::task::spawn_blocking(move || {
+            let gone = store.delete_session(&key)?;
+            store.set_replica_applied(partition, seq)?;
+            Ok::<_, crate::error::StoreError>(gone)
+        })
+        .await
+        .map_err(|_| {
+            Error::from(crate::error::StoreError::Invariant(
+                "applying a replicated delete panicked",
+            ))
+        })??;
+        self.inner
+            .engine
+            .agents()
+            .for_key(session_key)
+            .context
+            .invalidate(session_key);
+        if let Some(gone) = gone {
+            tracing::info!(
+                session_key,
+                entries = gone.entries,
+                "session deleted by its owner"
+            );
+        }
+        Ok(())
+    }
+
+    /// This node's turns' streaming deltas, for the other cluster nodes (see
+    /// `ReplyHub::export_deltas`); `None` if taken before.
+    pub(crate) fn export_deltas(
+        &self,
+    ) -> Option<tokio::sync::mpsc::Receiver<Arc<crate::replies::Delta>>> {
+        self.inner.replies.export_deltas()
+    }
+
+    /// Hands a streaming delta of another node's turn to this node's waiters and stream.
+    pub(crate) fn publish_remote_delta(&self, delta: crate::replies::Delta) {
+        self.inner.replies.publish_remote_delta(delta);
     }
 
     /// Hands a reply made on another node to this node's waiters and stream.

@@ -50,6 +50,19 @@ impl Store {
         Ok(u64::from_be_bytes(array))
     }
 
+    /// Records `log_seq` as applied here for `partition` (a changelog record that is no turn:
+    /// a turn writes its position in its own transaction). Not flushed: a crash applies the
+    /// record again.
+    pub fn set_replica_applied(&self, partition: u32, log_seq: u64) -> Result<(), StoreError> {
+        let (key, value) = applied_write(partition, log_seq);
+        let _write = self.write_gate();
+        self.inner()
+            .channel_state
+            .insert(key, value)
+            .map_err(StoreError::sled("writing a cluster changelog position"))?;
+        Ok(())
+    }
+
     /// Whether a turn applied here answered `message_id` of `session_key` (and the mark has
     /// not expired at `now_ms`).
     pub fn replica_answered(

@@ -23,7 +23,7 @@ use super::support::{
 
 /// One of these tests at a time: each runs three NATS servers and three nodes, which is what
 /// two cores can take while the timing of leases still means something.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Partitions of every test cluster: few, so each node owns several and a kill moves some.
 pub const PARTITIONS: u32 = 12;
