@@ -82,6 +82,7 @@ fn config(cluster: &NatsCluster, node: &str, partitions: u32, lease_ms: u64) -> 
         node_id: node.into(),
         partitions,
         lease_ms,
+        replicas: 2,
     }
 }
 

@@ -1,4 +1,5 @@
-//! Placement: the partition of a session key, and which partitions a node should hold.
+//! Placement: the partition of a session key, which partitions a node should hold, and
+//! which nodes keep a copy of a partition (its replica set).
 //!
 //! Both are pure functions of their inputs, so every node that sees the same live nodes and
 //! owners computes the same answer, and no node needs to agree with another to decide what
@@ -26,6 +27,65 @@ pub fn target(me: &str, live: &BTreeSet<String>, partitions: u32) -> u32 {
     let base = partitions / count;
     let extra = partitions % count;
     base + u32::from(index < extra)
+}
+
+/// The nodes that keep a copy of `partition`: its owner (if it has one) first, then the live
+/// nodes ranked by rendezvous (highest-random-weight) hashing of (partition, node id), until
+/// there are `replicas` (or no more live nodes). Rendezvous hashing needs no coordination
+/// and moves little: a node joining takes only the places where it outranks a current
+/// standby, a node leaving gives up only its own, and each node ranks first for about the
+/// same share of partitions. `replicas` 0 counts as 1.
+pub fn replica_set(
+    partition: Partition,
+    owner: Option<&str>,
+    live: &BTreeSet<String>,
+    replicas: u32,
+) -> Vec<String> {
+    let want = replicas.max(1) as usize;
+    let mut set: Vec<String> = owner.map(str::to_string).into_iter().collect();
+    let mut ranked: Vec<(u64, &String)> = live
+        .iter()
+        .filter(|n| Some(n.as_str()) != owner)
+        .map(|n| (weight(partition, n), n))
+        .collect();
+    // Highest weight first; the id breaks (astronomically unlikely) ties the same everywhere.
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    for (_, node) in ranked {
+        if set.len() >= want {
+            break;
+        }
+        set.push(node.clone());
+    }
+    set
+}
+
+/// Whether `me` keeps a copy of `partition` (see [`replica_set`]).
+pub fn replicates(
+    me: &str,
+    partition: Partition,
+    owner: Option<&str>,
+    live: &BTreeSet<String>,
+    replicas: u32,
+) -> bool {
+    replica_set(partition, owner, live, replicas)
+        .iter()
+        .any(|n| n == me)
+}
+
+/// The rendezvous weight of `node` for `partition`: FNV-1a (64 bits) of the node id and the
+/// partition's bytes, then SplitMix64's finaliser to spread FNV's weak high bits. Fixed by
+/// design, like [`partition_of`]: every node and version must rank the same way.
+fn weight(partition: Partition, node: &str) -> u64 {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = FNV_OFFSET;
+    for byte in node.bytes().chain([0xff]).chain(partition.to_le_bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(FNV_PRIME);
+    }
+    hash = (hash ^ (hash >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    hash = (hash ^ (hash >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    hash ^ (hash >> 31)
 }
 
 /// What one balancing step asks of a node.
@@ -131,6 +191,75 @@ mod tests {
         let step = plan("a", &live, &BTreeMap::new(), &all, 8);
         assert_eq!(step.release, vec![7, 6, 5, 4]);
         assert!(step.acquire.is_empty());
+    }
+
+    #[test]
+    fn the_replica_set_is_the_owner_then_the_highest_weights() {
+        let live = nodes(&["a", "b", "c", "d"]);
+        for p in 0..64 {
+            let set = replica_set(p, Some("c"), &live, 2);
+            assert_eq!(set.len(), 2);
+            assert_eq!(set[0], "c");
+            assert_ne!(set[1], "c");
+            // The same answer every time, and from a view listing the nodes in any order.
+            assert_eq!(set, replica_set(p, Some("c"), &live.clone(), 2));
+            let unowned = replica_set(p, None, &live, 2);
+            assert_eq!(unowned.len(), 2);
+            assert!(replicates(&unowned[1], p, None, &live, 2));
+            // One replica: the owner alone; more than the live nodes: all of them.
+            assert_eq!(replica_set(p, Some("c"), &live, 1), vec!["c".to_string()]);
+            assert_eq!(replica_set(p, Some("c"), &live, 9).len(), 4);
+            // An owner the view does not list as live still comes first.
+            assert_eq!(replica_set(p, Some("z"), &live, 2)[0], "z");
+        }
+        // The weights are fixed: a change would move every standby of a running cluster.
+        assert_eq!(weight(0, "a"), weight(0, "a"));
+        assert_ne!(weight(0, "a"), weight(1, "a"));
+        assert_ne!(weight(0, "a"), weight(0, "b"));
+    }
+
+    #[test]
+    fn standbys_are_balanced_and_move_little() {
+        let names: Vec<String> = (0..5).map(|i| format!("node-{i}")).collect();
+        let live: BTreeSet<String> = names.iter().cloned().collect();
+        let partitions = 1000;
+        let mut firsts: BTreeMap<String, u32> = BTreeMap::new();
+        for p in 0..partitions {
+            let set = replica_set(p, None, &live, 1);
+            *firsts.entry(set[0].clone()).or_default() += 1;
+        }
+        // 200 each expected; a fair hash stays well within ±25 %.
+        for n in &names {
+            let share = firsts.get(n).copied().unwrap_or(0);
+            assert!((150..=250).contains(&share), "{n}: {share} of {partitions}");
+        }
+        // A node joining or leaving changes only the sets it enters or leaves.
+        let mut bigger = live.clone();
+        bigger.insert("node-new".into());
+        let mut smaller = live.clone();
+        smaller.remove("node-2");
+        let (mut joined, mut left) = (0, 0);
+        for p in 0..partitions {
+            let before = replica_set(p, None, &live, 2);
+            let after_join = replica_set(p, None, &bigger, 2);
+            if before != after_join {
+                joined += 1;
+                assert!(after_join.contains(&"node-new".to_string()), "{p}");
+            }
+            let after_leave = replica_set(p, None, &smaller, 2);
+            if before != after_leave {
+                left += 1;
+                assert!(before.contains(&"node-2".to_string()), "{p}");
+            }
+            for n in &before {
+                if n != "node-2" {
+                    assert!(after_leave.contains(n), "{p}: {n} moved");
+                }
+            }
+        }
+        // About 2/6 of the sets gain the new node, 2/5 lose node-2.
+        assert!(joined < partitions / 2, "{joined}");
+        assert!(left < partitions / 2, "{left}");
     }
 
     /// Applies plans node by node with a consistent view until nobody changes anything.

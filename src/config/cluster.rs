@@ -23,7 +23,19 @@ pub(crate) const MAX_NODE_ID_CHARS: usize = 64;
 /// Most `cluster.nats` URLs.
 pub(crate) const MAX_NATS_URLS: usize = 32;
 
-/// `[cluster]`. Every key is required: a node that joins a cluster must say which and as whom.
+/// Most `cluster.replicas`: each replica of a partition applies its whole changelog, so more
+/// copies than this buy no safety worth their work (the changelog itself is replicated).
+pub(crate) const MAX_REPLICAS: u32 = 16;
+
+/// `cluster.replicas` when the file does not say: the owner and one standby.
+const DEFAULT_REPLICAS: u32 = 2;
+
+fn default_replicas() -> u32 {
+    DEFAULT_REPLICAS
+}
+
+/// `[cluster]`. Every key but `replicas` is required: a node that joins a cluster must say
+/// which and as whom.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
@@ -37,6 +49,11 @@ pub struct ClusterConfig {
     /// How long a partition lease (and a node's heartbeat) lives unrenewed, in ms; the same
     /// on every node. A dead node's partitions move after at most this long.
     pub lease_ms: u64,
+    /// How many nodes keep a copy of each partition's sessions: its owner and `replicas - 1`
+    /// standbys (1: the owner alone, the changelog being the other copy). Default 2; the
+    /// same on every node. More than the live nodes means every node.
+    #[serde(default = "default_replicas")]
+    pub replicas: u32,
 }
 
 impl ClusterConfig {
@@ -63,6 +80,7 @@ impl ClusterConfig {
             self.lease_ms,
             MIN_LEASE_MS..=MAX_LEASE_MS,
         )?;
+        in_range("cluster.replicas", self.replicas, 1..=MAX_REPLICAS)?;
         validate_node_id(&self.node_id)?;
         if self.nats.is_empty() {
             return Err(invalid("cluster.nats", "name at least one nats:// URL"));
@@ -145,6 +163,7 @@ mod tests {
             node_id: "n1".into(),
             partitions: 64,
             lease_ms: 5000,
+            replicas: 2,
         }
     }
 
@@ -188,9 +207,13 @@ mod tests {
         for ms in [MIN_LEASE_MS - 1, MAX_LEASE_MS + 1] {
             assert!(refused(|c| c.lease_ms = ms).contains("cluster.lease_ms"));
         }
+        for r in [0, MAX_REPLICAS + 1] {
+            assert!(refused(|c| c.replicas = r).contains("cluster.replicas"));
+        }
         let mut edge = config();
         edge.partitions = MAX_PARTITIONS;
         edge.lease_ms = MIN_LEASE_MS;
+        edge.replicas = 1;
         edge.validate().unwrap();
     }
 
