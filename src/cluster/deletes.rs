@@ -24,6 +24,7 @@ use futures_util::StreamExt;
 use tokio::sync::watch;
 
 use super::changelog::Changelog;
+use super::follower::Progress;
 use super::names::{delete_subject, partition_of_subject, DELETE_SUBJECTS};
 use super::record::{DeleteAnswer, DeleteRequest};
 use super::{partition_of, Partition};
@@ -47,7 +48,7 @@ pub(super) struct DeleteClient {
     client: Client,
     partitions: u32,
     /// The follower's position (the last changelog sequence it processed).
-    position: watch::Receiver<u64>,
+    position: watch::Receiver<Progress>,
     timeout: Duration,
 }
 
@@ -56,7 +57,7 @@ impl DeleteClient {
     pub(super) fn new(
         client: Client,
         partitions: u32,
-        position: watch::Receiver<u64>,
+        position: watch::Receiver<Progress>,
         timeout: Duration,
     ) -> Self {
         Self {
@@ -106,7 +107,7 @@ impl DeleteClient {
                 pending_messages,
             } => {
                 let mut position = self.position.clone();
-                let applied = tokio::time::timeout(self.timeout, position.wait_for(|p| *p >= seq))
+                let applied = tokio::time::timeout(self.timeout, position.wait_for(|p| p.seq >= seq))
                     .await
                     .is_ok_and(|waited| waited.is_ok());
                 if !applied {

@@ -1,7 +1,15 @@
-//! The follower: one task per node reading every partition's changelog in order and applying
-//! other nodes' turns to this node's sled (a cache of the changelog), then handing their
-//! replies to whoever waits for them here. So every node serves every session's reads and
-//! answers its own HTTP waiters, and a node taking a partition over has it restored already.
+//! The follower: one task per node reading the changelog in order and applying other nodes'
+//! turns of the partitions this node replicates (owns or is a standby of: `membership`'s
+//! follow set) to this node's sled (a cache of the changelog), then handing their replies to
+//! whoever waits for them here. So a replica serves its sessions' reads and answers its own
+//! HTTP waiters, and a standby taking a partition over has it restored already.
+//!
+//! It reads the records of every partition (one ordered consumer, so one position to wait
+//! for) and skips those it does not follow. When the follow set gains a partition whose
+//! applied position is behind the follower's, it reads again from there: the records of the
+//! partitions it already had are skipped by their applied positions. [`Progress`] says which
+//! partitions are complete up to its position, which is what an owner taking a partition
+//! over waits for.
 //!
 //! A turn is applied once: the position applied per partition is written in the turn's own
 //! transaction, and a turn at or below it is skipped; this node's current tenures' turns are
@@ -9,6 +17,7 @@
 //! same way, in changelog order, except on the owner that appended it (it deleted its copy
 //! under the partition's append lock).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +29,7 @@ use tokio::sync::watch;
 use super::changelog::{Changelog, ANSWERED_MARK_TTL_MS};
 use super::names::{partition_of_subject, LOG_SUBJECTS};
 use super::record::LogRecord;
+use super::Partition;
 use crate::clock::now_ms;
 use crate::runtime::Runtime;
 use crate::store::ReplicaMarks;
@@ -27,14 +37,30 @@ use crate::store::ReplicaMarks;
 /// Pause before the follower reopens its consumer after an error.
 const REOPEN_PAUSE: Duration = Duration::from_millis(200);
 
+/// Where the follower is: what an owner taking a partition over, a delete and a read wait
+/// for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Progress {
+    /// The last changelog stream sequence processed (applied, or skipped as not followed).
+    pub(crate) seq: u64,
+    /// The partitions followed: each one's records up to `seq` are applied here.
+    pub(crate) followed: BTreeSet<Partition>,
+}
+
+impl Progress {
+    /// Whether every record of `partition` up to `seq` is applied here.
+    pub(crate) fn covers(&self, partition: Partition, seq: u64) -> bool {
+        self.seq >= seq && self.followed.contains(&partition)
+    }
+}
+
 /// The follower's state: where it is in the changelog stream.
 pub(super) struct Follower {
     runtime: Runtime,
     log: Stream,
     changelog: Arc<Changelog>,
     partitions: u32,
-    /// The last changelog stream sequence processed.
-    position: watch::Sender<u64>,
+    position: watch::Sender<Progress>,
 }
 
 impl Follower {
@@ -44,7 +70,7 @@ impl Follower {
         log: Stream,
         changelog: Arc<Changelog>,
         partitions: u32,
-        position: watch::Sender<u64>,
+        position: watch::Sender<Progress>,
     ) -> Self {
         Self {
             runtime,
@@ -64,20 +90,60 @@ impl Follower {
             .unwrap_or(0)
     }
 
-    /// Follows until the task is aborted.
-    pub(super) async fn run(self) {
+    /// Follows the partitions `follow` names until the task is aborted.
+    pub(super) async fn run(self, mut follow: watch::Receiver<BTreeSet<Partition>>) {
         let mut next = self.start() + 1;
+        let wanted = follow.borrow_and_update().clone();
+        if let Some(restart) = self.refollow(wanted) {
+            next = next.min(restart);
+        }
         loop {
-            match self.follow_from(next).await {
-                Ok(()) => {}
+            match self.follow_from(next, &mut follow).await {
+                Ok(Some(restart)) => {
+                    next = restart;
+                    continue;
+                }
+                Ok(None) => {}
                 Err(e) => tracing::warn!(error = %e, from = next, "changelog follower: reopening"),
             }
-            next = *self.position.borrow() + 1;
+            next = self.position.borrow().seq + 1;
             tokio::time::sleep(REOPEN_PAUSE).await;
         }
     }
 
-    async fn follow_from(&self, from: u64) -> Result<(), crate::cluster::NatsError> {
+    /// Follows `wanted` from now on. When it gains a partition applied only up to below the
+    /// position, the position goes back there (so nobody takes the partition for caught up
+    /// before it is) and the sequence to read again from is returned.
+    fn refollow(&self, wanted: BTreeSet<Partition>) -> Option<u64> {
+        let current = self.position.borrow().clone();
+        let behind = wanted
+            .difference(&current.followed)
+            .map(|p| self.runtime.replica_applied(*p).unwrap_or(0))
+            .min()
+            .filter(|applied| *applied < current.seq);
+        match behind {
+            Some(applied) => {
+                tracing::info!(from = applied + 1, "changelog follower: catching up gained partitions");
+                self.position.send_replace(Progress {
+                    seq: applied,
+                    followed: wanted,
+                });
+                Some(applied + 1)
+            }
+            None => {
+                self.position.send_modify(|p| p.followed = wanted);
+                None
+            }
+        }
+    }
+
+    /// Reads from `from` until an error, or until `follow` gains a partition that needs an
+    /// earlier start (`Ok(Some(start))`).
+    async fn follow_from(
+        &self,
+        from: u64,
+        follow: &mut watch::Receiver<BTreeSet<Partition>>,
+    ) -> Result<Option<u64>, crate::cluster::NatsError> {
         let consumer = self
             .log
             .create_consumer(pull::OrderedConfig {
@@ -89,16 +155,33 @@ impl Follower {
             })
             .await?;
         let mut messages = consumer.messages().await?;
-        while let Some(message) = messages.next().await {
-            let message = message?;
-            let seq = message.info()?.stream_sequence;
-            if seq <= *self.position.borrow() {
-                continue;
+        // Without a membership (it stopped) the follow set stays as it is.
+        let mut membership = true;
+        loop {
+            tokio::select! {
+                biased;
+                changed = follow.changed(), if membership => {
+                    if changed.is_err() {
+                        membership = false;
+                        continue;
+                    }
+                    let wanted = follow.borrow_and_update().clone();
+                    if let Some(restart) = self.refollow(wanted) {
+                        return Ok(Some(restart));
+                    }
+                }
+                message = messages.next() => {
+                    let Some(message) = message else { return Ok(None) };
+                    let message = message?;
+                    let seq = message.info()?.stream_sequence;
+                    if seq <= self.position.borrow().seq {
+                        continue;
+                    }
+                    self.apply(&message.subject, seq, &message.payload).await;
+                    self.position.send_modify(|p| p.seq = seq);
+                }
             }
-            self.apply(&message.subject, seq, &message.payload).await;
-            self.position.send_replace(seq);
         }
-        Ok(())
     }
 
     async fn apply(&self, subject: &str, seq: u64, payload: &[u8]) {
@@ -106,6 +189,9 @@ impl Follower {
             tracing::warn!(subject, "changelog record on an unknown subject: skipped");
             return;
         };
+        if !self.position.borrow().followed.contains(&partition) {
+            return;
+        }
         let record: LogRecord = match serde_json::from_slice(payload) {
             Ok(r) => r,
             Err(e) => {

@@ -2,8 +2,10 @@
 //!
 //! Every `lease_ms / 3` the task writes its heartbeat, renews every lease it holds, and
 //! applies [`placement::plan`] to what it has heard (the `View` fed by watching both
-//! buckets): it acquires free partitions up to its share and releases the surplus. It
-//! publishes the partitions it holds on a `watch` channel. A round that failed somewhere is
+//! buckets): it acquires free partitions up to its share and releases the surplus, trying
+//! first those it keeps a copy of (a standby is caught up, or nearly). It publishes the
+//! partitions it holds on a `watch` channel, and on another the partitions it replicates
+//! (holds, or is a standby of by [`placement::replica_set`]): the follower applies those. A round that failed somewhere is
 //! retried after a tenth of a lease rather than a third. A lease whose renewal was refused
 //! is lost at once; one whose renewals failed otherwise (no quorum, timeouts) is given up
 //! locally once a lease has passed since its last successful write started, which is no
@@ -79,6 +81,7 @@ pub struct Member {
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     owned: watch::Receiver<Owned>,
+    follow: watch::Receiver<BTreeSet<Partition>>,
 }
 
 impl Member {
@@ -90,30 +93,45 @@ impl Member {
     /// Opens the buckets through `js` and starts the task.
     pub async fn open(js: &Context, config: &ClusterConfig) -> Result<Member, ClusterError> {
         let store = LeaseStore::open(js, config).await?;
-        Ok(Member::start(store, Duration::from_millis(config.lease_ms)))
+        Ok(Member::start(
+            store,
+            Duration::from_millis(config.lease_ms),
+            config.replicas,
+        ))
     }
 
-    /// Starts the task on buckets already open; `lease` must be theirs.
-    pub fn start(store: LeaseStore, lease: Duration) -> Member {
+    /// Starts the task on buckets already open; `lease` must be theirs, `replicas` is
+    /// `[cluster] replicas`.
+    pub fn start(store: LeaseStore, lease: Duration, replicas: u32) -> Member {
         let (stop, stop_rx) = oneshot::channel();
         let (owned_tx, owned) = watch::channel(Owned::default());
+        let (follow_tx, follow) = watch::channel(BTreeSet::new());
         let state = State {
             view: View::new(store.partitions(), lease),
             holdings: Holdings::new(lease),
             store,
             lease,
+            replicas,
             owned: owned_tx,
+            follow: follow_tx,
         };
         Member {
             stop: Some(stop),
             task: Some(tokio::spawn(state.run(stop_rx))),
             owned,
+            follow,
         }
     }
 
     /// The partitions this node holds, updated as they change.
     pub fn owned(&self) -> watch::Receiver<Owned> {
         self.owned.clone()
+    }
+
+    /// The partitions this node keeps a copy of (those it holds and those it is a standby
+    /// of), updated as they change; empty until the first round.
+    pub fn follow(&self) -> watch::Receiver<BTreeSet<Partition>> {
+        self.follow.clone()
     }
 
     /// Releases every lease and the heartbeat, then ends the task.
@@ -180,7 +198,10 @@ struct State {
     lease: Duration,
     view: View,
     holdings: Holdings,
+    /// `[cluster] replicas`.
+    replicas: u32,
     owned: watch::Sender<Owned>,
+    follow: watch::Sender<BTreeSet<Partition>>,
 }
 
 impl State {
@@ -273,7 +294,15 @@ impl State {
         let live = self.view.live_nodes(&me, now);
         let owners = self.view.owners(now);
         let mine: BTreeSet<Partition> = self.holdings.partitions().collect();
-        let step = placement::plan(&me, &live, &owners, &mine, self.store.partitions());
+        let standby = self.follows(now);
+        let step = placement::plan(
+            &me,
+            &live,
+            &owners,
+            &mine,
+            &standby,
+            self.store.partitions(),
+        );
         let giving_up: Vec<Lease> = step
             .release
             .iter()
@@ -375,13 +404,42 @@ impl State {
         }
     }
 
-    fn publish(&self) {
+    /// Publishes the partitions held, then those replicated. The follower must follow a
+    /// partition before its owner task waits for it to catch up; the owner task waits for
+    /// the follower to say it follows it (`follower::Progress`), so the order is not critical.
+    fn publish(&mut self) {
         let now = self.holdings.owned();
         self.owned.send_if_modified(|owned| {
             let changed = *owned != now;
             *owned = now;
             changed
         });
+        let follow = self.follows(Instant::now());
+        self.follow.send_if_modified(|old| {
+            let changed = *old != follow;
+            *old = follow;
+            changed
+        });
+    }
+
+    /// The partitions this node keeps a copy of: those it holds, and those whose replica set
+    /// (by the owner the view knows, or none) names it.
+    fn follows(&mut self, now: Instant) -> BTreeSet<Partition> {
+        let me = self.store.node_id().to_string();
+        let live = self.view.live_nodes(&me, now);
+        let owners = self.view.owners(now);
+        (0..self.store.partitions())
+            .filter(|p| {
+                self.holdings.held.contains_key(p)
+                    || placement::replicates(
+                        &me,
+                        *p,
+                        owners.get(p).map(String::as_str),
+                        &live,
+                        self.replicas,
+                    )
+            })
+            .collect()
     }
 }
 

@@ -19,7 +19,7 @@ use super::changelog::Changelog;
 use super::deletes::{self, DeleteClient};
 use super::deltas;
 use super::error::ClusterError;
-use super::follower::Follower;
+use super::follower::{Follower, Progress};
 use super::ingress::JetStreamIngress;
 use super::membership::{connect, Member, Owned};
 use super::owner::{Owner, MAX_CONSUMER_CREATES};
@@ -50,7 +50,7 @@ struct Shared {
     inbox: Stream,
     log: Stream,
     changelog: Arc<Changelog>,
-    position: watch::Receiver<u64>,
+    position: watch::Receiver<Progress>,
     /// The owner tasks' permits to replace their inbox consumers.
     creates: Arc<Semaphore>,
 }
@@ -76,7 +76,7 @@ impl ClusterNode {
             config.node_id.clone(),
             config.partitions,
         ));
-        let (position_tx, position) = watch::channel(0);
+        let (position_tx, position) = watch::channel(Progress::default());
         let delete_client = DeleteClient::new(
             js.client(),
             config.partitions,
@@ -90,16 +90,6 @@ impl ClusterNode {
                 Arc::new(delete_client),
             )
             .map_err(|e| ClusterError::Runtime(e.to_string()))?;
-        let follower = tokio::spawn(
-            Follower::new(
-                runtime.clone(),
-                log.clone(),
-                Arc::clone(&changelog),
-                config.partitions,
-                position_tx,
-            )
-            .run(),
-        );
         let deletes = tokio::spawn(deletes::serve(
             js.client(),
             runtime.clone(),
@@ -119,6 +109,16 @@ impl ClusterNode {
             )));
         }
         let member = Member::open(&js, config).await?;
+        let follower = tokio::spawn(
+            Follower::new(
+                runtime.clone(),
+                log.clone(),
+                Arc::clone(&changelog),
+                config.partitions,
+                position_tx,
+            )
+            .run(member.follow()),
+        );
         let shared = Shared {
             runtime: runtime.clone(),
             js,

@@ -19,6 +19,7 @@ use futures_util::StreamExt;
 use tokio::sync::{watch, Semaphore};
 
 use super::changelog::Changelog;
+use super::follower::Progress;
 use super::error::{ClusterError, NatsError};
 use super::names::{inbox_consumer, inbox_subject, log_subject};
 use super::record::{InboxEnvelope, LogRecord};
@@ -104,7 +105,7 @@ pub(super) struct Owner {
     pub(crate) inbox: Stream,
     pub(crate) log: Stream,
     pub(crate) changelog: Arc<Changelog>,
-    pub(crate) position: watch::Receiver<u64>,
+    pub(crate) position: watch::Receiver<Progress>,
     pub(crate) partition: Partition,
     pub(crate) epoch: u64,
     /// This node's permits to replace an inbox consumer ([`MAX_CONSUMER_CREATES`]).
@@ -133,7 +134,7 @@ impl Owner {
         // Every turn before the marker is applied here before this tenure runs one.
         if self
             .position
-            .wait_for(|seen| *seen >= marker)
+            .wait_for(|seen| seen.covers(p, marker))
             .await
             .is_err()
         {

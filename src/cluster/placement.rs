@@ -104,12 +104,15 @@ pub struct Plan {
 ///
 /// Each node scans the partitions from its own offset (`index * partitions / n`), so nodes
 /// going for free partitions at the same time mostly try different ones; it releases the
-/// partitions last in that order, so it keeps the ones it would have picked first.
+/// partitions last in that order, so it keeps the ones it would have picked first. Free
+/// partitions in `standby` (those `me` keeps a copy of, so has mostly applied already) come
+/// first: a takeover by a standby waits for little catching up.
 pub fn plan(
     me: &str,
     live: &BTreeSet<String>,
     owners: &BTreeMap<Partition, String>,
     mine: &BTreeSet<Partition>,
+    standby: &BTreeSet<Partition>,
     partitions: u32,
 ) -> Plan {
     let want = target(me, live, partitions);
@@ -120,10 +123,13 @@ pub fn plan(
     let held = mine.len() as u32;
     let mut result = Plan::default();
     if held < want {
-        result.acquire = order
+        let mut free: Vec<Partition> = order
             .filter(|p| !mine.contains(p) && !owners.contains_key(p))
-            .take((want - held) as usize)
             .collect();
+        // Stable: within each group the offset order stays.
+        free.sort_by_key(|p| !standby.contains(p));
+        free.truncate((want - held) as usize);
+        result.acquire = free;
     } else if held > want {
         let mut in_order: Vec<Partition> = order.filter(|p| mine.contains(p)).collect();
         // Partitions held beyond `partitions` (a config change) go first.
@@ -184,13 +190,17 @@ mod tests {
         let live = nodes(&["a", "b"]);
         let owners: BTreeMap<Partition, String> = (0..2).map(|p| (p, "a".to_string())).collect();
         // b starts at 8 / 2 * 1 = 4.
-        let step = plan("b", &live, &owners, &BTreeSet::new(), 8);
+        let step = plan("b", &live, &owners, &BTreeSet::new(), &BTreeSet::new(), 8);
         assert_eq!(step.acquire, vec![4, 5, 6, 7]);
         assert!(step.release.is_empty());
         let all: BTreeSet<Partition> = (0..8).collect();
-        let step = plan("a", &live, &BTreeMap::new(), &all, 8);
+        let step = plan("a", &live, &BTreeMap::new(), &all, &BTreeSet::new(), 8);
         assert_eq!(step.release, vec![7, 6, 5, 4]);
         assert!(step.acquire.is_empty());
+        // A standby's partitions go first, the rest in offset order.
+        let standby: BTreeSet<Partition> = [1, 6].into();
+        let step = plan("b", &live, &owners, &BTreeSet::new(), &standby, 8);
+        assert_eq!(step.acquire, vec![6, 4, 5, 7]);
     }
 
     #[test]
@@ -279,7 +289,7 @@ mod tests {
                     .filter(|(_, o)| *o != me)
                     .map(|(p, o)| (*p, o.clone()))
                     .collect();
-                let step = plan(me, &live, &others, &mine, partitions);
+                let step = plan(me, &live, &others, &mine, &BTreeSet::new(), partitions);
                 for p in &step.release {
                     assert_eq!(owners.remove(p).as_deref(), Some(me.as_str()));
                 }
@@ -310,8 +320,9 @@ mod tests {
                 .filter(|(p, _)| *p < partitions && !mine.contains(p))
                 .map(|(p, n)| (p, names[n + 1].to_string()))
                 .collect();
-            let step = plan("n0", &live, &owners, &mine, partitions);
-            prop_assert_eq!(&step, &plan("n0", &live, &owners, &mine, partitions));
+            let standby: BTreeSet<Partition> = (0..partitions).filter(|p| p % 3 == 0).collect();
+            let step = plan("n0", &live, &owners, &mine, &standby, partitions);
+            prop_assert_eq!(&step, &plan("n0", &live, &owners, &mine, &standby, partitions));
             let want = target("n0", &live, partitions) as usize;
             for p in &step.acquire {
                 prop_assert!(*p < partitions && !owners.contains_key(p) && !mine.contains(p));
