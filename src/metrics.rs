@@ -503,6 +503,12 @@ pub fn cluster_applied(partition: u32) {
     counter!("turnstile_cluster_applied_total", "partition" => partition.to_string()).increment(1);
 }
 
+/// A final reply of this node's turn was not sent to the other cluster nodes: their queue
+/// was full (a waiter on a node without the partition waits out its timeout).
+pub fn cluster_reply_dropped() {
+    counter!("turnstile_cluster_replies_dropped_total").increment(1);
+}
+
 /// A streaming delta of this node's turn was not sent to the other cluster nodes: their
 /// queue was full (their waiters still get the whole reply at the end).
 pub fn cluster_delta_dropped() {

@@ -42,7 +42,11 @@ mod node;
 #[cfg(feature = "cluster")]
 mod owner;
 #[cfg(feature = "cluster")]
+mod reads;
+#[cfg(feature = "cluster")]
 mod record;
+#[cfg(feature = "cluster")]
+mod replies;
 #[cfg(feature = "cluster")]
 pub mod status;
 #[cfg(feature = "cluster")]

@@ -4,8 +4,9 @@
 //! Per partition `p`: its inbox subject [`inbox_subject`] on [`INBOX_STREAM`], drained by the
 //! durable pull consumer [`inbox_consumer`] (filtered to that subject); its changelog subject
 //! [`log_subject`] on [`LOG_STREAM`]; on core NATS (no stream), the subject its owner answers
-//! deletes on ([`delete_subject`]) and the one it publishes its turns' streaming deltas on
-//! ([`delta_subject`]). The leases and heartbeats live in the KV buckets [`LEASES_BUCKET`] and
+//! deletes on ([`delete_subject`]), the one it publishes its turns' streaming deltas on
+//! ([`delta_subject`]), the one it answers forwarded reads on ([`read_subject`]) and the one
+//! it publishes its turns' final replies on ([`reply_subject`]). The leases and heartbeats live in the KV buckets [`LEASES_BUCKET`] and
 //! [`NODES_BUCKET`].
 
 pub use super::lease::{LEASES_BUCKET, NODES_BUCKET};
@@ -54,7 +55,25 @@ pub fn delta_subject(partition: Partition) -> String {
 /// Every delta subject.
 pub const DELTA_SUBJECTS: &str = "turnstile.delta.*";
 
-/// The partition of an inbox, changelog, delete or delta subject.
+/// The core NATS subject `partition`'s owner answers the session reads of nodes that do not
+/// keep the partition on.
+pub fn read_subject(partition: Partition) -> String {
+    format!("turnstile.read.{partition}")
+}
+
+/// Every read subject.
+pub const READ_SUBJECTS: &str = "turnstile.read.*";
+
+/// The core NATS subject `partition`'s owner publishes its turns' final replies on, for the
+/// waiters of nodes that do not keep the partition.
+pub fn reply_subject(partition: Partition) -> String {
+    format!("turnstile.reply.{partition}")
+}
+
+/// Every reply subject.
+pub const REPLY_SUBJECTS: &str = "turnstile.reply.*";
+
+/// The partition of an inbox, changelog, delete, delta, read or reply subject.
 pub fn partition_of_subject(subject: &str) -> Option<Partition> {
     subject.rsplit('.').next()?.parse().ok()
 }
@@ -73,5 +92,7 @@ mod tests {
         assert_eq!(partition_of_subject("turnstile.log.x"), None);
         assert_eq!(partition_of_subject(&delete_subject(5)), Some(5));
         assert_eq!(partition_of_subject(&delta_subject(11)), Some(11));
+        assert_eq!(partition_of_subject(&read_subject(2)), Some(2));
+        assert_eq!(partition_of_subject(&reply_subject(9)), Some(9));
     }
 }

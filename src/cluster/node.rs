@@ -18,6 +18,8 @@ use tokio::task::JoinHandle;
 use super::changelog::Changelog;
 use super::deletes::{self, DeleteClient};
 use super::deltas;
+use super::reads::{self, ReadClient};
+use super::replies;
 use super::error::ClusterError;
 use super::follower::{Follower, Progress};
 use super::ingress::JetStreamIngress;
@@ -37,7 +39,8 @@ pub struct ClusterNode {
     follower: JoinHandle<()>,
     /// Answers the deletes of the partitions this node owns.
     deletes: JoinHandle<()>,
-    /// Send this node's streaming deltas to the others and take theirs in.
+    /// Exchange streaming deltas and final replies with the other nodes, and answer their
+    /// reads of this node's partitions.
     delta_tasks: Vec<JoinHandle<()>>,
     coordinator: JoinHandle<()>,
     changelog: Arc<Changelog>,
@@ -77,6 +80,7 @@ impl ClusterNode {
             config.partitions,
         ));
         let (position_tx, position) = watch::channel(Progress::default());
+        let read_client = ReadClient::new(js.client(), config.partitions, position.clone());
         let delete_client = DeleteClient::new(
             js.client(),
             config.partitions,
@@ -90,16 +94,40 @@ impl ClusterNode {
                 Arc::new(delete_client),
             )
             .map_err(|e| ClusterError::Runtime(e.to_string()))?;
+        runtime
+            .install_reads(Arc::new(read_client))
+            .map_err(|e| ClusterError::Runtime(e.to_string()))?;
         let deletes = tokio::spawn(deletes::serve(
             js.client(),
             runtime.clone(),
             Arc::clone(&changelog),
         ));
-        let mut delta_tasks = vec![tokio::spawn(deltas::import(
-            js.client(),
-            config.node_id.clone(),
-            runtime.clone(),
-        ))];
+        let mut delta_tasks = vec![
+            tokio::spawn(deltas::import(
+                js.client(),
+                config.node_id.clone(),
+                runtime.clone(),
+            )),
+            tokio::spawn(reads::serve(
+                js.client(),
+                runtime.clone(),
+                Arc::clone(&changelog),
+            )),
+            tokio::spawn(replies::import(
+                js.client(),
+                config.node_id.clone(),
+                runtime.clone(),
+                position.clone(),
+            )),
+        ];
+        if let Some(exported) = runtime.export_replies() {
+            delta_tasks.push(tokio::spawn(replies::export(
+                js.client(),
+                config.node_id.clone(),
+                config.partitions,
+                exported,
+            )));
+        }
         if let Some(exported) = runtime.export_deltas() {
             delta_tasks.push(tokio::spawn(deltas::export(
                 js.client(),

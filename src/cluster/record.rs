@@ -167,6 +167,34 @@ pub(super) fn inbox_message_id(session_key: &str, message_id: &str) -> String {
     format!("{session_key}\u{1f}{message_id}")
 }
 
+/// A partition's owner's answer to a forwarded session read (`reads`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
+pub(super) enum ReadAnswer {
+    /// The JSON the API shows for it.
+    Found {
+        /// The body.
+        body: serde_json::Value,
+    },
+    /// No such session.
+    NotFound,
+    /// The read failed there.
+    Failed {
+        /// Why, for the client.
+        reason: String,
+    },
+}
+
+/// A final reply of a turn, published by the node that ran it for the waiters of nodes that
+/// do not keep its partition (`replies`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct ReplyEnvelope {
+    /// The node whose turn made it (which does not take it back).
+    pub node: String,
+    /// The reply.
+    pub reply: crate::replies::Reply,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,3 +270,4 @@ mod tests {
         }
     }
 }
+

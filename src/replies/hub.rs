@@ -115,6 +115,11 @@ pub(crate) const DELTA_WAITER_BUFFER: usize = 64;
 /// (counted); a waiter elsewhere still gets the whole text with the final reply.
 pub(crate) const DELTA_EXPORT_BUFFER: usize = 1_024;
 
+/// Most final replies queued on a cluster node for the nodes that do not keep their
+/// partitions before new ones are dropped (counted); a waiter there then waits out its
+/// timeout, and the reply is stored and readable.
+pub(crate) const REPLY_EXPORT_BUFFER: usize = 4_096;
+
 /// Most message ids at once whose streaming waiter is on another cluster node. Past it a
 /// turn does not stream for such a waiter (it gets the whole reply at the end). An id goes
 /// when its reply is published here, which every node does for every reply.
@@ -184,6 +189,9 @@ pub(crate) struct ReplyHub {
     /// A cluster node's deltas on their way to the other nodes (at most
     /// [`DELTA_EXPORT_BUFFER`]); unset on a single node.
     exported: OnceLock<mpsc::Sender<Arc<Delta>>>,
+    /// A cluster node's final replies on their way to the other nodes (at most
+    /// [`REPLY_EXPORT_BUFFER`]); unset on a single node.
+    exported_replies: OnceLock<mpsc::Sender<Arc<Reply>>>,
     router: ChannelRouter,
 }
 
@@ -320,6 +328,7 @@ impl ReplyHub {
             delta_waiters: DashMap::new(),
             remote_watched: DashMap::new(),
             exported: OnceLock::new(),
+            exported_replies: OnceLock::new(),
             router: ChannelRouter::default(),
         }
     }
@@ -406,6 +415,15 @@ impl ReplyHub {
         self.exported.set(tx).ok().map(|()| rx)
     }
 
+    /// The final replies of this node's turns, for the other cluster nodes, from now on (at
+    /// most [`REPLY_EXPORT_BUFFER`] queued, the rest dropped and counted). `None` if taken
+    /// before.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn export_replies(&self) -> Option<mpsc::Receiver<Arc<Reply>>> {
+        let (tx, rx) = mpsc::channel(REPLY_EXPORT_BUFFER);
+        self.exported_replies.set(tx).ok().map(|()| rx)
+    }
+
     /// Hands a delta of another cluster node's turn to this node's streaming waiters and
     /// delta subscribers (never to platform channels: the owner streams to those). Like a
     /// local delta it never waits; once the reply is published here its waiters are gone,
@@ -483,6 +501,11 @@ impl ReplyHub {
         }
         if route {
             self.router.route(&reply);
+            if let Some(exported) = self.exported_replies.get() {
+                if exported.try_send(Arc::clone(&reply)).is_err() {
+                    crate::metrics::cluster_reply_dropped();
+                }
+            }
         }
         let _ = self.stream.send(reply);
     }

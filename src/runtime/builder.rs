@@ -235,6 +235,7 @@ impl RuntimeBuilder {
                 directory,
                 ingress: std::sync::OnceLock::new(),
                 deletes: std::sync::OnceLock::new(),
+                reads: std::sync::OnceLock::new(),
                 slack_events: std::sync::OnceLock::new(),
             }),
         };

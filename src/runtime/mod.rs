@@ -11,6 +11,7 @@ mod cold_tests;
 mod compaction_tests;
 mod ops;
 mod ports;
+mod reads;
 mod replica;
 mod requests;
 mod schedules;
@@ -31,6 +32,8 @@ pub(crate) use api_channel::ApiChannel;
 pub use builder::RuntimeBuilder;
 pub use ops::{Compacted, Deleted, Stats};
 pub use ports::{ChannelPort, DeltaTaker};
+pub(crate) use reads::ClusterReads;
+pub(crate) use reads::SessionRead;
 pub(crate) use replica::{ClusterDeletes, Ingress};
 pub(crate) use requests::StoredAnswer;
 
@@ -192,6 +195,9 @@ struct Inner {
     /// A cluster node's way to delete a session (through its partition's owner), installed
     /// by the cluster layer.
     deletes: std::sync::OnceLock<Arc<dyn ClusterDeletes>>,
+    /// A cluster node's way to read sessions it does not keep (from a node that does),
+    /// installed by the cluster layer.
+    reads: std::sync::OnceLock<Arc<dyn ClusterReads>>,
     /// The Slack channel's HTTP Events API hand-over (`[channels.slack] mode = "http"`),
     /// for the server's `/v1/channels/slack/events` route.
     slack_events: std::sync::OnceLock<Arc<crate::channels::SlackEvents>>,

@@ -250,8 +250,14 @@ impl Runtime {
         self.inner.replies.publish_remote_delta(delta);
     }
 
+    /// This node's turns' final replies, for the cluster nodes that do not keep their
+    /// partitions (see `ReplyHub::export_replies`); `None` if taken before.
+    pub(crate) fn export_replies(&self) -> Option<tokio::sync::mpsc::Receiver<Arc<Reply>>> {
+        self.inner.replies.export_replies()
+    }
+
     /// Hands a reply made on another node to this node's waiters and stream.
-    fn publish_remote_reply(&self, reply: Reply) {
+    pub(crate) fn publish_remote_reply(&self, reply: Reply) {
         self.inner.replies.publish_remote(reply);
     }
 }

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::error::ApiError;
 use super::query::StrictQuery;
 use super::AppState;
-use crate::runtime::{SessionInfo, TranscriptItem};
+use crate::runtime::{SessionInfo, SessionRead};
 
 /// Largest page a client may ask for.
 pub(super) const MAX_PAGE: usize = 1_000;
@@ -34,15 +34,23 @@ pub(super) async fn list(
     ))
 }
 
+/// A session read, served here or (a cluster node that does not keep the session's
+/// partition) by a node that keeps it: the same JSON either way.
+async fn read(state: &AppState, read: SessionRead) -> Result<Json<Value>, ApiError> {
+    let key = read.session_key();
+    state
+        .runtime
+        .read_session(&read)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no session {key:?}")))
+}
+
 pub(super) async fn show(
     State(state): State<AppState>,
     Path(key): Path<String>,
-) -> Result<Json<SessionInfo>, ApiError> {
-    state
-        .runtime
-        .session(&key)?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("no session {key:?}")))
+) -> Result<Json<Value>, ApiError> {
+    read(&state, SessionRead::Session { key }).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -55,28 +63,18 @@ pub(super) async fn transcript(
     State(state): State<AppState>,
     Path(key): Path<String>,
     StrictQuery(q): StrictQuery<TranscriptQuery>,
-) -> Result<Json<Vec<TranscriptItem>>, ApiError> {
-    state
-        .runtime
-        .transcript(&key, q.after.unwrap_or(0), page(q.limit))?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("no session {key:?}")))
+) -> Result<Json<Value>, ApiError> {
+    let transcript = SessionRead::Transcript {
+        key,
+        after: q.after.unwrap_or(0),
+        limit: page(q.limit),
+    };
+    read(&state, transcript).await
 }
 
 pub(super) async fn context(
     State(state): State<AppState>,
     Path(key): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let Some(assembly) = state.runtime.context_dump(&key)? else {
-        return Err(ApiError::not_found(format!("no session {key:?}")));
-    };
-    let mut dump = assembly.dump();
-    let key = crate::inbound::normalize_session_key(&key);
-    if let Some(fields) = dump.as_object_mut() {
-        fields.insert(
-            "agent".into(),
-            Value::from(state.runtime.agent_of_session(&key)),
-        );
-    }
-    Ok(Json(dump))
+    read(&state, SessionRead::Context { key }).await
 }
