@@ -109,11 +109,6 @@ impl Changelog {
         metrics::cluster_partition_held(partition, 0);
     }
 
-    /// Whether this node has a tenure of `partition` (taken over and caught up).
-    pub(super) fn owns(&self, partition: Partition) -> bool {
-        self.tenures.contains_key(&partition)
-    }
-
     /// Whether `epoch` is this node's current tenure of `partition`.
     pub(super) fn is_current(&self, partition: Partition, epoch: u64) -> bool {
         self.tenures

@@ -107,9 +107,10 @@ impl DeleteClient {
                 pending_messages,
             } => {
                 let mut position = self.position.clone();
-                let applied = tokio::time::timeout(self.timeout, position.wait_for(|p| p.seq >= seq))
-                    .await
-                    .is_ok_and(|waited| waited.is_ok());
+                let applied =
+                    tokio::time::timeout(self.timeout, position.wait_for(|p| p.seq >= seq))
+                        .await
+                        .is_ok_and(|waited| waited.is_ok());
                 if !applied {
                     return Err(Error::Timeout(
                         "this node to apply the delete (its owner has deleted the session)",

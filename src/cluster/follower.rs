@@ -9,7 +9,8 @@
 //! applied position is behind the follower's, it reads again from there: the records of the
 //! partitions it already had are skipped by their applied positions. [`Progress`] says which
 //! partitions are complete up to its position, which is what an owner taking a partition
-//! over waits for.
+//! over waits for, and which are caught up (the follower reached the changelog's end since
+//! it gained them; until then this node forwards their reads to a node that keeps them).
 //!
 //! A turn is applied once: the position applied per partition is written in the turn's own
 //! transaction, and a turn at or below it is skipped; this node's current tenures' turns are
@@ -17,7 +18,7 @@
 //! same way, in changelog order, except on the owner that appended it (it deleted its copy
 //! under the partition's append lock).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,12 +46,54 @@ pub(crate) struct Progress {
     pub(crate) seq: u64,
     /// The partitions followed: each one's records up to `seq` are applied here.
     pub(crate) followed: BTreeSet<Partition>,
+    /// Followed partitions gained since the follower last reached the changelog's end (each
+    /// with the sequence it was gained at): their copies here may lag far behind.
+    pub(crate) catching_up: BTreeMap<Partition, u64>,
+    /// Whether the last record processed was the changelog's last (nothing pending then).
+    pub(crate) at_end: bool,
 }
 
 impl Progress {
     /// Whether every record of `partition` up to `seq` is applied here.
     pub(crate) fn covers(&self, partition: Partition, seq: u64) -> bool {
         self.seq >= seq && self.followed.contains(&partition)
+    }
+
+    /// Whether this node keeps `partition` and has caught up with it: it serves its reads.
+    pub(crate) fn keeps(&self, partition: Partition) -> bool {
+        self.followed.contains(&partition) && !self.catching_up.contains_key(&partition)
+    }
+
+    /// The follower processed `seq`, with `pending` records after it in the changelog.
+    fn processed(&mut self, seq: u64, pending: u64) {
+        self.seq = seq;
+        self.reached(pending == 0);
+    }
+
+    /// Whether the follower is at the changelog's end: then every followed partition is
+    /// caught up.
+    fn reached(&mut self, at_end: bool) {
+        self.at_end = at_end;
+        if at_end {
+            self.catching_up.clear();
+        }
+    }
+
+    /// Follows `wanted` from now on; `restart`: the sequence the follower goes back to (to
+    /// read gained partitions again), if it does.
+    fn refollow(&mut self, wanted: BTreeSet<Partition>, restart: Option<u64>) {
+        let already_there = restart.is_none() && self.at_end;
+        for p in wanted.difference(&self.followed) {
+            if !already_there {
+                self.catching_up.insert(*p, self.seq);
+            }
+        }
+        self.catching_up.retain(|p, _| wanted.contains(p));
+        self.followed = wanted;
+        if let Some(seq) = restart {
+            self.seq = seq;
+            self.at_end = false;
+        }
     }
 }
 
@@ -121,20 +164,14 @@ impl Follower {
             .map(|p| self.runtime.replica_applied(*p).unwrap_or(0))
             .min()
             .filter(|applied| *applied < current.seq);
-        match behind {
-            Some(applied) => {
-                tracing::info!(from = applied + 1, "changelog follower: catching up gained partitions");
-                self.position.send_replace(Progress {
-                    seq: applied,
-                    followed: wanted,
-                });
-                Some(applied + 1)
-            }
-            None => {
-                self.position.send_modify(|p| p.followed = wanted);
-                None
-            }
+        if let Some(applied) = behind {
+            tracing::info!(
+                from = applied + 1,
+                "changelog follower: catching up gained partitions"
+            );
         }
+        self.position.send_modify(|p| p.refollow(wanted, behind));
+        behind.map(|applied| applied + 1)
     }
 
     /// Reads from `from` until an error, or until `follow` gains a partition that needs an
@@ -154,6 +191,9 @@ impl Follower {
                 ..Default::default()
             })
             .await?;
+        if consumer.cached_info().num_pending == 0 {
+            self.position.send_modify(|p| p.reached(true));
+        }
         let mut messages = consumer.messages().await?;
         // Without a membership (it stopped) the follow set stays as it is.
         let mut membership = true;
@@ -173,12 +213,13 @@ impl Follower {
                 message = messages.next() => {
                     let Some(message) = message else { return Ok(None) };
                     let message = message?;
-                    let seq = message.info()?.stream_sequence;
+                    let info = message.info()?;
+                    let (seq, pending) = (info.stream_sequence, info.pending);
                     if seq <= self.position.borrow().seq {
                         continue;
                     }
                     self.apply(&message.subject, seq, &message.payload).await;
-                    self.position.send_modify(|p| p.seq = seq);
+                    self.position.send_modify(|p| p.processed(seq, pending));
                 }
             }
         }
@@ -243,5 +284,37 @@ impl Follower {
                 tracing::error!(partition, seq, session_key, error = %e, "could not apply a replicated turn here")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(partitions: &[Partition]) -> BTreeSet<Partition> {
+        partitions.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_gained_partition_is_kept_once_the_follower_reaches_the_end() {
+        let mut p = Progress::default();
+        // At start the follower is behind: everything gained is catching up.
+        p.refollow(set(&[1, 2]), None);
+        assert!(p.followed.contains(&1) && !p.keeps(1));
+        p.processed(10, 5);
+        assert!(!p.keeps(2));
+        p.processed(15, 0);
+        assert!(p.keeps(1) && p.keeps(2) && p.at_end);
+        assert!(p.covers(1, 15) && !p.covers(3, 15) && !p.covers(1, 16));
+        // Gained at the end without reading again: kept at once.
+        p.refollow(set(&[1, 2, 3]), None);
+        assert!(p.keeps(3));
+        // Gained with a restart: the position goes back, and it catches up first.
+        p.refollow(set(&[1, 3, 4]), Some(4));
+        assert_eq!(p.seq, 4);
+        assert!(!p.keeps(4) && !p.keeps(2) && p.keeps(1));
+        assert!(!p.covers(4, 15));
+        p.processed(15, 0);
+        assert!(p.keeps(4) && p.covers(4, 15));
     }
 }

@@ -18,13 +18,13 @@ use tokio::task::JoinHandle;
 use super::changelog::Changelog;
 use super::deletes::{self, DeleteClient};
 use super::deltas;
-use super::reads::{self, ReadClient};
-use super::replies;
 use super::error::ClusterError;
 use super::follower::{Follower, Progress};
 use super::ingress::JetStreamIngress;
 use super::membership::{connect, Member, Owned};
 use super::owner::{Owner, MAX_CONSUMER_CREATES};
+use super::reads::{self, ReadClient};
+use super::replies;
 use super::{streams, Partition};
 use crate::config::ClusterConfig;
 use crate::runtime::Runtime;
@@ -112,6 +112,7 @@ impl ClusterNode {
                 js.client(),
                 runtime.clone(),
                 Arc::clone(&changelog),
+                position.clone(),
             )),
             tokio::spawn(replies::import(
                 js.client(),

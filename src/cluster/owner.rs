@@ -19,8 +19,8 @@ use futures_util::StreamExt;
 use tokio::sync::{watch, Semaphore};
 
 use super::changelog::Changelog;
-use super::follower::Progress;
 use super::error::{ClusterError, NatsError};
+use super::follower::Progress;
 use super::names::{inbox_consumer, inbox_subject, log_subject};
 use super::record::{InboxEnvelope, LogRecord};
 use super::Partition;

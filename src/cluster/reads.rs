@@ -1,9 +1,11 @@
 //! Session reads across nodes. A node keeps only the partitions it replicates (`follower`),
-//! so a read of a session in another partition ([`ReadClient`]) is asked of that partition's
-//! owner over core NATS (request-reply on [`read_subject`]; every node subscribes, only the
-//! current owner answers — [`serve`]), which answers with the JSON the API shows. The owner,
-//! not a standby: it has committed every turn whose reply it published, so a client that got
-//! an answer on one node reads that turn on any node.
+//! so a read of a session in another partition, or in one it is still catching up with,
+//! ([`ReadClient`]) is asked over core NATS (request-reply on [`read_subject`]); every node
+//! subscribes and those that keep the partition and have caught up answer ([`serve`]) with
+//! the JSON the API shows; the first answer wins. Any replica rather than only the owner, so
+//! reads go on while a dead owner's partition moves (its standby keeps it throughout). A
+//! standby's copy may lag the owner's by its follower's delay, as reads on a replica always
+//! could.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +43,11 @@ pub(super) struct ReadClient {
 
 impl ReadClient {
     /// Asks through `client`; `position` is this node's follower's.
-    pub(super) fn new(client: Client, partitions: u32, position: watch::Receiver<Progress>) -> Self {
+    pub(super) fn new(
+        client: Client,
+        partitions: u32,
+        position: watch::Receiver<Progress>,
+    ) -> Self {
         Self {
             client,
             partitions,
@@ -63,15 +69,15 @@ impl ReadClient {
             .map_err(|e| {
                 Error::Replication(match e.kind() {
                     RequestErrorKind::NoResponders | RequestErrorKind::TimedOut => format!(
-                        "partition {partition}'s owner did not answer the read (the partition \
-                         may be moving); retry"
+                        "no node keeping partition {partition} answered the read (its \
+                         replicas may be catching up); retry"
                     ),
-                    _ => format!("the read did not reach partition {partition}'s owner: {e}"),
+                    _ => format!("the read did not reach partition {partition}'s replicas: {e}"),
                 })
             })?;
         let answer: ReadAnswer = serde_json::from_slice(&answer.payload).map_err(|e| {
             Error::Replication(format!(
-                "undecodable answer from partition {partition}'s owner: {e}"
+                "undecodable answer from a replica of partition {partition}: {e}"
             ))
         })?;
         match answer {
@@ -85,7 +91,7 @@ impl ReadClient {
 impl ClusterReads for ReadClient {
     fn keeps(&self, session_key: &str) -> bool {
         let partition = partition_of(session_key, self.partitions);
-        self.position.borrow().followed.contains(&partition)
+        self.position.borrow().keeps(partition)
     }
 
     fn read<'a>(&'a self, read: &'a SessionRead) -> BoxFuture<'a, Result<Option<Value>, Error>> {
@@ -93,9 +99,14 @@ impl ClusterReads for ReadClient {
     }
 }
 
-/// Answers the reads of the partitions this node owns (a tenure begun: caught up) until
-/// aborted. A read of another partition gets no answer here (its owner answers).
-pub(super) async fn serve(client: Client, runtime: Runtime, changelog: Arc<Changelog>) {
+/// Answers the reads of the partitions this node keeps and has caught up with (by its
+/// follower's `position`) until aborted; the others get no answer here.
+pub(super) async fn serve(
+    client: Client,
+    runtime: Runtime,
+    changelog: Arc<Changelog>,
+    position: watch::Receiver<Progress>,
+) {
     let requests = match client.subscribe(READ_SUBJECTS).await {
         Ok(s) => s,
         Err(e) => {
@@ -105,14 +116,14 @@ pub(super) async fn serve(client: Client, runtime: Runtime, changelog: Arc<Chang
     };
     requests
         .for_each_concurrent(MAX_CONCURRENT_READS, |request| {
-            let (client, runtime, changelog) = (&client, &runtime, &changelog);
+            let (client, runtime, changelog, position) = (&client, &runtime, &changelog, &position);
             async move {
                 let (Some(partition), Some(reply)) =
                     (partition_of_subject(&request.subject), request.reply)
                 else {
                     return;
                 };
-                if !changelog.owns(partition) {
+                if !position.borrow().keeps(partition) {
                     return;
                 }
                 let answer = answer(runtime, changelog, partition, &request.payload);
@@ -131,7 +142,7 @@ pub(super) async fn serve(client: Client, runtime: Runtime, changelog: Arc<Chang
         .await;
 }
 
-/// The owner's answer to one read of `partition`.
+/// A replica's answer to one read of `partition`.
 fn answer(runtime: &Runtime, changelog: &Changelog, partition: u32, payload: &[u8]) -> ReadAnswer {
     let read: SessionRead = match serde_json::from_slice(payload) {
         Ok(r) => r,

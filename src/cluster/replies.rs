@@ -67,7 +67,7 @@ pub(super) async fn import(
             continue;
         };
         if position.borrow().followed.contains(&partition) {
-            // The follower hands it over once applied here.
+            // The follower hands it over once applied here (even while catching up).
             continue;
         }
         match serde_json::from_slice::<ReplyEnvelope>(&message.payload) {

@@ -1,10 +1,15 @@
-//! The whole API on any node for sessions another node owns: a delete asked of a node that
-//! does not own the session reaches every node through the changelog, and a streaming chat
+//! The whole API on any node for sessions another node owns: with `replicas = 2` each node
+//! stores only its share of the sessions yet serves every one (reads forwarded) and answers
+//! a chat completion for a partition it does not keep; a delete asked of a node that does not
+//! own the session reaches every node through the changelog, and a streaming chat
 //! completion sent to such a node hears the owner's deltas while the model still writes.
 
 use reqwest::StatusCode;
 use serde_json::json;
+use std::collections::BTreeSet;
+
 use turnstile::cluster::partition_of;
+use turnstile::cluster::placement::replica_set;
 
 use super::fake_streaming_model::{FakeStreamingModel, Script, FAKE_MODEL};
 use super::nats::NatsCluster;
@@ -24,6 +29,111 @@ async fn owner_of(nats: &NatsCluster, key: &str) -> usize {
     let kv = leases(nats).await;
     let owner_id = holders(&kv).await[&partition_of(key, PARTITIONS)].clone();
     owner_id[1..].parse::<usize>().expect("a node id n<i>") - 1
+}
+
+/// How many sessions each node stores (`/v1/stats`).
+async fn stored(nodes: &Nodes) -> Vec<u64> {
+    let mut counts = Vec::new();
+    for i in 0..3 {
+        let (status, body) = nodes.node(i).api.get("/v1/stats").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        counts.push(body["sessions"].as_u64().expect("a session count"));
+    }
+    counts
+}
+
+/// Three nodes with `replicas = 2`: every session is stored on exactly two of them (each
+/// node holding about two thirds), yet every node serves every session with the same
+/// transcript; a chat completion sent to the one node that keeps none of its session gets
+/// its answer, and that node still stores nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_node_keeps_its_share_of_the_sessions_and_serves_them_all() {
+    const SESSIONS: usize = 30;
+    let _serial = SERIAL.lock().await;
+    let Some(nats) = NatsCluster::start().await else {
+        return;
+    };
+    let mut nodes = Nodes::start(&nats, 3, LEASE_MS, "replicas = 2\n").await;
+    wait_balanced(&nats, &["n1", "n2", "n3"], patience()).await;
+
+    let mut sent = Vec::new();
+    for i in 0..SESSIONS {
+        let (chat, id) = (format!("share-{i}"), format!("s-{i}"));
+        let key = nodes
+            .node(i % 3)
+            .api
+            .send(&Msg::group(&chat, &id, "hello"))
+            .await;
+        sent.push((key, vec![id]));
+    }
+    for i in 0..3 {
+        wait_all_answered_within(&nodes.node(i).api, &sent, patience()).await;
+    }
+    for (key, _) in &sent {
+        let here = nodes.node(0).api.transcript_json(key).await;
+        let (_, info) = nodes.node(0).api.session(key).await;
+        for i in 1..3 {
+            let api = &nodes.node(i).api;
+            assert_eq!(api.transcript_json(key).await, here, "{key} on n{}", i + 1);
+            let (status, there) = api.session(key).await;
+            assert_eq!(status, StatusCode::OK, "{there}");
+            for field in ["session_key", "agent", "entries", "tokens", "bytes"] {
+                assert_eq!(there[field], info[field], "{key} on n{}: {field}", i + 1);
+            }
+        }
+    }
+    let counts = eventually(patience(), "every session stored on two nodes", || async {
+        let counts = stored(&nodes).await;
+        if counts.iter().sum::<u64>() == 2 * SESSIONS as u64 {
+            Ok(counts)
+        } else {
+            Err(format!("stored per node: {counts:?}"))
+        }
+    })
+    .await;
+    for (i, count) in counts.iter().enumerate() {
+        assert!(
+            *count < SESSIONS as u64,
+            "n{} stores every session: {counts:?}",
+            i + 1
+        );
+    }
+
+    // A chat completion on the node outside the session's replica set.
+    let key = "far-away";
+    let owner = owner_of(&nats, key).await;
+    let live: BTreeSet<String> = ["n1", "n2", "n3"].iter().map(|n| n.to_string()).collect();
+    let owner_id = format!("n{}", owner + 1);
+    let keepers = replica_set(partition_of(key, PARTITIONS), Some(&owner_id), &live, 2);
+    let outsider = (0..3)
+        .find(|i| !keepers.contains(&format!("n{}", i + 1)))
+        .expect("one node outside a replica set of two");
+    let before = stored(&nodes).await[outsider];
+    let asked = &nodes.node(outsider).api;
+    let response = asked
+        .client
+        .post(asked.url("/v1/chat/completions"))
+        .header("x-session-key", key)
+        .json(&json!({"model": "echo", "messages": [{"role": "user", "content": "hi"}]}))
+        .timeout(patience())
+        .send()
+        .await
+        .expect("a chat completion");
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: serde_json::Value = response.json().await.expect("a JSON answer");
+    let text = body["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("last: hi"), "{body}");
+    let entries = asked.transcript(key).await.expect("the session, forwarded");
+    let kinds: Vec<&str> = entries.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(kinds, vec!["user", "assistant"], "{entries:?}");
+    assert_eq!(
+        stored(&nodes).await[outsider],
+        before,
+        "the outsider stored it"
+    );
+    nodes.stop().await;
 }
 
 /// A session deleted through a node that does not own it is gone on all three nodes when
