@@ -47,8 +47,9 @@ pub(super) async fn export(
     }
 }
 
-/// Hands the other nodes' replies of partitions this node does not keep (by the follower's
-/// `position`) to `runtime`'s waiters until aborted (`node` is this one).
+/// Hands the other nodes' replies of partitions this node does not keep or is still catching
+/// up with (by the follower's `position`) to `runtime`'s waiters until aborted (`node` is
+/// this one).
 pub(super) async fn import(
     client: Client,
     node: String,
@@ -66,8 +67,10 @@ pub(super) async fn import(
         let Some(partition) = partition_of_subject(&message.subject) else {
             continue;
         };
-        if position.borrow().followed.contains(&partition) {
-            // The follower hands it over once applied here (even while catching up).
+        if position.borrow().keeps(partition) {
+            // The follower hands it over once applied here. A partition still catching up
+            // takes it from here too (its follower may be far behind), so `/v1/events` may
+            // then hear it twice.
             continue;
         }
         match serde_json::from_slice::<ReplyEnvelope>(&message.payload) {
