@@ -82,9 +82,11 @@ async fn each_node_keeps_its_share_of_the_sessions_and_serves_them_all() {
             }
         }
     }
+    // At least two copies of each; more only if a node's view missed a heartbeat under load
+    // for a while (it then follows more partitions, and keeps what it applied).
     let counts = eventually(patience(), "every session stored on two nodes", || async {
         let counts = stored(&nodes).await;
-        if counts.iter().sum::<u64>() == 2 * SESSIONS as u64 {
+        if counts.iter().sum::<u64>() >= 2 * SESSIONS as u64 {
             Ok(counts)
         } else {
             Err(format!("stored per node: {counts:?}"))
