@@ -10,7 +10,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::Runtime;
+use super::{Runtime, StoredAnswer};
 use crate::error::Error;
 use crate::inbound::normalize_session_key;
 
@@ -37,6 +37,13 @@ pub(crate) enum SessionRead {
         /// The session key as the client gave it.
         key: String,
     },
+    /// The stored answer to one message (a waiter's fallback when its reply did not come).
+    Answer {
+        /// The session key as the client gave it.
+        key: String,
+        /// The message answered.
+        message_id: String,
+    },
 }
 
 impl SessionRead {
@@ -45,7 +52,8 @@ impl SessionRead {
         match self {
             SessionRead::Session { key }
             | SessionRead::Transcript { key, .. }
-            | SessionRead::Context { key } => normalize_session_key(key),
+            | SessionRead::Context { key }
+            | SessionRead::Answer { key, .. } => normalize_session_key(key),
         }
     }
 }
@@ -97,6 +105,29 @@ impl Runtime {
                 }
                 Ok(Some(dump))
             }
+            SessionRead::Answer { key, message_id } => match self.stored_answer(key, message_id)? {
+                Some(answer) => json(serde_json::to_value(answer)).map(Some),
+                None => Ok(None),
+            },
+        }
+    }
+
+    /// The stored answer to `message_id` of session `key`, read here or (a cluster node
+    /// without the session's partition) from a node that keeps it.
+    pub(crate) async fn stored_answer_anywhere(
+        &self,
+        key: &str,
+        message_id: &str,
+    ) -> Result<Option<StoredAnswer>, Error> {
+        let read = SessionRead::Answer {
+            key: key.to_string(),
+            message_id: message_id.to_string(),
+        };
+        match self.read_session(&read).await? {
+            Some(body) => serde_json::from_value(body)
+                .map(Some)
+                .map_err(|e| Error::Replication(format!("undecodable stored answer: {e}"))),
+            None => Ok(None),
         }
     }
 
@@ -108,5 +139,41 @@ impl Runtime {
                 "the cluster reads were installed twice",
             ))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_travel_as_json_and_name_their_session() {
+        let reads = [
+            SessionRead::Session { key: "a".into() },
+            SessionRead::Transcript {
+                key: "a".into(),
+                after: 3,
+                limit: 10,
+            },
+            SessionRead::Context { key: "a".into() },
+            SessionRead::Answer {
+                key: "a".into(),
+                message_id: "m1".into(),
+            },
+        ];
+        for read in reads {
+            let json = serde_json::to_vec(&read).unwrap();
+            assert_eq!(serde_json::from_slice::<SessionRead>(&json).unwrap(), read);
+            assert_eq!(read.session_key(), normalize_session_key("a"));
+        }
+        let answer = StoredAnswer {
+            text: "hi".into(),
+            tool_calls: Vec::new(),
+        };
+        let body = serde_json::to_value(&answer).unwrap();
+        assert_eq!(
+            serde_json::from_value::<StoredAnswer>(body).unwrap(),
+            answer
+        );
     }
 }

@@ -15,8 +15,8 @@ use crate::store::{EntryKind, TranscriptEntry};
 /// retry comes seconds after its original, so its answer is among the newest entries.
 pub(crate) const MAX_ANSWER_SCAN: usize = 256;
 
-/// A message's stored answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A message's stored answer (it travels between cluster nodes as JSON).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct StoredAnswer {
     /// The reply's text (beside tool calls, possibly empty).
     pub text: String,

@@ -127,10 +127,10 @@ pub(super) async fn chat_completions(
         // write durable too: one flush per turn. A failed flush still ends the wait early.
         let reply = match admit_or_join(&runtime, message, &session, id_origin).await? {
             Joined::Answered(answer) => Arc::new(stored_reply(&session, &id, answer)),
-            Joined::Pending => tokio::time::timeout(timeout, waiter.recv())
-                .await
-                .map_err(|_| crate::Error::Timeout("the model's reply"))?
-                .ok_or(crate::Error::ShuttingDown)?,
+            Joined::Pending => match tokio::time::timeout(timeout, waiter.recv()).await {
+                Ok(reply) => reply.ok_or(crate::Error::ShuttingDown)?,
+                Err(_) => answered_after_timeout(&runtime, &session, &id).await?,
+            },
             Joined::Admitted(admitted) => {
                 let replied = async {
                     tokio::select! {
@@ -138,14 +138,16 @@ pub(super) async fn chat_completions(
                         Err(e) = runtime.admitted_durable(&admitted, false) => Err(e),
                     }
                 };
-                let reply = tokio::time::timeout(timeout, replied)
-                    .await
-                    .map_err(|_| crate::Error::Timeout("the model's reply"))??
-                    .ok_or(crate::Error::ShuttingDown)?;
-                // Already durable (the reply was published after a later flush): no flush
-                // asked for.
-                runtime.admitted_durable(&admitted, true).await?;
-                reply
+                match tokio::time::timeout(timeout, replied).await {
+                    Ok(reply) => {
+                        let reply = reply?.ok_or(crate::Error::ShuttingDown)?;
+                        // Already durable (the reply was published after a later flush): no
+                        // flush asked for.
+                        runtime.admitted_durable(&admitted, true).await?;
+                        reply
+                    }
+                    Err(_) => answered_after_timeout(&runtime, &session, &id).await?,
+                }
             }
         };
         if reply.error {
@@ -320,6 +322,24 @@ async fn submit_or_join(
             Ok(runtime.stored_answer(session, &id)?)
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// The reply of a wait that timed out: the stored answer if the message was answered after
+/// all — in a cluster, a node without the session's partition hears a reply made elsewhere
+/// through a lossy publish, and asks a node keeping the session here — else the timeout.
+async fn answered_after_timeout(
+    runtime: &Runtime,
+    session: &str,
+    id: &str,
+) -> Result<Arc<Reply>, ApiError> {
+    match runtime.stored_answer_anywhere(session, id).await {
+        Ok(Some(answer)) => Ok(Arc::new(stored_reply(session, id, answer))),
+        Ok(None) => Err(crate::Error::Timeout("the model's reply").into()),
+        Err(e) => {
+            tracing::debug!(error = %e, "no stored answer after a timed-out wait");
+            Err(crate::Error::Timeout("the model's reply").into())
+        }
     }
 }
 
