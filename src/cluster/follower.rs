@@ -18,7 +18,7 @@
 //! same way, in changelog order, except on the owner that appended it (it deleted its copy
 //! under the partition's append lock).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,9 +46,9 @@ pub(crate) struct Progress {
     pub(crate) seq: u64,
     /// The partitions followed: each one's records up to `seq` are applied here.
     pub(crate) followed: BTreeSet<Partition>,
-    /// Followed partitions gained since the follower last reached the changelog's end (each
-    /// with the sequence it was gained at): their copies here may lag far behind.
-    pub(crate) catching_up: BTreeMap<Partition, u64>,
+    /// Followed partitions gained since the follower last reached the changelog's end: their
+    /// copies here may lag far behind.
+    pub(crate) catching_up: BTreeSet<Partition>,
     /// Whether the last record processed was the changelog's last (nothing pending then).
     pub(crate) at_end: bool,
 }
@@ -61,7 +61,7 @@ impl Progress {
 
     /// Whether this node keeps `partition` and has caught up with it: it serves its reads.
     pub(crate) fn keeps(&self, partition: Partition) -> bool {
-        self.followed.contains(&partition) && !self.catching_up.contains_key(&partition)
+        self.followed.contains(&partition) && !self.catching_up.contains(&partition)
     }
 
     /// The follower processed `seq`, with `pending` records after it in the changelog.
@@ -83,12 +83,11 @@ impl Progress {
     /// read gained partitions again), if it does.
     fn refollow(&mut self, wanted: BTreeSet<Partition>, restart: Option<u64>) {
         let already_there = restart.is_none() && self.at_end;
-        for p in wanted.difference(&self.followed) {
-            if !already_there {
-                self.catching_up.insert(*p, self.seq);
-            }
+        if !already_there {
+            let gained: Vec<Partition> = wanted.difference(&self.followed).copied().collect();
+            self.catching_up.extend(gained);
         }
-        self.catching_up.retain(|p, _| wanted.contains(p));
+        self.catching_up.retain(|p| wanted.contains(p));
         self.followed = wanted;
         if let Some(seq) = restart {
             self.seq = seq;
@@ -135,7 +134,11 @@ impl Follower {
 
     /// Follows the partitions `follow` names until the task is aborted.
     pub(super) async fn run(self, mut follow: watch::Receiver<BTreeSet<Partition>>) {
-        let mut next = self.start() + 1;
+        let start = self.start();
+        // Everything up to `start` is applied for every partition: a partition gained later
+        // and applied only below it is read again from there.
+        self.position.send_modify(|p| p.seq = start);
+        let mut next = start + 1;
         let wanted = follow.borrow_and_update().clone();
         if let Some(restart) = self.refollow(wanted) {
             next = next.min(restart);
