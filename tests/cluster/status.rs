@@ -52,6 +52,31 @@ fn owned_by(status: &ClusterStatus, node: &str) -> BTreeSet<u32> {
         .collect()
 }
 
+/// Publishes `payload` on `subject` and returns its stream sequence, trying again while the
+/// stream just created does not answer yet (its leader, on another server of the cluster, may
+/// not have taken the subjects yet: the publish then comes back "stream not found"). The
+/// payload is the message id too, so a try whose ack was lost is not stored twice.
+async fn publish_when_ready(
+    js: &async_nats::jetstream::Context,
+    subject: String,
+    payload: String,
+) -> u64 {
+    eventually(PATIENCE, "the new stream to take a publish", || {
+        let (subject, payload) = (subject.clone(), payload.clone());
+        async move {
+            let publish = async_nats::jetstream::message::PublishMessage::build()
+                .message_id(&payload)
+                .payload(payload.into());
+            let ack = js
+                .send_publish(subject, publish)
+                .await
+                .map_err(|e| e.to_string())?;
+            ack.await.map(|a| a.sequence).map_err(|e| e.to_string())
+        }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_shows_the_members_their_partitions_and_the_lag() {
     let Some(cluster) = NatsCluster::start().await else {
@@ -104,8 +129,7 @@ async fn status_shows_the_members_their_partitions_and_the_lag() {
         .await
         .unwrap();
     for n in 0..3 {
-        let ack = js.publish(inbox_subject(1), format!("m{n}").into());
-        ack.await.unwrap().await.unwrap();
+        publish_when_ready(&js, inbox_subject(1), format!("m{n}")).await;
     }
     let mut in_flight = lagging.fetch().max_messages(1).messages().await.unwrap();
     let _unacked = in_flight.next().await.unwrap().unwrap();
@@ -118,8 +142,7 @@ async fn status_shows_the_members_their_partitions_and_the_lag() {
     .unwrap();
     let mut last_commit = 0;
     for n in 0..2 {
-        let ack = js.publish(log_subject(2), format!("c{n}").into());
-        last_commit = ack.await.unwrap().await.unwrap().sequence;
+        last_commit = publish_when_ready(&js, log_subject(2), format!("c{n}")).await;
     }
 
     let seen = status::read(&viewer).await.unwrap();
