@@ -9,12 +9,12 @@
 use std::sync::Arc;
 
 use async_nats::Client;
-use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use super::names::{delta_subject, DELTA_SUBJECTS};
 use super::partition_of;
+use super::publish::publish_each;
 use super::record::DeltaEnvelope;
 use crate::replies::Delta;
 use crate::runtime::Runtime;
@@ -25,21 +25,13 @@ pub(super) async fn export(
     client: Client,
     node: String,
     partitions: u32,
-    mut deltas: mpsc::Receiver<Arc<Delta>>,
+    deltas: mpsc::Receiver<Arc<Delta>>,
 ) {
-    while let Some(delta) = deltas.recv().await {
+    publish_each(client, deltas, "delta", |delta| {
         let subject = delta_subject(partition_of(&delta.session_key, partitions));
-        let body = match serde_json::to_vec(&DeltaEnvelope::of(&node, &delta)) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot encode a delta: not sent to the other nodes");
-                continue;
-            }
-        };
-        if let Err(e) = client.publish(subject, Bytes::from(body)).await {
-            tracing::debug!(error = %e, "a delta was not sent to the other nodes");
-        }
-    }
+        (subject, DeltaEnvelope::of(&node, delta))
+    })
+    .await;
 }
 
 /// Hands the other nodes' deltas to `runtime`'s waiters until aborted (`node` is this one).

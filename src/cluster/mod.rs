@@ -42,6 +42,8 @@ mod node;
 #[cfg(feature = "cluster")]
 mod owner;
 #[cfg(feature = "cluster")]
+mod publish;
+#[cfg(feature = "cluster")]
 mod reads;
 #[cfg(feature = "cluster")]
 mod record;

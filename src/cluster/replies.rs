@@ -9,13 +9,13 @@
 use std::sync::Arc;
 
 use async_nats::Client;
-use bytes::Bytes;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 
 use super::follower::Progress;
 use super::names::{partition_of_subject, reply_subject, REPLY_SUBJECTS};
 use super::partition_of;
+use super::publish::publish_each;
 use super::record::ReplyEnvelope;
 use crate::replies::Reply;
 use crate::runtime::Runtime;
@@ -26,25 +26,17 @@ pub(super) async fn export(
     client: Client,
     node: String,
     partitions: u32,
-    mut replies: mpsc::Receiver<Arc<Reply>>,
+    replies: mpsc::Receiver<Arc<Reply>>,
 ) {
-    while let Some(reply) = replies.recv().await {
+    publish_each(client, replies, "reply", |reply| {
         let subject = reply_subject(partition_of(&reply.session_key, partitions));
         let envelope = ReplyEnvelope {
             node: node.clone(),
-            reply: Reply::clone(&reply),
+            reply: Reply::clone(reply),
         };
-        let body = match serde_json::to_vec(&envelope) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot encode a reply: not sent to the other nodes");
-                continue;
-            }
-        };
-        if let Err(e) = client.publish(subject, Bytes::from(body)).await {
-            tracing::debug!(error = %e, "a reply was not sent to the other nodes");
-        }
-    }
+        (subject, envelope)
+    })
+    .await;
 }
 
 /// Hands the other nodes' replies of partitions this node does not keep or is still catching
