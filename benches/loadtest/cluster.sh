@@ -7,6 +7,9 @@
 #      sessions; one wrk whose threads are spread over the nodes' ports) for a single node
 #      without [cluster], then 1, 2 and 3 cluster nodes, with the ratios to 1 node; plus the
 #      CPU per turn of the Turnstile processes and of the NATS servers;
+#      After each cluster run, each node's share of the sessions stored (its `/v1/stats`
+#      sessions over SESSIONS; with `[cluster] replicas` = 2 (the default) the goal is
+#      2/N + 10%);
 #   2. ack latency p50/p99 of POST /v1/messages (202) — a new group message per request, each
 #      also running a turn — for the single node (strict) and for 3 cluster nodes;
 #   3. failover for each lease_ms in LEASES: 3 nodes, a trickle of turns in FAILOVER_SESSIONS
@@ -259,6 +262,18 @@ print("%.0f %.2f %.2f %.0f %.0f %d" % (ok / r["seconds"], r["p50_ms"], r["p99_ms
     echo "  $out: per_s p50_ms p99_ms turnstile_cpu_us nats_cpu_us errors = $row"
 }
 
+# Each node's sessions over $sessions, the largest first: "largest smallest" appended to $1.
+shares() {
+    local out=$1 port counts=()
+    for port in "${node_ports[@]}"; do
+        counts+=("$(curl -sf "http://127.0.0.1:$port/v1/stats" |
+            python3 -c 'import json,sys; print(json.load(sys.stdin).get("sessions") or 0)')")
+    done
+    python3 -c 'import sys; n = int(sys.argv[1]); v = sorted((int(x) / n for x in sys.argv[2:]), reverse=True); print("%.3f %.3f" % (v[0], v[-1]))' \
+        "$sessions" "${counts[@]}" >>"$work/results/$out"
+    echo "  $out: sessions per node ${counts[*]} of $sessions"
+}
+
 # 1 + 2: one node without [cluster].
 for run in $(seq "$runs"); do
     [[ " $phases " == *" single "* ]] || break
@@ -290,6 +305,7 @@ for count in 1 2 3; do
         fi
         ports=$(IFS=,; echo "${node_ports[*]}")
         measure "$here/cluster/chat.lua" "$ports" "$conns" "cluster$count-turns"
+        shares "cluster$count-shares"
         if [ "$count" = 3 ]; then
             measure "$here/cluster/messages.lua" "$ports" "$ack_conns" cluster3-acks
         fi
@@ -370,6 +386,13 @@ table("Throughput, POST /v1/chat/completions, nginx model, %s connections, %s se
       ["setup", "turns/s", "vs 1 cluster node", "p50", "p99", "Turnstile CPU/turn", "NATS CPU/turn", "errors"],
       [turns("1 node, no cluster", "single-turns"), turns("cluster, 1 node", "cluster1-turns"),
        turns("cluster, 2 nodes", "cluster2-turns"), turns("cluster, 3 nodes", "cluster3-turns")])
+def shares(count):
+    rs = rows("cluster%d-shares" % count)
+    if not rs:
+        return None
+    return "| %d | %s | %s |" % (count, m(rs, 0, "%.3f"), m(rs, 1, "%.3f"))
+table("Sessions stored per node, over the %s sessions written (replicas = 2: goal 2/N + 10%%)" % sessions,
+      ["nodes", "largest node's share", "smallest node's share"], [shares(c) for c in (1, 2, 3)])
 def acks(label, name):
     rs = rows(name)
     if not rs:
