@@ -103,10 +103,8 @@ impl Store {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             remove_staging(&staging)?;
-            let db = sled::Config::new()
-                .path(&staging)
+            let db = super::sled_config::sled_config(&staging, &self.shared.config)
                 .temporary(true)
-                .cache_capacity(self.shared.config.cache_capacity_bytes)
                 .flush_every_ms(None)
                 .open()
                 .map_err(|source| StoreError::from_open(&staging, source))?;

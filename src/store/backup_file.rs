@@ -287,8 +287,7 @@ fn rebuild(from: &Path, covered: u64, data_dir: &Path) -> Result<RestoreReport, 
     let mut head = [0u8; MAGIC.len() + 1];
     input.exact(&mut head)?;
     let db_dir = data_dir.join(DB_DIR);
-    let db = sled::Config::new()
-        .path(&db_dir)
+    let db = super::sled_config::sled_config(&db_dir, &crate::config::StorageConfig::default())
         .open()
         .map_err(|source| StoreError::from_open(&db_dir, source))?;
     let mut report = RestoreReport::default();

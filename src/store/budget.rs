@@ -135,6 +135,9 @@ pub struct StoreBudget {
     /// Set while a flush before a measurement runs on its own thread: one that outlived its
     /// wait (sled can hang on a failing disk) is not joined by another.
     flush_in_flight: Arc<AtomicBool>,
+    /// Set once this process tried to copy an uncompressed database into a compressed one
+    /// (`storage.compression`): a copy given up is not tried again every pass.
+    recompress_tried: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -190,6 +193,7 @@ impl StoreBudget {
             segments_written: AtomicU64::new(0),
             measured: Mutex::new(measured),
             flush_in_flight: Arc::new(AtomicBool::new(false)),
+            recompress_tried: AtomicBool::new(false),
         }
     }
 
@@ -520,9 +524,14 @@ impl StoreBudget {
         };
         let mostly_garbage = db_bytes as f64 >= MIN_GARBAGE_RATIO * live.max(1) as f64
             && db_bytes as f64 >= REWRITE_GROWTH * after_rewrite as f64;
+        // A database made before `storage.compression` (or with it off) is copied into a
+        // compressed one once, whatever its garbage, when the copy fits: how an existing data
+        // dir moves to the smaller layout.
+        let recompress =
+            self.store.recompression_due() && !self.recompress_tried.load(Ordering::Relaxed);
         let mut rewrote = false;
         let over = over || proactive;
-        if grown > rewrite_at && mostly_garbage && (live <= target || !over) {
+        if ((grown > rewrite_at && mostly_garbage) || recompress) && (live <= target || !over) {
             if !enforce {
                 tracing::warn!(
                     db_bytes,
@@ -531,12 +540,14 @@ impl StoreBudget {
                 );
             } else if over {
                 if self.make_room_for_rewrite(disk_bytes, &mut progress, &mut report)? {
+                    self.recompress_tried.store(true, Ordering::Relaxed);
                     rewrote = self.rewrite_now(self.rewrite_room(disk_bytes), &mut report)?;
                 }
             } else {
                 let room = self.rewrite_room(disk_bytes);
                 let copy = live as f64 * self.fresh_amplification() * FRESH_COPY_MARGIN;
                 if copy <= room as f64 {
+                    self.recompress_tried.store(true, Ordering::Relaxed);
                     rewrote = self.rewrite_now(room, &mut report)?;
                 }
             }

@@ -630,7 +630,7 @@ async fn a_damaged_old_segment_is_left_in_place() {
 
 /// English-like text: words of a fixed pseudo-random vocabulary (4,096 words of 2–9
 /// letters), so compression is neither free (`"x".repeat`) nor impossible (random bytes).
-fn prose(seed: &mut u64, bytes: usize) -> String {
+pub(super) fn prose(seed: &mut u64, bytes: usize) -> String {
     let mut next = || {
         *seed = seed
             .wrapping_mul(6_364_136_223_846_793_005)

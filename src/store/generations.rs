@@ -211,9 +211,7 @@ pub(super) fn mark_verified(dir: &Path) -> Result<(), StoreError> {
 /// panics contained: the check `doctor --repair` uses to choose a generation.
 fn opens_and_reads(dir: &Path, config: &StorageConfig) -> Result<u64, StoreError> {
     contain("checking a database generation", || {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(config.cache_capacity_bytes)
+        let db = super::sled_config::sled_config(dir, config)
             .open()
             .map_err(|source| StoreError::from_open(dir, source))?;
         let mut keys = 0u64;

@@ -71,6 +71,7 @@ mod recover;
 mod replica;
 mod rewrite;
 mod schedules;
+mod sled_config;
 mod tails;
 mod totals;
 mod turn_commit;
@@ -248,10 +249,7 @@ impl StoreInner {
     fn open_db(dir: &Path, config: &StorageConfig) -> Result<(sled::Db, Option<u8>), StoreError> {
         let open = || {
             contain::contain("opening the database", || {
-                sled::Config::new()
-                    .path(dir)
-                    .cache_capacity(config.cache_capacity_bytes)
-                    .flush_every_ms(Some(config.flush_every_ms.max(1)))
+                sled_config::sled_config(dir, config)
                     .open()
                     .map_err(|source| StoreError::from_open(dir, source))
             })
@@ -631,6 +629,13 @@ impl Store {
     }
 
     /// The current database generation.
+    /// Whether `storage.compression` is on while the current database was created without
+    /// it: the janitor then copies it into a compressed one (`StoreBudget::reclaim`).
+    pub(super) fn recompression_due(&self) -> bool {
+        self.shared.config.compression
+            && sled_config::created_compressed(&self.inner().dir) == Some(false)
+    }
+
     fn inner(&self) -> Arc<StoreInner> {
         let current = self
             .shared

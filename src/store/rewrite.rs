@@ -326,10 +326,7 @@ impl Store {
         let bytes_before = disk::dir_disk_bytes(&old.dir).unwrap_or(0);
         let (name, dir) = self.next_generation(&old)?;
         let config = &self.shared.config;
-        let db = sled::Config::new()
-            .path(&dir)
-            .cache_capacity(config.cache_capacity_bytes)
-            .flush_every_ms(Some(config.flush_every_ms.max(1)))
+        let db = super::sled_config::sled_config(&dir, config)
             .open()
             .map_err(|source| StoreError::from_open(&dir, source))?;
         let cap = SizeCap {

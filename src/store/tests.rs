@@ -108,7 +108,9 @@ async fn newer_schema_is_refused() {
     store.close().await.unwrap();
     drop(store);
     {
-        let db = sled::open(dir.path().join("db")).unwrap();
+        let db = super::sled_config::sled_config(&dir.path().join("db"), &config(dir.path()))
+            .open()
+            .unwrap();
         db.open_tree("meta")
             .unwrap()
             .insert(SCHEMA_KEY, &[SCHEMA_VERSION + 1])

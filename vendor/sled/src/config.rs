@@ -539,8 +539,8 @@ impl Config {
             );
         }
         supported!(
-            self.compression_factor >= 1,
-            "compression_factor must be >= 1"
+            self.compression_factor >= -7,
+            "compression_factor must be >= -7"
         );
         supported!(
             self.compression_factor <= 22,

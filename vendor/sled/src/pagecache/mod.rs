@@ -259,22 +259,58 @@ pub(crate) fn u32_to_arr(number: u32) -> [u8; 4] {
     number.to_le_bytes()
 }
 
+/// Turnstile patch: the largest page a frame header may claim for the reused decoder; a larger
+/// (or unknown) size goes through the stream decoder as before.
+#[cfg(feature = "compression")]
+const MAX_PAGE_BYTES: usize = 1 << 30;
+
+/// Turnstile patch: the content size a zstd frame's header declares (RFC 8878, 3.1.1.1),
+/// which one-shot `compress` always writes; `None` when the header does not say.
+#[cfg(feature = "compression")]
+fn frame_content_size(frame: &[u8]) -> Option<usize> {
+    const MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+    if frame.get(..4)? != MAGIC {
+        return None;
+    }
+    let descriptor = *frame.get(4)?;
+    let single_segment = descriptor & 0x20 != 0;
+    let dictionary_bytes = [0, 1, 2, 4][usize::from(descriptor & 0x03)];
+    let start = 5 + usize::from(!single_segment) + dictionary_bytes;
+    let field = match descriptor >> 6 {
+        0 if single_segment => 1,
+        0 => return None,
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    };
+    let bytes = frame.get(start..start + field)?;
+    let mut value = [0u8; 8];
+    value[..field].copy_from_slice(bytes);
+    let size = u64::from_le_bytes(value) + if field == 2 { 256 } else { 0 };
+    usize::try_from(size).ok()
+}
+
 #[allow(clippy::needless_pass_by_value)]
 pub(crate) fn maybe_decompress(in_buf: Vec<u8>) -> std::io::Result<Vec<u8>> {
     #[cfg(feature = "compression")]
     {
-        use zstd::stream::decode_all;
+        thread_local! {
+            /// Turnstile patch: one zstd context per thread, reused (the stream decoder
+            /// made a new one for every page read).
+            static DECOMPRESSOR: std::cell::RefCell<zstd::block::Decompressor> =
+                std::cell::RefCell::new(zstd::block::Decompressor::new());
+        }
 
         let scootable_in_buf = &mut &*in_buf;
         let _ivec_varint = u64::deserialize(scootable_in_buf)
             .expect("this had to be serialized with an extra length frame");
         let _measure = Measure::new(&M.decompress);
-        let out_buf = decode_all(scootable_in_buf).expect(
-            "failed to decompress data. \
-             This is not expected, please open an issue on \
-             https://github.com/spacejam/sled so we can \
-             fix this critical issue ASAP. Thank you :)",
-        );
+        let frame: &[u8] = scootable_in_buf;
+        let out_buf = match frame_content_size(frame) {
+            Some(size) if size <= MAX_PAGE_BYTES => DECOMPRESSOR
+                .with(|d| d.borrow_mut().decompress(frame, size))?,
+            _ => zstd::stream::decode_all(frame)?,
+        };
 
         Ok(out_buf)
     }
@@ -2183,5 +2219,18 @@ impl PageCache {
             active_segment: None,
             pt: page_states,
         }
+    }
+}
+
+#[cfg(all(test, feature = "compression"))]
+mod frame_size_tests {
+    #[test]
+    fn frame_content_size_reads_what_compress_wrote() {
+        for len in [0usize, 1, 100, 255, 256, 300, 70_000, 1 << 20] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let frame = zstd::block::compress(&data, 1).unwrap();
+            assert_eq!(super::frame_content_size(&frame), Some(len), "{}", len);
+        }
+        assert_eq!(super::frame_content_size(b"not a frame"), None);
     }
 }
