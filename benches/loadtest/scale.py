@@ -3,6 +3,7 @@
 it and watch what the idle server does to it.
 
   scale.py BIN DIR --sessions N --messages M [--budget BYTES] [--idle-s 90] [--port 7993]
+           [--fill-uncompressed]
 
 1. `BIN loadtest --in-process` writes N sessions x M messages into DIR (a fresh dir) on the
    embedded defaults (or with `max_disk_bytes = BUDGET`).
@@ -12,6 +13,9 @@ it and watch what the idle server does to it.
    latency: worst and p99; refusals by status), while the server's janitor does what it does.
 4. 2,000 of the N sessions, spread evenly, are read back (`GET /v1/sessions/{key}`): how many
    are gone. The server's own log gives rewrite pauses and janitor passes.
+With --fill-uncompressed the fill writes `compression = false` (a data dir as an older version
+left it) and the server runs on the default, so step 3 measures the copy into a compressed
+database while the prober posts.
 Every loop is bounded; the server is stopped at the end.
 """
 import argparse, json, os, re, subprocess, sys, time, urllib.request, urllib.error, statistics
@@ -50,6 +54,7 @@ def main():
     ap.add_argument("--sessions", type=int, required=True)
     ap.add_argument("--messages", type=int, default=1)
     ap.add_argument("--budget", type=int)
+    ap.add_argument("--fill-uncompressed", action="store_true")
     ap.add_argument("--idle-s", type=float, default=90)
     ap.add_argument("--port", type=int, default=7993)
     ap.add_argument("--concurrency", type=int, default=256)
@@ -62,10 +67,16 @@ def main():
         f.write("[storage]\n")
         if a.budget:
             f.write(f"max_disk_bytes = {a.budget}\n")
-    out = {"sessions": a.sessions, "messages": a.messages, "budget": a.budget or "default"}
+    fill_cfg = cfg
+    if a.fill_uncompressed:
+        fill_cfg = cfg[:-len(".toml")] + "-fill.toml"
+        with open(cfg) as src, open(fill_cfg, "w") as f:
+            f.write(src.read() + "compression = false\n")
+    out = {"sessions": a.sessions, "messages": a.messages, "budget": a.budget or "default",
+           "fill_uncompressed": a.fill_uncompressed}
 
     t = time.perf_counter()
-    fill = subprocess.run([a.bin, "loadtest", "--in-process", "--data-dir", a.dir, "--config", cfg,
+    fill = subprocess.run([a.bin, "loadtest", "--in-process", "--data-dir", a.dir, "--config", fill_cfg,
                            "--sessions", str(a.sessions), "--messages", str(a.messages),
                            "--concurrency", str(a.concurrency), "--max-seconds", "7200",
                            "--drain-seconds", "600"],
