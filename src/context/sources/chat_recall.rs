@@ -9,8 +9,9 @@
 //! within `min_relative` of the best are taken best first, then weaker ones while the budget
 //! the turn leaves lasts (more when there is room, fewer when not), each with a neighbour
 //! where a hit is half of an exchange: the answer after a question, the question before a
-//! short reply ("yes, last Friday"); optionally the few best hits bring the lines around them
-//! (`neighbours`). Questions put to the bot are not recalled (they are not what the group
+//! short reply ("yes, last Friday"); the best hits bring a follow-up question put to them and
+//! its answer ("we had a picnic" / "what did you play?" / "charades"), and optionally the
+//! lines around them (`neighbours`). Questions put to the bot are not recalled (they are not what the group
 //! said), nor lines the rolling summary already states. Analysed terms are memoised per
 //! message (see [`Memo`]).
 //!
@@ -86,6 +87,9 @@ struct Params {
     /// The best hits that bring the lines just before and after them (within an hour).
     /// Default 0 (off: on LoCoMo it moved one question of 757, and it brings chatter).
     neighbours: usize,
+    /// The best hits that bring a follow-up question put to them (the next line, another
+    /// member's question, within an hour) and its answer. Default 15.
+    follow: usize,
     /// Whether lines come under a line of their day (`## Mon 8 May 2023`) rather than each
     /// with its date (`[Mon 8 May 2023] Caroline: …`). Default true (the date on every line
     /// costs budget that more lines could use).
@@ -107,6 +111,7 @@ impl Default for Params {
             fill_n: 300,
             date_boost: 1.5,
             neighbours: 0,
+            follow: 15,
             day_lines: true,
         }
     }
@@ -255,6 +260,29 @@ impl ChatRecallSource {
 /// Whether a chat message is a question put to the bot (not a fact of the chat).
 fn asks_the_bot(m: &ChannelMessage) -> bool {
     m.addressed && m.text.contains('?')
+}
+
+/// The follow-up exchange after the hit at `doc` (candidates oldest first): when the next
+/// line is another member's question within an hour of the hit, that question and the line
+/// after it (its answer, within the hour too). Nothing otherwise.
+fn follow_up(candidates: &[ChannelMessage], doc: usize) -> Vec<usize> {
+    let Some(hit) = candidates.get(doc) else {
+        return Vec::new();
+    };
+    let near = |i: usize| {
+        candidates
+            .get(i)
+            .filter(|n| n.timestamp_ms.abs_diff(hit.timestamp_ms) <= HOUR_MS)
+    };
+    let asked = near(doc + 1).is_some_and(|q| q.sender_id != hit.sender_id && q.text.contains('?'));
+    if !asked {
+        return Vec::new();
+    }
+    let mut out = vec![doc + 1];
+    if near(doc + 2).is_some() {
+        out.push(doc + 2);
+    }
+    out
 }
 
 /// The block around `lines` (already in the order shown).
@@ -490,6 +518,12 @@ impl ContextSource for ChatRecallSource {
                         group.push(i);
                     }
                 }
+            }
+            // The best hits bring a follow-up question put to them and its answer: "I had a
+            // picnic with friends" / "What did you play?" / "Charades!". The hit says what
+            // the talk is about; the lines after it hold what was asked about it.
+            if rank < self.p.follow {
+                group.extend(follow_up(&candidates, hit.doc));
             }
             for i in group {
                 let Some(m) = candidates.get(i) else {
