@@ -230,6 +230,7 @@ mod tests {
         // 2023-05-08 13:56 UTC
         let ms = 1_683_554_160_000;
         assert_eq!(chat_date(ms, &TimeZone::UTC), "Mon 8 May 2023");
+        assert_eq!(day_line(ms, &TimeZone::UTC), "## Mon 8 May 2023");
         let tokyo = TimeZone::get("Asia/Tokyo").unwrap();
         assert_eq!(chat_date(ms + 11 * 3_600_000, &tokyo), "Tue 9 May 2023");
         assert_eq!(date_terms(ms, &TimeZone::UTC), vec!["may", "2023"]);
