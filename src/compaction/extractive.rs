@@ -31,7 +31,7 @@ pub(super) const MAX_SENTENCE_BYTES: usize = 600;
 /// Opens a day line of a group span (`## Mon 8 May 2023`, see `compact::render_span`): not a
 /// sentence to rank, but the day of the lines after it. A summary writes it above the first
 /// line it keeps from that day, so what is kept still says when it was said.
-pub(super) const DAY_MARKER: &str = "## ";
+pub(super) const DAY_MARKER: &str = crate::context::analysis::DAY_MARKER;
 
 /// Most sentences ranked from one span (a span of 100k tokens has about 8,000).
 pub(super) const MAX_SENTENCES: usize = 20_000;

@@ -113,6 +113,16 @@ pub(crate) fn chat_date(ms: u64, zone: &TimeZone) -> String {
         .unwrap_or_default()
 }
 
+/// Opens a day line (`## Mon 8 May 2023`): recalled and summarised lines are shown under the
+/// day they were said, written once per day rather than on every line (a date costs about as
+/// many tokens as a short reply), so each line still reads with its day.
+pub(crate) const DAY_MARKER: &str = "## ";
+
+/// The day line above the lines said on the day of `ms`: `## Mon 8 May 2023`.
+pub(crate) fn day_line(ms: u64, zone: &TimeZone) -> String {
+    format!("{DAY_MARKER}{}", chat_date(ms, zone))
+}
+
 /// The terms a message's date adds to its text for ranking: its month and year, so "what
 /// did she do in May 2023" favours that month's lines.
 pub(crate) fn date_terms(ms: u64, zone: &TimeZone) -> Vec<String> {
@@ -220,6 +230,7 @@ mod tests {
         // 2023-05-08 13:56 UTC
         let ms = 1_683_554_160_000;
         assert_eq!(chat_date(ms, &TimeZone::UTC), "Mon 8 May 2023");
+        assert_eq!(day_line(ms, &TimeZone::UTC), "## Mon 8 May 2023");
         let tokyo = TimeZone::get("Asia/Tokyo").unwrap();
         assert_eq!(chat_date(ms + 11 * 3_600_000, &tokyo), "Tue 9 May 2023");
         assert_eq!(date_terms(ms, &TimeZone::UTC), vec!["may", "2023"]);

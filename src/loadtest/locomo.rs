@@ -9,7 +9,8 @@
 //! mentioning the bot. A recording test model answers with a fixed line, so the figures are the
 //! context engine's alone: a question is *covered* when the text of every evidence turn is in
 //! the request of its turn, and a covered temporal question is *dated* when each evidence
-//! line shows its session's date on the same line. For comparison: what a recency window of
+//! line shows its session's date, on the line or on the day line above it (`## Mon 8 May
+//! 2023`) in the same message. For comparison: what a recency window of
 //! the same budget would cover, and what the whole conversation costs. The summariser is
 //! measured on its own: each session summarised as one span, the share of LoCoMo's annotated
 //! observations of it whose content words are in the summary.
@@ -28,7 +29,7 @@ use serde_json::Value;
 use super::group_memory::{group_message, send, RecordingModel};
 use crate::compaction::ExtractiveSummarizer;
 use crate::config::Config;
-use crate::context::analysis::{chat_date, terms};
+use crate::context::analysis::{chat_date, day_line, terms, DAY_MARKER};
 use crate::error::Error;
 use crate::inbound::untrusted;
 use crate::model::{Encoding, ModelRequest, TokenCounter};
@@ -512,10 +513,19 @@ async fn replay(
         });
         let Some(request) = request else { continue };
         fig.tokens.push(request.prompt_tokens);
-        let lines: Vec<&str> = request
+        // Each line with the day line above it in its message, if any.
+        let lines: Vec<(&str, Option<&str>)> = request
             .messages
             .iter()
-            .flat_map(|m| m.content.lines())
+            .flat_map(|m| {
+                let mut day = None;
+                m.content.lines().map(move |l| {
+                    if l.starts_with(DAY_MARKER) {
+                        day = Some(l);
+                    }
+                    (l, day)
+                })
+            })
             .collect();
         let evidence: Vec<&Turn> = q
             .evidence
@@ -524,7 +534,7 @@ async fn replay(
             .collect();
         let line_of = |t: &Turn| {
             let s = shown(t);
-            lines.iter().find(|l| l.contains(s.as_str())).copied()
+            lines.iter().find(|l| l.0.contains(s.as_str())).copied()
         };
         let covered = evidence.iter().all(|t| line_of(t).is_some());
         if let Some(dir) = dump {
@@ -539,9 +549,12 @@ async fn replay(
         if covered {
             fig.covered += 1;
             fig.categories[slot].covered += 1;
-            let dated = evidence
-                .iter()
-                .all(|t| line_of(t).is_some_and(|l| l.contains(&chat_date(t.timestamp_ms, zone))));
+            let dated = evidence.iter().all(|t| {
+                line_of(t).is_some_and(|(l, day)| {
+                    l.contains(&chat_date(t.timestamp_ms, zone))
+                        || day == Some(day_line(t.timestamp_ms, zone).as_str())
+                })
+            });
             if q.category == 2 && dated {
                 fig.temporal_dated += 1;
             }

@@ -9,15 +9,17 @@
 //! within `min_relative` of the best are taken best first, then weaker ones while the budget
 //! the turn leaves lasts (more when there is room, fewer when not), each with a neighbour
 //! where a hit is half of an exchange: the answer after a question, the question before a
-//! short reply ("yes, last Friday"); optionally the few best hits bring the lines around them
-//! (`neighbours`). Questions put to the bot are not recalled (they are not what the group
+//! short reply ("yes, last Friday"); the best hits bring a follow-up question put to them and
+//! its answer ("we had a picnic" / "what did you play?" / "charades"), and optionally the
+//! lines around them (`neighbours`). Questions put to the bot are not recalled (they are not what the group
 //! said), nor lines the rolling summary already states. Analysed terms are memoised per
 //! message (see [`Memo`]).
 //!
-//! The recalled lines come as one block, oldest first, each with its day and sender
-//! (`[Mon 8 May 2023] Caroline: …`), so "when" questions can be answered and, where two
-//! lines disagree ("standup at 9", later "standup moved to 10"), the newer one reads as the
-//! current one. Bounded: at most `max_candidates` messages are read, `top_n` hits taken, each
+//! The recalled lines come as one block, oldest first, each with its sender under a line of the
+//! day it was said (`## Mon 8 May 2023`, then `Caroline: …`), so "when" questions can be
+//! answered and, where two lines disagree ("standup at 9", later "standup moved to 10"), the
+//! newer one reads as the current one. The day is written once per day, not on every line: it
+//! costs about as many tokens as a short reply, and the budget it frees holds more lines. Bounded: at most `max_candidates` messages are read, `top_n` hits taken, each
 //! line cut to `max_snippet_chars`.
 
 use std::collections::{HashMap, HashSet};
@@ -30,7 +32,7 @@ use jiff::tz::TimeZone;
 use serde::Deserialize;
 
 use super::memory_recall::recall_query;
-use crate::context::analysis::{chat_date, date_terms, named_days, said_on, terms};
+use crate::context::analysis::{chat_date, date_terms, day_line, named_days, said_on, terms};
 use crate::context::retrieval::{expansion, Corpus, Hit};
 use crate::context::text::prefix_chars;
 use crate::context::{
@@ -44,7 +46,8 @@ use crate::store::{ChannelMessage, Scan};
 /// The label of the recalled messages' block.
 pub const RECALL_LABEL: &str = "Recalled from earlier in this chat";
 /// How the block introduces its lines.
-const RECALL_NOTE: &str = "oldest first; where lines disagree, the newer one is current";
+const RECALL_NOTE: &str =
+    "oldest first, under the day each was said; where lines disagree, the newer one is current";
 const HOUR_MS: u64 = 3_600_000;
 /// How much more a line counts when its sender is named in the question ("When did Caroline
 /// …"). The sender's name is also one of the line's terms, but a name said in half the chat
@@ -84,6 +87,13 @@ struct Params {
     /// The best hits that bring the lines just before and after them (within an hour).
     /// Default 0 (off: on LoCoMo it moved one question of 757, and it brings chatter).
     neighbours: usize,
+    /// The best hits that bring a follow-up question put to them (the next line, another
+    /// member's question, within an hour) and its answer. Default 15.
+    follow: usize,
+    /// Whether lines come under a line of their day (`## Mon 8 May 2023`) rather than each
+    /// with its date (`[Mon 8 May 2023] Caroline: …`). Default true (the date on every line
+    /// costs budget that more lines could use).
+    day_lines: bool,
 }
 
 impl Default for Params {
@@ -101,6 +111,8 @@ impl Default for Params {
             fill_n: 300,
             date_boost: 1.5,
             neighbours: 0,
+            follow: 15,
+            day_lines: true,
         }
     }
 }
@@ -204,23 +216,73 @@ impl ChatRecallSource {
         })
     }
 
-    /// How a recalled message reads: `[Mon 8 May 2023] Name: text`, the text cut to
-    /// `max_snippet_chars`.
+    /// How a recalled message reads: `Name: text` under its day line (or `[Mon 8 May 2023]
+    /// Name: text` without day lines), the text cut to `max_snippet_chars`.
     fn line(&self, m: &ChannelMessage) -> String {
         let text = untrusted(&m.text);
         let cut = prefix_chars(&text, self.p.max_snippet_chars);
         let ellipsis = if cut.len() < text.len() { "…" } else { "" };
-        format!(
-            "[{}] {}: {cut}{ellipsis}",
-            chat_date(m.timestamp_ms, &self.zone),
-            untrusted(&m.sender_name)
-        )
+        let who = untrusted(&m.sender_name);
+        if self.p.day_lines {
+            format!("{who}: {cut}{ellipsis}")
+        } else {
+            let day = chat_date(m.timestamp_ms, &self.zone);
+            format!("[{day}] {who}: {cut}{ellipsis}")
+        }
+    }
+
+    /// The block's lines for `messages` (oldest first): each message's line, after a line of
+    /// its day wherever the day changes.
+    fn lines<'m>(&self, messages: impl Iterator<Item = &'m ChannelMessage>) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut day = String::new();
+        for m in messages {
+            if self.p.day_lines {
+                let d = day_line(m.timestamp_ms, &self.zone);
+                if d != day {
+                    out.push(d.clone());
+                    day = d;
+                }
+            }
+            out.push(self.line(m));
+        }
+        out
+    }
+
+    /// The day line a message needs, when lines come under day lines.
+    fn day_of(&self, m: &ChannelMessage) -> Option<String> {
+        self.p
+            .day_lines
+            .then(|| day_line(m.timestamp_ms, &self.zone))
     }
 }
 
 /// Whether a chat message is a question put to the bot (not a fact of the chat).
 fn asks_the_bot(m: &ChannelMessage) -> bool {
     m.addressed && m.text.contains('?')
+}
+
+/// The follow-up exchange after the hit at `doc` (candidates oldest first): when the next
+/// line is another member's question within an hour of the hit, that question and the line
+/// after it (its answer, within the hour too). Nothing otherwise.
+fn follow_up(candidates: &[ChannelMessage], doc: usize) -> Vec<usize> {
+    let Some(hit) = candidates.get(doc) else {
+        return Vec::new();
+    };
+    let near = |i: usize| {
+        candidates
+            .get(i)
+            .filter(|n| n.timestamp_ms.abs_diff(hit.timestamp_ms) <= HOUR_MS)
+    };
+    let asked = near(doc + 1).is_some_and(|q| q.sender_id != hit.sender_id && q.text.contains('?'));
+    if !asked {
+        return Vec::new();
+    }
+    let mut out = vec![doc + 1];
+    if near(doc + 2).is_some() {
+        out.push(doc + 2);
+    }
+    out
 }
 
 /// The block around `lines` (already in the order shown).
@@ -408,6 +470,8 @@ impl ContextSource for ChatRecallSource {
         let mut used = 0u32;
         let mut chosen: Vec<(usize, f32)> = Vec::new();
         let mut taken: HashSet<usize> = HashSet::new();
+        // The day lines the chosen lines need so far (each paid for once).
+        let mut days: HashSet<String> = HashSet::new();
         // The hits near the best first; then, while the budget lasts, the weaker ones.
         let strong = hits
             .iter()
@@ -455,6 +519,12 @@ impl ContextSource for ChatRecallSource {
                     }
                 }
             }
+            // The best hits bring a follow-up question put to them and its answer: "I had a
+            // picnic with friends" / "What did you play?" / "Charades!". The hit says what
+            // the talk is about; the lines after it hold what was asked about it.
+            if rank < self.p.follow {
+                group.extend(follow_up(&candidates, hit.doc));
+            }
             for i in group {
                 let Some(m) = candidates.get(i) else {
                     continue;
@@ -462,11 +532,16 @@ impl ContextSource for ChatRecallSource {
                 if taken.contains(&i) {
                     continue;
                 }
-                let cost = memo.cost(keys[i], || session.tokens.count(&self.line(m))) + 1;
+                let mut cost = memo.cost(keys[i], || session.tokens.count(&self.line(m))) + 1;
+                let day = self.day_of(m).filter(|d| !days.contains(d));
+                if let Some(d) = &day {
+                    cost += session.tokens.count(d) + 1;
+                }
                 if used + cost > room {
                     continue;
                 }
                 used += cost;
+                days.extend(day);
                 taken.insert(i);
                 chosen.push((i, hit.score));
             }
@@ -477,10 +552,7 @@ impl ContextSource for ChatRecallSource {
         }
         // Oldest first, as the candidates are.
         chosen.sort_by_key(|c| c.0);
-        let lines: Vec<String> = chosen
-            .iter()
-            .filter_map(|(i, _)| candidates.get(*i).map(|m| self.line(m)))
-            .collect();
+        let lines = self.lines(chosen.iter().filter_map(|(i, _)| candidates.get(*i)));
         let mut content = frame(&lines);
         let mut tokens = session.tokens.count(&content) + MESSAGE_OVERHEAD_TOKENS;
         // Counted line by line the total can drift by a token or two: drop the weakest lines
@@ -493,10 +565,7 @@ impl ContextSource for ChatRecallSource {
                 .min_by(|a, b| a.1 .1.total_cmp(&b.1 .1))
                 .map_or(0, |(k, _)| k);
             kept.remove(weakest);
-            let lines: Vec<String> = kept
-                .iter()
-                .filter_map(|(i, _)| candidates.get(*i).map(|m| self.line(m)))
-                .collect();
+            let lines = self.lines(kept.iter().filter_map(|(i, _)| candidates.get(*i)));
             content = frame(&lines);
             tokens = session.tokens.count(&content) + MESSAGE_OVERHEAD_TOKENS;
         }

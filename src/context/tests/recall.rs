@@ -1,6 +1,7 @@
-//! Chat recall through the whole pipeline: dated lines, oldest first, the newer of two
-//! disagreeing lines read as current, the answer after a recalled question, questions put to
-//! the bot left out, and nothing from another chat.
+//! Chat recall through the whole pipeline: lines under the day they were said, oldest first,
+//! the newer of two disagreeing lines read as current, the answer after a recalled question,
+//! the follow-up exchange after a best hit, questions put to the bot left out, and nothing
+//! from another chat.
 
 use super::fixtures::*;
 use crate::context::sources::RECALL_LABEL;
@@ -81,6 +82,14 @@ fn ask_with(
     )
 }
 
+/// The recalled block's message lines (its day lines left out), or none.
+fn said_lines(a: &Assembly) -> Vec<String> {
+    recalled(a)
+        .into_iter()
+        .filter(|l| !l.starts_with("## "))
+        .collect()
+}
+
 /// The recalled block's lines (between its fences), or none.
 fn recalled(a: &Assembly) -> Vec<String> {
     let text: String = a.messages().iter().map(|m| m.content.to_string()).collect();
@@ -104,7 +113,7 @@ fn the_newer_of_two_disagreeing_lines_comes_last_and_reads_as_current() {
         ("Bob", "the standup moved to 10:00, same room Fjord", false),
     ]);
     let a = ask(&store, "@bot when is the standup in room Fjord?");
-    let lines = recalled(&a);
+    let lines = said_lines(&a);
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
         lines[0].contains("at 9:00") && lines[1].contains("moved to 10:00"),
@@ -115,11 +124,71 @@ fn the_newer_of_two_disagreeing_lines_comes_last_and_reads_as_current() {
         text.contains("where lines disagree, the newer one is current"),
         "{text}"
     );
-    // Each line says when and who: `[Sat 15 November 2025] Priya: …`.
+    // Each line says who, under a line of its day: `## Sat 15 November 2025`, `Priya: …`.
+    let all = recalled(&a);
+    assert_eq!(all.len(), 4, "a day line above each: {all:?}");
     assert!(
-        lines[0].starts_with('[') && lines[0].contains("2025] Priya: "),
-        "{lines:?}"
+        all[0].starts_with("## ") && all[0].ends_with(" 2025") && all[1].starts_with("Priya: "),
+        "{all:?}"
     );
+    assert!(all[2].starts_with("## ") && all[2] != all[0], "{all:?}");
+}
+
+#[test]
+fn the_day_is_written_once_per_day_above_its_lines() {
+    // Three lines said on one day and one on the next: two day lines, each line under its
+    // day; without day lines, each line carries its date.
+    let mut store = MemoryStore::new();
+    for (seq, name, text, ago) in [
+        (1, "Ann", "the kayak trip is on Saturday", 9 * DAY),
+        (2, "Bob", "kayak paddles are in my car", 9 * DAY - MINUTE),
+        (
+            3,
+            "Ann",
+            "the kayak rental opens at 8",
+            9 * DAY - 2 * MINUTE,
+        ),
+        (4, "Dave", "the build is slow", 9 * DAY - 3 * MINUTE),
+        (5, "Bob", "kayak trip moved to Sunday", 8 * DAY),
+    ] {
+        store.push_channel_message(said("-100123", seq, name, text, ago, false));
+    }
+    let a = ask(&store, "@bot when is the kayak trip?");
+    let all = recalled(&a);
+    let days: Vec<&String> = all.iter().filter(|l| l.starts_with("## ")).collect();
+    assert_eq!(days.len(), 2, "{all:?}");
+    assert_eq!(all[0], *days[0], "the day comes first: {all:?}");
+    assert_eq!(
+        all[1..4],
+        [
+            "Ann: the kayak trip is on Saturday",
+            "Bob: kayak paddles are in my car",
+            "Ann: the kayak rental opens at 8"
+        ],
+        "{all:?}"
+    );
+    assert_eq!(all[4], *days[1], "{all:?}");
+    assert_eq!(all[5], "Bob: kayak trip moved to Sunday", "{all:?}");
+    // Switched off: the date on every line, no day lines, and more tokens for the same lines.
+    let b = ask_with(
+        &store,
+        "@bot when is the kayak trip?",
+        &[("day_lines", false.into())],
+    );
+    let dated = recalled(&b);
+    assert_eq!(dated.len(), 4, "{dated:?}");
+    let day = days[0].trim_start_matches("## ");
+    assert_eq!(
+        dated[0],
+        format!("[{day}] Ann: the kayak trip is on Saturday")
+    );
+    let block = |a: &Assembly| {
+        a.blocks
+            .iter()
+            .find(|b| b.kind == crate::context::BlockKind::ChatRecall)
+            .map_or(0, |b| b.token_count)
+    };
+    assert!(block(&a) < block(&b), "{} vs {}", block(&a), block(&b));
 }
 
 #[test]
@@ -248,6 +317,68 @@ fn the_best_hits_bring_the_exchange_around_them() {
     assert!(lines.contains("greyhound"), "{lines}");
     assert!(lines.contains("love having a buddy"), "the reply:\n{lines}");
     assert!(!lines.contains("build is slow"), "{lines}");
+}
+
+#[test]
+fn a_best_hit_brings_the_follow_up_question_put_to_it_and_its_answer() {
+    // "What games?" and "charades" share no word with the question; they follow the hit, a
+    // minute apart, and come with it. Chatter an hour later does not; nor, with `follow`
+    // off, the exchange.
+    let mut store = MemoryStore::new();
+    let base = 9 * DAY;
+    for (seq, name, text, ago) in [
+        (1, "Dave", "the build is slow", base + 120 * MINUTE),
+        (2, "Ann", "we had a picnic by the lake with the choir", base),
+        (3, "Bob", "nice! what games did you play?", base - MINUTE),
+        (4, "Ann", "charades and a scavenger hunt", base - 2 * MINUTE),
+        (5, "Dave", "the build is slow", base - 3 * 60 * MINUTE),
+    ] {
+        store.push_channel_message(said("-100123", seq, name, text, ago, false));
+    }
+    let question = "@bot what happened at the picnic?";
+    let lines = said_lines(&ask(&store, question)).join("\n");
+    assert!(lines.contains("picnic by the lake"), "{lines}");
+    assert!(lines.contains("what games did you play?"), "{lines}");
+    assert!(lines.contains("charades and a scavenger hunt"), "{lines}");
+    assert!(!lines.contains("build is slow"), "{lines}");
+    // The second round finds Ann's answer through her name too: without it, the exchange
+    // comes through `follow` alone.
+    let no_second = [("expand_seeds", 0.into())];
+    let lines = said_lines(&ask_with(&store, question, &no_second)).join("\n");
+    assert!(lines.contains("charades and a scavenger hunt"), "{lines}");
+    let off = [("expand_seeds", 0.into()), ("follow", 0.into())];
+    let off = said_lines(&ask_with(&store, question, &off)).join("\n");
+    assert!(
+        !off.contains("what games") && !off.contains("charades"),
+        "{off}"
+    );
+}
+
+#[test]
+fn a_hit_followed_by_its_own_senders_question_brings_no_exchange() {
+    // The next line is the hit's sender asking on (not a question put to the hit), and the
+    // next question of another member comes hours later: neither is a follow-up.
+    let mut store = MemoryStore::new();
+    let base = 9 * DAY;
+    for (seq, name, text, ago) in [
+        (1, "Ann", "we had a picnic by the lake", base),
+        (2, "Ann", "anyone up for chess tonight?", base - MINUTE),
+        (3, "Bob", "sure, at eight", base - 2 * MINUTE),
+        (
+            4,
+            "Ann",
+            "the picnic blanket is washed",
+            base - 3 * 60 * MINUTE,
+        ),
+        (5, "Bob", "who left the printer on?", base - 5 * 60 * MINUTE),
+        (6, "Dave", "me, sorry", base - 5 * 60 * MINUTE - MINUTE),
+    ] {
+        store.push_channel_message(said("-100123", seq, name, text, ago, false));
+    }
+    let lines = said_lines(&ask(&store, "@bot what happened at the picnic?")).join("\n");
+    assert!(lines.contains("picnic by the lake"), "{lines}");
+    assert!(!lines.contains("sure, at eight"), "{lines}");
+    assert!(!lines.contains("printer"), "{lines}");
 }
 
 #[test]
