@@ -5,7 +5,8 @@
 # median (min–max) of turns/s, p50, p99 and server CPU per turn (utime+stime ÷ turns).
 # Installs wrk and nginx-light with apt-get when missing.
 # Usage: benches/loadtest/http_turns.sh [BINARY] [SECONDS] [CONNECTIONS...]
-#        (default: target/release/turnstile, 20 s, 16 64); env SESSIONS (1000), DURABILITY (strict)
+#        (default: target/release/turnstile, 20 s, 16 64); env SESSIONS (1000), DURABILITY (strict),
+#        STORAGE_EXTRA (more [storage] lines)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$(realpath "${1:-target/release/turnstile}")

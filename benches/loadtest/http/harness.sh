@@ -25,7 +25,7 @@ start_fake_model() {
 }
 
 # Writes to $1 a `turnstile serve` config whose model is the fake model on port $2, with
-# durability $3.
+# durability $3 and env STORAGE_EXTRA (more `[storage]` lines, e.g. "compression = false").
 write_fake_model_config() {
     cat >"$1" <<TOML
 [model]
@@ -34,6 +34,7 @@ base_url = "http://127.0.0.1:$2/v1"
 model = "fake-model"
 [storage]
 durability = "$3"
+${STORAGE_EXTRA:-}
 TOML
 }
 
