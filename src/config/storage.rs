@@ -101,11 +101,12 @@ pub struct StorageConfig {
     /// the budget, while a share of 0.4 keeps well over the budget itself in raw transcript
     /// text (compressed segments, no rewrite copy; see docs/storage.md for the measurements).
     pub cold_max_fraction: f64,
-    /// Compress the database's pages (sled's zstd, level 1). Small chat records leave sled
-    /// several disk bytes per byte stored; compressed pages hold short conversations at about
-    /// a third of that (docs/storage.md). Applies to a database when it is created: an
-    /// existing one keeps the mode it was made with until the janitor's next rewrite copies it
-    /// into a new one. Default true.
+    /// Compress the database's pages (sled's zstd, level −1). Small chat records leave sled
+    /// several disk bytes per byte stored; compressed pages hold short conversations in a
+    /// third to a half of that, for 23–48 µs more CPU per turn (docs/storage.md). Applies to
+    /// a database when it is created: an existing one keeps the mode it was made with until
+    /// the janitor copies it into a new one (its first pass with room for the copy, when
+    /// this is on). Default true.
     pub compression: bool,
 }
 
