@@ -11,16 +11,17 @@
 //! where a hit is half of an exchange: the answer after a question, the question before a
 //! short reply ("yes, last Friday"); the best hits bring a follow-up question put to them and
 //! its answer ("we had a picnic" / "what did you play?" / "charades"), and optionally the
-//! lines around them (`neighbours`). Questions put to the bot are not recalled (they are not what the group
-//! said), nor lines the rolling summary already states. Analysed terms are memoised per
-//! message (see [`Memo`]).
+//! lines around them (`neighbours`). Questions put to the bot are not recalled (they are not
+//! what the group said), nor lines the rolling summary already states. Analysed terms are
+//! memoised per message (see [`Memo`]).
 //!
-//! The recalled lines come as one block, oldest first, each with its sender under a line of the
-//! day it was said (`## Mon 8 May 2023`, then `Caroline: …`), so "when" questions can be
+//! The recalled lines come as one block, oldest first, each with its sender under a line of
+//! the day it was said (`## Mon 8 May 2023`, then `Caroline: …`), so "when" questions can be
 //! answered and, where two lines disagree ("standup at 9", later "standup moved to 10"), the
 //! newer one reads as the current one. The day is written once per day, not on every line: it
-//! costs about as many tokens as a short reply, and the budget it frees holds more lines. Bounded: at most `max_candidates` messages are read, `top_n` hits taken, each
-//! line cut to `max_snippet_chars`.
+//! costs about as many tokens as a short reply, and the budget it frees holds more lines.
+//! Bounded: at most `max_candidates` messages are read, `top_n` hits taken, each line cut to
+//! `max_snippet_chars`.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
