@@ -628,7 +628,6 @@ impl Store {
         Ok(report)
     }
 
-    /// The current database generation.
     /// Whether `storage.compression` is on while the current database was created without
     /// it: the janitor then copies it into a compressed one (`StoreBudget::reclaim`).
     pub(super) fn recompression_due(&self) -> bool {
@@ -636,6 +635,7 @@ impl Store {
             && sled_config::created_compressed(&self.inner().dir) == Some(false)
     }
 
+    /// The current database generation.
     fn inner(&self) -> Arc<StoreInner> {
         let current = self
             .shared

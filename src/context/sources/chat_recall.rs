@@ -238,12 +238,9 @@ impl ChatRecallSource {
         let mut out = Vec::new();
         let mut day = String::new();
         for m in messages {
-            if self.p.day_lines {
-                let d = day_line(m.timestamp_ms, &self.zone);
-                if d != day {
-                    out.push(d.clone());
-                    day = d;
-                }
+            if let Some(d) = self.day_of(m).filter(|d| *d != day) {
+                out.push(d.clone());
+                day = d;
             }
             out.push(self.line(m));
         }
