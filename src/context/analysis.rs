@@ -93,6 +93,38 @@ fn cut_at_boundary(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
+/// Most words a clause may have to be an address ("Thanks, Melanie!", "Hey Caroline!"): the
+/// name and at most one word before it.
+const MAX_ADDRESS_WORDS: usize = 2;
+
+/// The terms of the capitalised words of `text` that stand where a name said *to* someone
+/// stands: a word that makes a clause of its own or closes a two-word clause, set off by
+/// punctuation ("Thanks, Melanie!", "Hey Caroline! …", "Way to go, Jon!"). The caller keeps
+/// those that are names of the chat's members: a line that greets a member is not about that
+/// member ("Thanks, Melanie!" says nothing about what Melanie did), while "I went with
+/// Melanie." names her and is kept.
+pub(crate) fn address_words(text: &str) -> Vec<String> {
+    let text = cut_at_boundary(text, MAX_ANALYSED_BYTES);
+    let mut out: Vec<String> = Vec::new();
+    for clause in text.split([',', '.', '!', '?', ';', ':', '\n']) {
+        let words: Vec<&str> = clause.split_whitespace().collect();
+        let Some(last) = words.last() else { continue };
+        if words.len() > MAX_ADDRESS_WORDS || !last.chars().next().is_some_and(char::is_uppercase) {
+            continue;
+        }
+        // "I" and "I'm" are not names.
+        if last.chars().nth(1).is_none_or(|c| !c.is_alphabetic()) {
+            continue;
+        }
+        for t in terms(last) {
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
+
 /// [`terms`] as a `bm25` tokenizer (for the crate's embedder and scorer).
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Terms;
@@ -217,6 +249,23 @@ mod tests {
             .all(|w| is_stop_word(w)));
         assert!(!is_stop_word("sweden"));
         assert_eq!(terms("Café"), vec!["cafe"]);
+    }
+
+    #[test]
+    fn names_said_to_someone_are_told_apart_from_names_talked_about() {
+        assert_eq!(
+            address_words("Thanks, Melanie! That was fun."),
+            vec!["thank", "melani"]
+        );
+        assert_eq!(address_words("Hey Caroline! How are you?"), vec!["carolin"]);
+        assert_eq!(address_words("Way to go, Jon!"), vec!["jon"]);
+        assert_eq!(
+            address_words("Yeah Nate, your cooking is great"),
+            vec!["nate"]
+        );
+        assert!(address_words("I went camping with Melanie.").is_empty());
+        assert!(address_words("I'm fine. I think so!").is_empty());
+        assert!(address_words("").is_empty());
     }
 
     #[test]

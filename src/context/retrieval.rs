@@ -46,7 +46,7 @@ pub(crate) fn bm25(docs: &[Vec<String>], query: &[String]) -> Vec<Hit> {
             }
         }
     }
-    let corpus = Corpus::new(&ids, vocabulary.len());
+    let corpus = Corpus::new(&ids, None, vocabulary.len());
     let mut hits: Vec<Hit> = corpus
         .scores(&q)
         .into_iter()
@@ -61,30 +61,58 @@ pub(crate) fn bm25(docs: &[Vec<String>], query: &[String]) -> Vec<Hit> {
 /// A corpus indexed once for several BM25 queries over interned term ids: the first round
 /// and the round its best hits seed ([`expansion`]). Postings per term, so a query touches
 /// only the documents that hold its terms.
+///
+/// A document may end in terms that are not its text (a chat line's sender and month): with
+/// `text_lens`, those match without BM25's length normalisation (BM25F with a field of its
+/// own), so a match on the sender alone does not favour the lines that say least.
 pub(crate) struct Corpus {
-    /// Per term id: (document, term frequency), documents ascending.
-    postings: Vec<Vec<(u32, u32)>>,
-    /// Terms per document.
+    /// Per term id: its postings, documents ascending.
+    postings: Vec<Vec<Posting>>,
+    /// Text terms per document (the length BM25 normalises by).
     lens: Vec<u32>,
     avgdl: f32,
 }
 
+/// One document's occurrences of a term: in its text and in its other terms.
+#[derive(Debug, Clone, Copy)]
+struct Posting {
+    doc: u32,
+    text: u32,
+    meta: u32,
+}
+
 impl Corpus {
-    /// Indexes `docs`, each a list of term ids below `vocabulary`.
-    pub(crate) fn new(docs: &[Vec<u32>], vocabulary: usize) -> Self {
-        let mut postings: Vec<Vec<(u32, u32)>> = vec![Vec::new(); vocabulary];
+    /// Indexes `docs`, each a list of term ids below `vocabulary`; with `text_lens`, the
+    /// first `text_lens[d]` terms of document `d` are its text and the rest its other terms.
+    pub(crate) fn new(docs: &[Vec<u32>], text_lens: Option<&[usize]>, vocabulary: usize) -> Self {
+        let mut postings: Vec<Vec<Posting>> = vec![Vec::new(); vocabulary];
+        let mut lens: Vec<u32> = Vec::with_capacity(docs.len());
         for (d, terms) in docs.iter().enumerate() {
-            for t in terms {
+            let text_len = text_lens
+                .and_then(|l| l.get(d).copied())
+                .unwrap_or(terms.len())
+                .min(terms.len());
+            lens.push(text_len as u32);
+            for (k, t) in terms.iter().enumerate() {
                 let Some(list) = postings.get_mut(*t as usize) else {
                     continue;
                 };
-                match list.last_mut() {
-                    Some((doc, tf)) if *doc == d as u32 => *tf += 1,
-                    _ => list.push((d as u32, 1)),
+                if list.last().is_none_or(|p| p.doc != d as u32) {
+                    list.push(Posting {
+                        doc: d as u32,
+                        text: 0,
+                        meta: 0,
+                    });
+                }
+                if let Some(p) = list.last_mut() {
+                    if k < text_len {
+                        p.text += 1;
+                    } else {
+                        p.meta += 1;
+                    }
                 }
             }
         }
-        let lens: Vec<u32> = docs.iter().map(|d| d.len() as u32).collect();
         let avgdl = if lens.is_empty() {
             1.0
         } else {
@@ -126,11 +154,19 @@ impl Corpus {
             if idf <= 0.0 {
                 continue;
             }
-            for (d, tf) in self.postings.get(*t as usize).into_iter().flatten() {
-                let len = self.lens[*d as usize] as f32;
-                let norm = K1 * (1.0 - B + B * len / self.avgdl);
-                let tf = *tf as f32;
-                out[*d as usize] += idf * tf * (K1 + 1.0) / (tf + norm);
+            for p in self.postings.get(*t as usize).into_iter().flatten() {
+                let d = p.doc as usize;
+                if p.text > 0 {
+                    let len = self.lens[d] as f32;
+                    let norm = K1 * (1.0 - B + B * len / self.avgdl);
+                    let tf = p.text as f32;
+                    out[d] += idf * tf * (K1 + 1.0) / (tf + norm);
+                }
+                if p.meta > 0 {
+                    // As in a document of average length.
+                    let tf = p.meta as f32;
+                    out[d] += idf * tf * (K1 + 1.0) / (tf + K1);
+                }
             }
         }
         out
@@ -218,11 +254,31 @@ mod tests {
     }
 
     #[test]
+    fn a_match_on_the_sender_alone_does_not_favour_short_lines() {
+        // Term 0 is the sender's name (the last term of each line), term 1 a word of the
+        // text. As a field of its own the name scores the same on a short line and a long
+        // one; counted as text, the short line wins.
+        let docs = vec![vec![1, 0], vec![2, 3, 4, 5, 6, 7, 0], vec![8, 9]];
+        let fields = Corpus::new(&docs, Some(&[1, 6, 2]), 10);
+        let s = fields.scores(&[(0, 1.0)]);
+        assert!(
+            s[0] > 0.0 && (s[0] - s[1]).abs() < 1e-6 && s[2] == 0.0,
+            "{s:?}"
+        );
+        let text = Corpus::new(&docs, None, 10);
+        let s = text.scores(&[(0, 1.0)]);
+        assert!(s[0] > s[1], "{s:?}");
+        // The text still matches as text, normalised by the text's length.
+        let s = fields.scores(&[(1, 1.0)]);
+        assert!(s[0] > 0.0 && s[1] == 0.0, "{s:?}");
+    }
+
+    #[test]
     fn expansion_adds_what_the_best_hits_name() {
         // 0: the query's term; 1: named by the hit and one other line; 2: the hit's alone;
         // 3: in every line (chatter).
         let docs = vec![vec![0, 1, 2, 3], vec![1, 3], vec![3], vec![3]];
-        let corpus = Corpus::new(&docs, 4);
+        let corpus = Corpus::new(&docs, None, 4);
         let query = [(0, 1.0)];
         let hits = corpus.scores(&query);
         assert!(hits[0] > 0.0 && hits[1] == 0.0);

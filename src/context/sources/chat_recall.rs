@@ -33,7 +33,9 @@ use jiff::tz::TimeZone;
 use serde::Deserialize;
 
 use super::memory_recall::recall_query;
-use crate::context::analysis::{chat_date, date_terms, day_line, named_days, said_on, terms};
+use crate::context::analysis::{
+    address_words, chat_date, date_terms, day_line, named_days, said_on, terms,
+};
 use crate::context::retrieval::{expansion, Corpus, Hit};
 use crate::context::text::prefix_chars;
 use crate::context::{
@@ -50,6 +52,13 @@ pub const RECALL_LABEL: &str = "Recalled from earlier in this chat";
 const RECALL_NOTE: &str =
     "oldest first, under the day each was said; where lines disagree, the newer one is current";
 const HOUR_MS: u64 = 3_600_000;
+/// Every time zone's offset is a whole number of quarter hours, so all instants of one
+/// quarter hour fall on one day: day lines are formatted once per quarter hour of an assembly.
+const QUARTER_HOUR_MS: u64 = 900_000;
+
+/// The day lines of one assembly, by quarter hour (see [`QUARTER_HOUR_MS`]); at most one per
+/// candidate.
+type Days = HashMap<u64, String>;
 /// How much more a line counts when its sender is named in the question ("When did Caroline
 /// …"). The sender's name is also one of the line's terms, but a name said in half the chat
 /// weighs little in BM25 alone.
@@ -67,23 +76,23 @@ struct Params {
     max_candidates: usize,
     /// Longest recalled text, in characters. Default 600.
     max_snippet_chars: usize,
-    /// Lowest BM25 score recalled. Default 1.0 (a match on one common word scores below it).
+    /// Lowest BM25 score recalled. Default 0 (any match, while the budget lasts).
     min_score: f32,
     /// Lowest score recalled as a share of the best hit's. Default 0.25.
     min_relative: f32,
     /// How much more a line counts when its sender is named in the question. Default 1.3.
     speaker_boost: f32,
-    /// The best hits of the first round that seed the second. Default 0 (off).
+    /// The best hits of the first round that seed the second. Default 16.
     expand_seeds: usize,
     /// Terms the second round adds to the query. Default 8.
     expand_terms: usize,
-    /// Weight of the strongest added term (a query term weighs 1). Default 0.4.
+    /// Weight of the strongest added term (a query term weighs 1). Default 0.6.
     expand_weight: f32,
     /// Hits taken at most once those within `min_relative` are in, while the budget lasts.
-    /// Default 0 (off).
+    /// Default 300.
     fill_n: usize,
     /// How much more a line counts when it was said on a day the question names ("on 31
-    /// July, 2023"). Default 1.0 (off).
+    /// July, 2023"). Default 1.5.
     date_boost: f32,
     /// The best hits that bring the lines just before and after them (within an hour).
     /// Default 0 (off: on LoCoMo it moved one question of 757, and it brings chatter).
@@ -95,6 +104,13 @@ struct Params {
     /// with its date (`[Mon 8 May 2023] Caroline: …`). Default true (the date on every line
     /// costs budget that more lines could use).
     day_lines: bool,
+    /// Whether a member's name said to them ("Thanks, Melanie!", "Hey Caroline!") is left out
+    /// of the line's terms: greeting a member is not talking about them. Default true.
+    skip_greeted: bool,
+    /// Whether a line's sender and month match without BM25's length normalisation (they are
+    /// not its text): a match on the sender alone then does not favour the lines that say
+    /// least. Default true.
+    sender_field: bool,
 }
 
 impl Default for Params {
@@ -106,14 +122,16 @@ impl Default for Params {
             min_score: 0.0,
             min_relative: 0.25,
             speaker_boost: SPEAKER_BOOST,
-            expand_seeds: 8,
+            expand_seeds: 16,
             expand_terms: 8,
-            expand_weight: 0.4,
+            expand_weight: 0.6,
             fill_n: 300,
             date_boost: 1.5,
             neighbours: 0,
             follow: 15,
             day_lines: true,
+            skip_greeted: true,
+            sender_field: true,
         }
     }
 }
@@ -137,6 +155,9 @@ struct Memo {
 struct Memoised {
     /// Its analysed terms.
     terms: Arc<[u32]>,
+    /// The terms of the words that stand where a name said to someone stands
+    /// ([`address_words`]).
+    address: Arc<[u32]>,
     /// The tokens of its recalled line, once counted.
     cost: Option<u32>,
 }
@@ -163,19 +184,23 @@ impl Memo {
             .collect()
     }
 
-    fn message_terms(&mut self, key: u64, m: &ChannelMessage) -> Arc<[u32]> {
+    /// A message's terms and the terms of the words it may say to someone
+    /// ([`address_words`]), analysed the first time.
+    fn message_terms(&mut self, key: u64, m: &ChannelMessage) -> (Arc<[u32]>, Arc<[u32]>) {
         if let Some(e) = self.messages.get(&key) {
-            return Arc::clone(&e.terms);
+            return (Arc::clone(&e.terms), Arc::clone(&e.address));
         }
         let terms: Arc<[u32]> = self.intern(terms(&m.text)).into();
+        let address: Arc<[u32]> = self.intern(address_words(&m.text)).into();
         self.messages.insert(
             key,
             Memoised {
                 terms: Arc::clone(&terms),
+                address: Arc::clone(&address),
                 cost: None,
             },
         );
-        terms
+        (terms, address)
     }
 
     /// The tokens of a message's line (`count` counts it the first time).
@@ -234,11 +259,15 @@ impl ChatRecallSource {
 
     /// The block's lines for `messages` (oldest first): each message's line, after a line of
     /// its day wherever the day changes.
-    fn lines<'m>(&self, messages: impl Iterator<Item = &'m ChannelMessage>) -> Vec<String> {
+    fn lines<'m>(
+        &self,
+        messages: impl Iterator<Item = &'m ChannelMessage>,
+        days: &mut Days,
+    ) -> Vec<String> {
         let mut out = Vec::new();
         let mut day = String::new();
         for m in messages {
-            if let Some(d) = self.day_of(m).filter(|d| *d != day) {
+            if let Some(d) = self.day_of(m, days).filter(|d| *d != day) {
                 out.push(d.clone());
                 day = d;
             }
@@ -248,10 +277,14 @@ impl ChatRecallSource {
     }
 
     /// The day line a message needs, when lines come under day lines.
-    fn day_of(&self, m: &ChannelMessage) -> Option<String> {
-        self.p
-            .day_lines
-            .then(|| day_line(m.timestamp_ms, &self.zone))
+    fn day_of(&self, m: &ChannelMessage, days: &mut Days) -> Option<String> {
+        if !self.p.day_lines {
+            return None;
+        }
+        let line = days
+            .entry(m.timestamp_ms / QUARTER_HOUR_MS)
+            .or_insert_with(|| day_line(m.timestamp_ms, &self.zone));
+        Some(line.clone())
     }
 }
 
@@ -373,13 +406,29 @@ impl ContextSource for ChatRecallSource {
             .iter()
             .map(|m| memo_key(&chat.channel, &chat.chat_id, m))
             .collect();
+        // The members' names (memo ids), known before any line is indexed: a name a line
+        // says to someone is told apart from one it talks about.
+        let mut member_names: HashMap<&str, Vec<u32>> = HashMap::new();
+        for m in &candidates {
+            if !member_names.contains_key(m.sender_name.as_str()) {
+                let n = memo.intern(terms(&m.sender_name));
+                member_names.insert(m.sender_name.as_str(), n);
+            }
+        }
+        let name_terms: HashSet<u32> = member_names.values().flatten().copied().collect();
         for (m, key) in candidates.iter().zip(&keys) {
-            let own = memo.message_terms(*key, m);
+            let (own, address) = memo.message_terms(*key, m);
+            let greeted =
+                |t: &u32| self.p.skip_greeted && address.contains(t) && name_terms.contains(t);
+            let own: Vec<u32> = own.iter().copied().filter(|t| !greeted(t)).collect();
             let mut t = renumber(&own);
             own_terms.push(t.len());
             if !names.contains_key(m.sender_name.as_str()) {
-                let n = memo.intern(terms(&m.sender_name));
-                names.insert(m.sender_name.as_str(), renumber(&n));
+                let n = member_names
+                    .get(m.sender_name.as_str())
+                    .map(|n| renumber(n))
+                    .unwrap_or_default();
+                names.insert(m.sender_name.as_str(), n);
             }
             t.extend_from_slice(&names[m.sender_name.as_str()]);
             // Keyed by the hour (a ranking hint, not what is shown: in a zone offset by
@@ -404,7 +453,8 @@ impl ContextSource for ChatRecallSource {
                 }
             }
         }
-        let corpus = Corpus::new(&docs, local.len());
+        let text_lens = self.p.sender_field.then_some(own_terms.as_slice());
+        let corpus = Corpus::new(&docs, text_lens, local.len());
         // A question that names a member is about what that member said.
         let boost: Vec<f32> = candidates
             .iter()
@@ -462,9 +512,13 @@ impl ContextSource for ChatRecallSource {
             return Ok(Vec::new());
         };
         let floor = self.p.min_score.max(best * self.p.min_relative);
-        let room = budget
-            .remaining()
-            .saturating_sub(session.tokens.count(&frame(&[])) + MESSAGE_OVERHEAD_TOKENS);
+        // The block's tokens are the frame's plus each chosen line's with its newline: text is
+        // cut into pieces at newlines before it is encoded, so the sum is the count of the
+        // whole block (the empty frame's one newline more), and the block is not counted
+        // again (that was half a recall's cost).
+        let frame_cost = session.tokens.count_recurring(&frame(&[])) + MESSAGE_OVERHEAD_TOKENS;
+        let room = budget.remaining().saturating_sub(frame_cost);
+        let mut day_lines = Days::new();
         let mut used = 0u32;
         let mut chosen: Vec<(usize, f32)> = Vec::new();
         let mut taken: HashSet<usize> = HashSet::new();
@@ -530,10 +584,14 @@ impl ContextSource for ChatRecallSource {
                 if taken.contains(&i) {
                     continue;
                 }
-                let mut cost = memo.cost(keys[i], || session.tokens.count(&self.line(m))) + 1;
-                let day = self.day_of(m).filter(|d| !days.contains(d));
+                // Each line counted with the newline after it (a newline merges with the
+                // punctuation before it; no token spans a newline and the next line).
+                let mut cost = memo.cost(keys[i], || {
+                    session.tokens.count(&format!("{}\n", self.line(m)))
+                });
+                let day = self.day_of(m, &mut day_lines).filter(|d| !days.contains(d));
                 if let Some(d) = &day {
-                    cost += session.tokens.count(d) + 1;
+                    cost += session.tokens.count_recurring(&format!("{d}\n"));
                 }
                 if used + cost > room {
                     continue;
@@ -550,26 +608,13 @@ impl ContextSource for ChatRecallSource {
         }
         // Oldest first, as the candidates are.
         chosen.sort_by_key(|c| c.0);
-        let lines = self.lines(chosen.iter().filter_map(|(i, _)| candidates.get(*i)));
-        let mut content = frame(&lines);
-        let mut tokens = session.tokens.count(&content) + MESSAGE_OVERHEAD_TOKENS;
-        // Counted line by line the total can drift by a token or two: drop the weakest lines
-        // until the block fits (bounded by the number of lines).
-        let mut kept = chosen.clone();
-        while tokens > budget.remaining() && !kept.is_empty() {
-            let weakest = kept
-                .iter()
-                .enumerate()
-                .min_by(|a, b| a.1 .1.total_cmp(&b.1 .1))
-                .map_or(0, |(k, _)| k);
-            kept.remove(weakest);
-            let lines = self.lines(kept.iter().filter_map(|(i, _)| candidates.get(*i)));
-            content = frame(&lines);
-            tokens = session.tokens.count(&content) + MESSAGE_OVERHEAD_TOKENS;
-        }
-        if kept.is_empty() {
-            return Ok(Vec::new());
-        }
+        let lines = self.lines(
+            chosen.iter().filter_map(|(i, _)| candidates.get(*i)),
+            &mut day_lines,
+        );
+        let content = frame(&lines);
+        let tokens = frame_cost + used;
+        let kept = chosen;
         for (i, _) in &kept {
             if let Some(m) = candidates.get(*i) {
                 session.claim(&m.message_id);

@@ -409,3 +409,62 @@ fn a_message_admitted_after_the_one_answered_is_not_recalled() {
     assert!(lines.contains("at 9:00"), "{lines}");
     assert!(!lines.contains("moved to 10:00"), "{lines}");
 }
+
+#[test]
+fn a_line_that_greets_a_member_is_not_about_them() {
+    // "What has Priya been up to?": Bob's "Thanks, Priya!" names her only to thank her;
+    // Priya's own line says what she did. Recalling one line, hers comes; without the rule,
+    // the short greeting that says her name wins.
+    let store = chat(&[
+        (
+            "Priya",
+            "I adopted a cat from the shelter and named her Miso",
+            false,
+        ),
+        ("Bob", "Thanks, Priya!", false),
+    ]);
+    // The sender's boost off, so only the rules tell the lines apart.
+    let one = [
+        ("speaker_boost", toml::Value::from(1.0)),
+        ("top_n", 1.into()),
+        ("fill_n", 0.into()),
+        ("follow", 0.into()),
+        ("expand_seeds", 0.into()),
+    ];
+    let question = "@bot what has Priya been up to?";
+    let lines = said_lines(&ask_with(&store, question, &one));
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("named her Miso"), "{lines:?}");
+    let mut off = one.to_vec();
+    off.push(("skip_greeted", false.into()));
+    off.push(("sender_field", false.into()));
+    let lines = said_lines(&ask_with(&store, question, &off));
+    assert!(lines[0].contains("Thanks, Priya"), "{lines:?}");
+}
+
+#[test]
+fn the_block_counts_the_tokens_of_its_text() {
+    // Lines are counted once each, with their newline, and the block is not counted again:
+    // the sum is the count of the block's text, whatever the lines end in.
+    let lines = [
+        ("Ann", "the kayak trip is on Saturday!", false),
+        ("Bob", "kayak paddles — in my car…", false),
+        ("Ann", "kayak rental: opens at 8.   ", false),
+        ("Bob", "kayak?\nyes, kayak", false),
+        ("Cleo", "naïve kayak question: 10:30 or 11?", false),
+    ];
+    let store = chat(&lines);
+    let a = ask(&store, "@bot anything about the kayak?");
+    let block = a
+        .blocks
+        .iter()
+        .find(|b| b.kind == crate::context::BlockKind::ChatRecall)
+        .expect("a recall block");
+    let exact = tokens().count(block.content.as_str()) + crate::model::MESSAGE_OVERHEAD_TOKENS;
+    assert!(
+        (exact..=exact + 1).contains(&block.token_count),
+        "counted {} for {exact}",
+        block.token_count
+    );
+    assert!(said_lines(&a).len() >= 5, "{:?}", recalled(&a));
+}
