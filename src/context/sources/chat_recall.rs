@@ -3,8 +3,10 @@
 //! history window, not its chatter, not the pending history) are ranked with BM25
 //! ([`crate::context::retrieval`]) against the current message, each message indexed by its
 //! text, its sender's name ("When did Caroline…" favours Caroline's lines) and its month and
-//! year ("…in May 2023"); a line said on a day the question names ("on 31 July, 2023") counts
-//! more. A second round, seeded by the first round's best hits (what they name: people,
+//! year ("…in May 2023"), the last two as a field of their own (no length normalisation: a
+//! match on the sender alone does not favour the lines that say least); a member's name said
+//! to them ("Thanks, Melanie!") is not a term of the line; a line said on a day the question
+//! names ("on 31 July, 2023") counts more. A second round, seeded by the first round's best hits (what they name: people,
 //! places, things), finds the other halves of a question that spans several lines. The hits
 //! within `min_relative` of the best are taken best first, then weaker ones while the budget
 //! the turn leaves lasts (more when there is room, fewer when not), each with a neighbour
@@ -20,8 +22,10 @@
 //! answered and, where two lines disagree ("standup at 9", later "standup moved to 10"), the
 //! newer one reads as the current one. The day is written once per day, not on every line: it
 //! costs about as many tokens as a short reply, and the budget it frees holds more lines.
-//! Bounded: at most `max_candidates` messages are read, `top_n` hits taken, each line cut to
-//! `max_snippet_chars`.
+//! Each line's tokens are counted once, with its newline, and the block's are their sum and
+//! the frame's (text is cut into pieces at newlines before it is encoded, so the sum is the
+//! block's count): the block is not counted again. Bounded: at most `max_candidates` messages
+//! are read, `top_n` hits taken, each line cut to `max_snippet_chars`.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
