@@ -275,8 +275,12 @@ fn budget_config(budget: u64, durability: &str) -> String {
         // No queue debounce: this measures reclamation. With the default 500 ms debounce a
         // session hit by a burst holds up to `queue.cap` messages in its inbox, which the
         // janitor may not evict (they are acknowledged), and the peak rises (see BENCHMARKS.md).
+        // Uncompressed pages: the load's text ("x" repeated) compresses to almost nothing, and
+        // with compressed pages the data dir never nears the budget, so nothing would be
+        // reclaimed. (Once measured with compression on and pseudo-random letters instead:
+        // all three runs stayed within the budget, but tokenizing such text tripled the time.)
         "[storage]\nmax_disk_bytes = {budget}\njanitor_interval_ms = 500\ndurability = \"{durability}\"\n\
-         cache_capacity_bytes = 8388608\n[lanes]\nidle_timeout_ms = 300\n[queue]\ndebounce_ms = 0\n"
+         compression = false\ncache_capacity_bytes = 8388608\n[lanes]\nidle_timeout_ms = 300\n[queue]\ndebounce_ms = 0\n"
     )
 }
 

@@ -2,8 +2,8 @@
 //!
 //! # The rules of a pass
 //! * **Under high water nothing is frozen or deleted for the budget** (budgets too small to
-//!   hold a rewrite beside a data dir at high water excepted: `working_usage`; they keep live
-//!   bytes at the target at any fill, as before). Only the operator's
+//!   hold a rewrite beside a data dir at high water use the lower mark where they still can:
+//!   `working_usage`). Only the operator's
 //!   own rules remove sessions there (`prune_after_days`, `max_sessions`, sessions with no
 //!   entries), and a database that is mostly dead space is rewritten when its copy fits
 //!   beside it as things are (`Store::rewrite_within`: writers do not wait for the copy, and
@@ -394,8 +394,8 @@ impl StoreBudget {
     /// `usage` with the highest mark at which the budget could still hold, beside the data
     /// dir, the rewrite that brings it back (its fresh copy: the live-byte target at the
     /// measured amplification, plus sled's fixed overhead). When that is below `high_water`
-    /// (small budgets: with the default cold tier, under about 133 MiB) the janitor keeps live
-    /// bytes at the target at any fill instead of waiting for high water.
+    /// (small budgets: with the default cold tier, under about 133 MiB) the janitor acts at
+    /// that mark instead of high water.
     pub(super) fn working_usage(&self, usage: &DiskUsage) -> DiskUsage {
         let copy = self.live_target(usage) as f64 * self.fresh_amplification() * FRESH_COPY_MARGIN
             + FRESH_OVERHEAD_BYTES as f64;
@@ -409,10 +409,10 @@ impl StoreBudget {
 
     fn reclaim_inner(&self, usage: &DiskUsage, enforce: bool) -> Result<ReclaimReport, StoreError> {
         // A budget too small to hold, beside a data dir at high water, the rewrite that
-        // brings it back (sled's fixed overhead is most of a fresh generation there) keeps
-        // its live bytes at the target at any fill, as before; every other budget frees
-        // nothing under high water.
-        let proactive = self.working_usage(usage).high_water_bytes < usage.high_water_bytes;
+        // brings it back (sled's fixed overhead is most of a fresh generation there) starts
+        // at the lower mark where it still can; every other budget frees nothing under high
+        // water.
+        let working_high_water = self.working_usage(usage).high_water_bytes;
         let mut report = ReclaimReport::default();
         let (db_bytes, measured_disk, after_rewrite) = {
             let m = self
@@ -434,6 +434,7 @@ impl StoreBudget {
         disk_bytes = disk_bytes.saturating_sub(tidied.bytes_freed);
         report.bytes_freed += tidied.bytes_freed;
         let over = over && disk_bytes > usage.high_water_bytes;
+        let over_working = disk_bytes > working_high_water;
 
         // 1. Archives, oldest first.
         if over {
@@ -453,7 +454,7 @@ impl StoreBudget {
             simulated: HashSet::new(),
             busy_seen: HashSet::new(),
         };
-        if (over || proactive) && progress.live > target {
+        if (over || over_working) && progress.live > target {
             let goal = (target as f64 * EVICT_TO_FRACTION) as u64;
             self.evict_oldest(
                 enforce,
@@ -530,7 +531,7 @@ impl StoreBudget {
         let recompress =
             self.store.recompression_due() && !self.recompress_tried.load(Ordering::Relaxed);
         let mut rewrote = false;
-        let over = over || proactive;
+        let over = over || over_working;
         if ((grown > rewrite_at && mostly_garbage) || recompress) && (live <= target || !over) {
             if !enforce {
                 tracing::warn!(
@@ -662,7 +663,11 @@ impl StoreBudget {
         self.store
             .shared
             .meter
-            .set_disk_trigger(usage.high_water_bytes.max(disk_now.saturating_add(slack)));
+            .set_disk_trigger(
+                self.working_usage(usage)
+                    .high_water_bytes
+                    .max(disk_now.saturating_add(slack)),
+            );
         Ok(())
     }
 

@@ -2,6 +2,12 @@ use std::{num::NonZeroU64, ops::Bound};
 
 use super::*;
 
+/// The most items a leaf of small items holds before it splits (Turnstile's patch 6).
+const LEAF_MAX_ITEMS: usize = 64;
+/// Past 16 items, a leaf whose keys and values take more than this splits as published sled
+/// does (Turnstile's patch 6): large values keep their 16-item pages.
+const LEAF_SMALL_ITEMS_BYTES: u64 = 32 * 1024;
+
 #[derive(Default, Debug, Clone, PartialEq)]
 pub struct Node {
     pub(crate) prefix_len: u8,
@@ -597,15 +603,19 @@ impl Node {
     }
 
     pub(crate) fn should_split(&self) -> bool {
-        let threshold = if cfg!(any(test, feature = "lock_free_delays")) {
-            2
+        let size_checks = if cfg!(any(test, feature = "lock_free_delays")) {
+            self.data.len() > 2
         } else if self.data.is_index() {
-            256
+            self.data.len() > 256
         } else {
-            16
+            // Turnstile (PATCHES.md, 6): a leaf of small items holds up to
+            // `LEAF_MAX_ITEMS`; one whose items are larger splits past 16, as published.
+            // Every page costs a page-table entry in memory and a header and pointer on
+            // disk, so leaves of 16 small items made both grow with the item count.
+            let len = self.data.len();
+            len > LEAF_MAX_ITEMS
+                || (len > 16 && self.data.rss() > LEAF_SMALL_ITEMS_BYTES)
         };
-
-        let size_checks = self.data.len() > threshold;
         let safety_checks = self.merging_child.is_none() && !self.merging;
 
         size_checks && safety_checks

@@ -2113,7 +2113,12 @@ impl PageCache {
 
             trace!("load_snapshot pid {} {:?}", pid, state);
 
-            let mut cache_infos = Vec::default();
+            // Exactly as many entries as the page has fragments: a `Vec` grown by `push`
+            // reserves four, 192 bytes per page for the one most pages have.
+            let mut cache_infos = Vec::with_capacity(match state {
+                PageState::Present { frags, .. } => 1 + frags.len(),
+                _ => 1,
+            });
 
             let guard = pin();
 
