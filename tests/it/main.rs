@@ -64,6 +64,7 @@ mod callback;
 mod compaction;
 mod delete;
 mod discord;
+mod discord_threads;
 mod fake_model;
 mod fake_streaming_model;
 mod group_memory;

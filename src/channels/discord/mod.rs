@@ -6,6 +6,7 @@
 //! - `events.rs`: the gateway payloads read besides messages, and the fatal close codes.
 //! - `shard.rs`: one shard's task — resume from the saved session, catch-up after a new
 //!   session, cursors saved after each message, a fatal close stops it.
+//! - `starter.rs`: a thread's starter message, read once and kept with its session.
 //! - `state.rs`: what a shard keeps durably (session, per-channel cursors) and the catch-up
 //!   bounds.
 //! - `rest.rs`: the REST calls, 429s and proxy HTML pages backed off.
@@ -25,6 +26,7 @@ mod outbound;
 mod preview;
 mod rest;
 mod shard;
+mod starter;
 mod state;
 mod typing;
 

@@ -32,7 +32,7 @@ use super::{DiscordChannel, DISCORD};
 use crate::channels::retry::pause_unless_stopped;
 use crate::config::DiscordConfig;
 use crate::error::Error;
-use crate::inbound::{IdOrigin, InboundEvent, Refusal};
+use crate::inbound::{IdOrigin, InboundEvent, MessageKind, Refusal};
 use crate::metrics;
 use crate::runtime::{ChannelPort, SubmitError};
 
@@ -305,7 +305,14 @@ impl ShardTask {
             }
         };
         let runtime = self.port.runtime();
-        if let Some(prompt) = &converted.system_prompt {
+        let thread = converted
+            .message
+            .thread_id
+            .as_deref()
+            .and_then(|t| t.parse::<u64>().ok())
+            .zip(parent);
+        let wants_starter = thread.is_some() && converted.message.kind == MessageKind::Message;
+        if converted.system_prompt.is_some() || wants_starter {
             let key = runtime.session_key_of(&InboundEvent {
                 message: converted.message.clone(),
                 session_key: None,
@@ -313,8 +320,15 @@ impl ShardTask {
                 route: converted.route.clone(),
                 rules: converted.rules,
             });
-            if let Err(error) = runtime.set_session_instructions(&key, prompt).await {
-                tracing::warn!(%error, "cannot store a discord channel's system prompt");
+            if let Some(prompt) = &converted.system_prompt {
+                if let Err(error) = runtime.set_session_instructions(&key, prompt).await {
+                    tracing::warn!(%error, "cannot store a discord channel's system prompt");
+                }
+            }
+            if let (true, Some((thread, parent))) = (wants_starter, thread) {
+                ctx.starters
+                    .ensure(&self.rest, runtime, &key, thread, parent, m)
+                    .await;
             }
         }
         let target = converted
