@@ -291,6 +291,7 @@ fn every_numeric_key_has_a_range() {
         ("channels.telegram", "edit_interval_ms", "60001"),
         ("channels.discord", "edit_interval_ms", "249"),
         ("channels.discord", "edit_interval_ms", "60001"),
+        ("channels.discord", "pluralkit_wait_ms", "10001"),
         ("channels.slack", "edit_interval_ms", "0"),
         ("channels.slack", "edit_interval_ms", HUGE),
     ];

@@ -44,10 +44,22 @@ pub(crate) async fn server_with(
     dir: &std::path::Path,
     model: Arc<dyn turnstile::model::Model>,
 ) -> TestServer {
+    server_configured(fake, dir, model, |_| {}).await
+}
+
+/// A server whose `[channels.discord]` is the fake's, changed by `edit`.
+pub(crate) async fn server_configured(
+    fake: &FakeDiscord,
+    dir: &std::path::Path,
+    model: Arc<dyn turnstile::model::Model>,
+    edit: impl FnOnce(&mut DiscordConfig),
+) -> TestServer {
     let token_env = env_var(TOKEN);
     let mut c = config(dir);
     one_turn_per_message(&mut c);
-    c.channels.discord = Some(discord_config(fake, &token_env));
+    let mut discord = discord_config(fake, &token_env);
+    edit(&mut discord);
+    c.channels.discord = Some(discord);
     let runtime = Runtime::builder()
         .config(c)
         .model(model)

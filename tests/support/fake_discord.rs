@@ -158,6 +158,17 @@ pub fn message_json(
     m
 }
 
+/// A message PluralKit reposts through its webhook `webhook` under `member`'s name (the
+/// author is the webhook, a bot), as Discord delivers it.
+pub fn webhook_json(id: u64, channel: u64, webhook: u64, member: &str, content: &str) -> Value {
+    let mut m = message_json(id, channel, Some(GUILD_ID), webhook, true, content);
+    m["webhook_id"] = json!(webhook.to_string());
+    m["author"]["username"] = json!(member);
+    m["author"]["global_name"] = Value::Null;
+    m.as_object_mut().unwrap().remove("member");
+    m
+}
+
 /// Mentions the bot in `m` (as `<@999>` in the text and in `mentions`).
 pub fn mentioning_bot(mut m: Value) -> Value {
     m["mentions"] = json!([user(BOT_ID, true)]);
@@ -245,6 +256,20 @@ impl FakeDiscord {
     pub fn post_unseen(&self, m: Value) {
         let channel: u64 = m["channel_id"].as_str().unwrap().parse().unwrap();
         self.shared().history.entry(channel).or_default().push(m);
+    }
+
+    /// Deletes message `id` from `channel`'s history (PluralKit deleting an original) and
+    /// sends MESSAGE_DELETE.
+    pub fn delete(&self, channel: u64, id: u64) {
+        self.shared()
+            .history
+            .entry(channel)
+            .or_default()
+            .retain(|m| m["id"].as_str() != Some(id.to_string().as_str()));
+        self.dispatch(
+            "MESSAGE_DELETE",
+            json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": GUILD_ID.to_string()}),
+        );
     }
 
     /// Makes `thread` a thread of `parent` (for `GET /channels/{thread}`).

@@ -46,6 +46,8 @@ pub(crate) struct Context {
     channels: LruCache<u64, Option<u64>>,
     /// What is known of each thread's starter message.
     pub starters: super::starter::Starters,
+    /// Messages held for their PluralKit proxy.
+    pub held: super::held::Held,
 }
 
 impl Context {
@@ -58,6 +60,7 @@ impl Context {
                 NonZeroUsize::new(MAX_KNOWN_CHANNELS).unwrap_or(NonZeroUsize::MIN),
             ),
             starters: super::starter::Starters::default(),
+            held: super::held::Held::default(),
         }
     }
 
