@@ -2,8 +2,10 @@
 //! test doubles on loopback): a proxied message is answered as its member's (the system's id as
 //! sender) and its deleted original is not a second turn; an account's message that is not
 //! proxied is answered after the wait, and a late repost of it is skipped; a plain webhook stays
-//! a bot's message; a failed lookup leaves the original standing; a message held across a
-//! graceful restart is settled from REST (still there: answered once; deleted: not).
+//! a bot's message; a failed lookup leaves the original standing, and a failed account lookup
+//! pauses holding; a message held across a graceful restart is settled from REST (still
+//! there: answered once; deleted: not); with no wait the original is answered, its repost
+//! skipped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -185,6 +187,28 @@ async fn with_no_wait_the_original_is_answered_and_its_repost_skipped() {
     assert!(
         !pk.requests().iter().any(|r| r.starts_with("/systems/")),
         "nothing waits, so no account is asked about"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn while_pluralkit_fails_nobody_is_held_or_asked_about_again() {
+    let fake = FakeDiscord::start().await;
+    let pk = FakePluralKit::start().await;
+    pk.add_system(PLURAL, "exmpl");
+    let dir = tempfile::tempdir().unwrap();
+    // The account lookup fails: neither message is held (both answered without the 10 s
+    // wait), and the second does not ask PluralKit again while lookups are paused.
+    let server = pk_server(&fake, &pk, dir.path(), 10_000).await;
+    connected(&fake, 1).await;
+    pk.fail_next(1);
+    let a = say(&fake, PLURAL, "one");
+    let b = say(&fake, PLURAL, "two");
+    assert_eq!(replies(&fake, 2).await, vec![a, b]);
+    assert_eq!(
+        pk.requests(),
+        vec![format!("/systems/{PLURAL}")],
+        "asked once, then paused"
     );
     server.stop().await;
 }

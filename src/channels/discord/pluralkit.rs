@@ -14,8 +14,9 @@
 //!
 //! Unlike OpenClaw, which answers whichever of the pair comes first, the original does not
 //! become a turn when its proxy follows: `held.rs` holds a message of an account that has a
-//! PluralKit system (`GET <base>/systems/{account}`, cached [`ACCOUNT_TTL`]) until its proxy
-//! names it as `original` or `pluralkit_wait_ms` passes.
+//! PluralKit system (`GET <base>/systems/{account}`, cached [`ACCOUNT_TTL`]; a failure pauses
+//! these lookups for [`ACCOUNT_BACKOFF`], nothing held meanwhile) until its proxy names it as
+//! `original` or `pluralkit_wait_ms` passes.
 //!
 //! Bounded: [`MAX_KNOWN_MESSAGES`] lookups and [`MAX_KNOWN_ACCOUNTS`] accounts remembered
 //! (least recently used forgotten first), each request at most [`PLURALKIT_TIMEOUT`].
@@ -43,6 +44,10 @@ pub(crate) const MAX_KNOWN_ACCOUNTS: usize = 10_000;
 
 /// How long an account's having a system (or not) is trusted before PluralKit is asked again.
 pub(crate) const ACCOUNT_TTL: Duration = Duration::from_secs(600);
+
+/// After a failed account lookup, how long no account is asked about (their messages are not
+/// held meanwhile): while PluralKit is down, a person's message does not wait out a timeout.
+pub(crate) const ACCOUNT_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A proxied message as PluralKit describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +112,8 @@ pub(crate) struct PluralKit {
     base: String,
     messages: Mutex<LruCache<u64, Option<Proxied>>>,
     accounts: Mutex<LruCache<u64, (bool, Instant)>>,
+    /// No account lookups before this (after a failure).
+    accounts_paused_until: Mutex<Option<Instant>>,
 }
 
 fn lru<V>(n: usize) -> Mutex<LruCache<u64, V>> {
@@ -128,6 +135,7 @@ impl PluralKit {
             base: base.trim_end_matches('/').to_string(),
             messages: lru(MAX_KNOWN_MESSAGES),
             accounts: lru(MAX_KNOWN_ACCOUNTS),
+            accounts_paused_until: Mutex::new(None),
         }
     }
 
@@ -174,9 +182,18 @@ impl PluralKit {
     }
 
     /// Whether `account` has a PluralKit system (its messages may be proxied). A failed
-    /// lookup counts as no (logged): its messages are not held, nothing waits on PluralKit.
+    /// lookup counts as no (logged), and pauses account lookups for [`ACCOUNT_BACKOFF`]:
+    /// messages are not held then, nothing waits on PluralKit.
     pub(crate) async fn has_system(&self, account: u64) -> bool {
         let now = Instant::now();
+        let paused = self
+            .accounts_paused_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|until| now < until);
+        if paused {
+            return false;
+        }
         let cached = self
             .accounts
             .lock()
@@ -194,7 +211,11 @@ impl PluralKit {
         {
             Ok(found) => found.is_some(),
             Err(error) => {
-                tracing::warn!(%error, account, "cannot ask PluralKit about an account; its messages are not held");
+                tracing::warn!(%error, account, "cannot ask PluralKit about an account; no message is held for {} s", ACCOUNT_BACKOFF.as_secs());
+                *self
+                    .accounts_paused_until
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(now + ACCOUNT_BACKOFF);
                 return false;
             }
         };

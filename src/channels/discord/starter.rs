@@ -10,8 +10,10 @@
 //!
 //! Reading it never holds up the turn for long or stops it: the read is bounded by
 //! [`STARTER_READ_TIMEOUT`]; a failed read is logged and tried once more at the thread's next
-//! message ([`MAX_STARTER_READS`]), then left until the next start. What was settled is
-//! remembered per thread ([`MAX_KNOWN_STARTERS`], least recently used forgotten first).
+//! message ([`MAX_STARTER_READS`]), then left until the next start. Whether the starter is
+//! kept is asked of the store at each of the thread's messages (a point read); failures and
+//! threads without a starter are remembered in memory ([`MAX_KNOWN_STARTERS`], least recently
+//! used forgotten first).
 
 use std::num::NonZeroUsize;
 use std::time::Duration;
@@ -35,11 +37,10 @@ pub(crate) const MAX_STARTER_READS: u32 = 2;
 /// Threads whose starter question is remembered in memory.
 pub(crate) const MAX_KNOWN_STARTERS: usize = 10_000;
 
-/// What is known of one thread's starter.
+/// What is known in memory of one thread's starter (that it is kept is asked of the store
+/// each time: a point read, right also after the session was deleted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Known {
-    /// Kept with the session (durably).
-    Kept,
     /// The thread has no starter Discord can give (none, deleted, or not readable).
     Absent,
     /// Reads failed this many times.
@@ -103,12 +104,11 @@ impl Starters {
         current: &Message,
     ) {
         match self.known.get(&thread) {
-            Some(Known::Kept | Known::Absent) => return,
+            Some(Known::Absent) => return,
             Some(Known::Failed(n)) if *n >= MAX_STARTER_READS => return,
             _ => {}
         }
         if runtime.has_thread_starter(session_key) {
-            self.known.put(thread, Known::Kept);
             return;
         }
         let starter = if current.id.get() == thread {
@@ -126,7 +126,10 @@ impl Starters {
                     .set_thread_starter(session_key, &starter_of(&m))
                     .await
                 {
-                    Ok(()) => Known::Kept,
+                    Ok(()) => {
+                        self.known.pop(&thread);
+                        return;
+                    }
                     Err(error) => {
                         tracing::warn!(%error, thread, "cannot keep a discord thread's starter; tried again later");
                         self.failed(thread)
