@@ -57,11 +57,7 @@ impl Held {
         until: Instant,
         state: &mut ShardState,
     ) -> Option<Message> {
-        state.held.push(HeldRef {
-            channel: m.channel_id.get(),
-            id: m.id.get(),
-            guild: m.guild_id.map(|g| g.get()),
-        });
+        record(&m, state);
         self.queue.push_back((until, m));
         if self.queue.len() > MAX_HELD {
             return self.queue.pop_front().map(|(_, m)| self.release(m, state));
@@ -104,11 +100,27 @@ impl Held {
         self.released.put(id, ());
     }
 
+    /// Records released message `m` in `state` again: the runtime stopped before it was
+    /// submitted, so the next start settles it.
+    pub(crate) fn unreleased(&mut self, m: &Message, state: &mut ShardState) {
+        self.released.pop(&m.id.get());
+        record(m, state);
+    }
+
     fn release(&mut self, m: Message, state: &mut ShardState) -> Message {
         state.held.retain(|h| h.id != m.id.get());
         self.note_released(m.id.get());
         m
     }
+}
+
+/// Records held message `m` in the durable state.
+fn record(m: &Message, state: &mut ShardState) {
+    state.held.push(HeldRef {
+        channel: m.channel_id.get(),
+        id: m.id.get(),
+        guild: m.guild_id.map(|g| g.get()),
+    });
 }
 
 #[cfg(test)]
@@ -151,6 +163,10 @@ mod tests {
         assert!(held.was_released(2), "a late repost of 2 is skipped");
         assert!(state.held.is_empty());
         assert_eq!(held.next_due(), None);
+        // Stopping before 2 was submitted: it is recorded again for the next start.
+        held.unreleased(&out[0], &mut state);
+        assert_eq!(state.held.iter().map(|h| h.id).collect::<Vec<_>>(), vec![2]);
+        assert!(!held.was_released(2));
     }
 
     #[test]

@@ -345,6 +345,7 @@ impl ShardTask {
             tracing::debug!(message = m.id.get(), "held for its PluralKit proxy");
             if let Some(oldest) = ctx.held.hold(m.clone(), until, state) {
                 if let Handled::Stopping = self.handle(&oldest, ctx, state).await {
+                    ctx.held.unreleased(&oldest, state);
                     return Handled::Stopping;
                 }
             }
@@ -360,8 +361,13 @@ impl ShardTask {
 
     /// Submits the held messages whose wait ended.
     async fn release_due(&self, ctx: &mut Context, state: &mut ShardState, key: &str) -> Handled {
-        for m in ctx.held.due(Instant::now(), state) {
-            if let Handled::Stopping = self.handle(&m, ctx, state).await {
+        let due = ctx.held.due(Instant::now(), state);
+        for (i, m) in due.iter().enumerate() {
+            if let Handled::Stopping = self.handle(m, ctx, state).await {
+                // Not submitted: settled at the next start.
+                for m in &due[i..] {
+                    ctx.held.unreleased(m, state);
+                }
                 return Handled::Stopping;
             }
         }
