@@ -4,7 +4,8 @@
 //! proxied is answered after the wait, and a late repost of it is skipped; a plain webhook stays
 //! a bot's message; a failed lookup leaves the original standing, and a failed account lookup
 //! pauses holding; a message held across a graceful restart is settled from REST (still
-//! there: answered once; deleted: not); with no wait the original is answered, its repost
+//! there: answered once; deleted: not), and so is one held when the binary is killed; with no
+//! wait the original is answered, its repost
 //! skipped.
 
 use std::sync::Arc;
@@ -12,10 +13,10 @@ use std::time::Duration;
 
 use crate::discord::{connected, replies, server_configured, CHANNEL, PATIENCE};
 use crate::support::fake_discord::{
-    mentioning_bot, message_json, webhook_json, FakeDiscord, GUILD_ID,
+    mentioning_bot, message_json, webhook_json, FakeDiscord, GUILD_ID, TOKEN,
 };
 use crate::support::fake_pluralkit::FakePluralKit;
-use crate::support::{eventually_some, FixedModel, TestServer};
+use crate::support::{env_var, eventually_some, FixedModel, ServerProcess, TestServer};
 
 /// The account with a PluralKit system, and one without.
 const PLURAL: u64 = 1;
@@ -211,4 +212,33 @@ async fn while_pluralkit_fails_nobody_is_held_or_asked_about_again() {
         "asked once, then paused"
     );
     server.stop().await;
+}
+
+#[tokio::test]
+async fn a_message_held_when_the_binary_is_killed_is_answered_once_after_the_restart() {
+    let fake = FakeDiscord::start().await;
+    let pk = FakePluralKit::start().await;
+    pk.add_system(PLURAL, "exmpl");
+    let token_env = env_var(TOKEN);
+    let data = tempfile::tempdir().unwrap();
+    let conf = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[queue]\nmode = \"followup\"\ndebounce_ms = 0\n\
+         [channels.discord]\ntoken_env = \"{token_env}\"\napi_base = \"{}\"\n\
+         retry_backoff_ms = 20\nmax_retry_backoff_ms = 200\n\
+         pluralkit = true\npluralkit_api_base = \"{}\"\npluralkit_wait_ms = 10000\n",
+        fake.api_base, pk.api_base
+    );
+    let mut bin = ServerProcess::start(data.path(), conf.path(), &toml).await;
+    connected(&fake, 1).await;
+    let held = say(&fake, PLURAL, "held when killed");
+    let marker = say(&fake, SINGLET, "marker");
+    assert_eq!(replies(&fake, 1).await, vec![marker]);
+    bin.kill9();
+    let _ = bin.wait_exit(PATIENCE).await;
+    let mut bin = ServerProcess::start(data.path(), conf.path(), &toml).await;
+    assert_eq!(replies(&fake, 2).await, vec![marker, held]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(fake.sent().len(), 2, "answered once");
+    bin.stop().await;
 }
