@@ -5,8 +5,7 @@
 //! a bot's message; a failed lookup leaves the original standing, and a failed account lookup
 //! pauses holding; a message held across a graceful restart is settled from REST (still
 //! there: answered once; deleted: not), and so is one held when the binary is killed; with no
-//! wait the original is answered, its repost
-//! skipped.
+//! wait the original is answered, its repost skipped.
 
 use std::sync::Arc;
 use std::time::Duration;
