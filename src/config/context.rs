@@ -44,8 +44,8 @@ pub struct ContextConfig {
     pub presets: BTreeMap<String, PresetConfig>,
     /// `[[context.sources]]`: the sources in collection order (`name`, `priority`, `weight`,
     /// `params`). Default: `system_prompt`, `current_message`, `bootstrap`, `skills`,
-    /// `time_and_place`, `system_events`, `reply_thread`, `group_history`, `compaction_summary`,
-    /// `memory_recall`, `history`, `chat_recall`.
+    /// `time_and_place`, `system_events`, `thread_starter`, `reply_thread`, `group_history`,
+    /// `compaction_summary`, `memory_recall`, `history`, `chat_recall`.
     pub sources: Vec<StageSpec>,
     /// `[[context.processors]]`: the processors in order (`name`, `params`). Default: `dedupe`,
     /// `sanitize`, `message_count`, `ttl_decay`, `tool_result_guard`, `trim_to_budget`.

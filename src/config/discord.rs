@@ -16,6 +16,9 @@ pub(crate) const MAX_DISCORD_TABLES: usize = 10_000;
 /// Most entries of one `users` or `roles` allowlist.
 pub(crate) const MAX_DISCORD_ALLOWLIST: usize = 10_000;
 
+/// Longest `pluralkit_wait_ms`: a message held longer than this would feel lost.
+pub(crate) const MAX_PLURALKIT_WAIT_MS: u64 = 10_000;
+
 /// `[channels.discord]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -60,6 +63,18 @@ pub struct DiscordConfig {
     /// Shortest time between two edits of a streaming reply, in ms (250–60,000). Default
     /// 1,000.
     pub edit_interval_ms: u64,
+    /// Attribute messages PluralKit proxies (webhook messages) to their member, asking
+    /// PluralKit's API who sent them, instead of taking them for another bot's; and wait for
+    /// the proxy of a message from an account with a PluralKit system, so the original that
+    /// PluralKit deletes is not a turn of its own. Default false (as OpenClaw).
+    pub pluralkit: bool,
+    /// PluralKit's API base (`GET <base>/messages/{id}`, `GET <base>/systems/{account}`);
+    /// tests and proxies point it elsewhere. Default `https://api.pluralkit.me/v2`.
+    pub pluralkit_api_base: String,
+    /// How long a guild message from an account with a PluralKit system waits for its proxy
+    /// before it is taken as it is, in ms (0–10,000; 0: nothing waits, the original is
+    /// answered as the account's and its repost skipped, OpenClaw's outcome). Default 3,000.
+    pub pluralkit_wait_ms: u64,
     /// `[channels.discord.guilds.<guild id>]`: settings of one guild. Default none.
     pub guilds: BTreeMap<String, DiscordGuildConfig>,
 }
@@ -80,6 +95,9 @@ impl Default for DiscordConfig {
             max_retry_backoff_ms: 60_000,
             stream_edits: true,
             edit_interval_ms: 1_000,
+            pluralkit: false,
+            pluralkit_api_base: "https://api.pluralkit.me/v2".into(),
+            pluralkit_wait_ms: 3_000,
             guilds: BTreeMap::new(),
         }
     }
@@ -183,6 +201,21 @@ impl DiscordConfig {
         super::channels::check_attempts(&key("send_attempts"), self.send_attempts)?;
         super::channels::check_backoff(&key, self.retry_backoff_ms, self.max_retry_backoff_ms)?;
         super::channels::check_edit_interval(&key("edit_interval_ms"), self.edit_interval_ms)?;
+        let pk = &self.pluralkit_api_base;
+        let pk_rest = pk
+            .strip_prefix("https://")
+            .or_else(|| pk.strip_prefix("http://"));
+        if !pk_rest.is_some_and(|r| !r.is_empty() && !r.contains(['?', '#', '@', ' '])) {
+            return Err(invalid(
+                &key("pluralkit_api_base"),
+                "must be an http(s) URL (for example https://api.pluralkit.me/v2)",
+            ));
+        }
+        super::in_range(
+            &key("pluralkit_wait_ms"),
+            self.pluralkit_wait_ms,
+            0..=MAX_PLURALKIT_WAIT_MS,
+        )?;
         if self.guilds.len() > MAX_DISCORD_TABLES {
             return Err(invalid(
                 &key("guilds"),
@@ -320,6 +353,8 @@ users = ["5"]
             "[channels.discord.guilds.1.channels.2]\nroles = [\"x\"]\n",
             "[channels.discord.guilds.1.channels.2]\nbogus = 1\n",
             "[channels.discord]\nsend_attempts = 0\n",
+            "[channels.discord]\npluralkit_api_base = \"api.pluralkit.me\"\n",
+            "[channels.discord]\npluralkit = \"yes\"\n",
         ] {
             assert!(Config::parse(bad).is_err(), "{bad}");
         }

@@ -75,7 +75,7 @@ fn agent_tools_and_context_sections_parse() {
     );
     assert_eq!(c.tools.max_rounds, 3);
     assert_eq!(c.context.chat_kinds.group, "support");
-    assert_eq!(c.context.sources.len(), 12, "the default pipeline stays");
+    assert_eq!(c.context.sources.len(), 13, "the default pipeline stays");
     assert!(Config::parse("[tools]\nmax_result_chars = 10\n").is_err());
     assert!(Config::parse("[context.presets.x]\nmax_messages = 0\n").is_err());
 }
@@ -291,6 +291,7 @@ fn every_numeric_key_has_a_range() {
         ("channels.telegram", "edit_interval_ms", "60001"),
         ("channels.discord", "edit_interval_ms", "249"),
         ("channels.discord", "edit_interval_ms", "60001"),
+        ("channels.discord", "pluralkit_wait_ms", "10001"),
         ("channels.slack", "edit_interval_ms", "0"),
         ("channels.slack", "edit_interval_ms", HUGE),
     ];

@@ -44,6 +44,8 @@ pub enum BlockKind {
     ChatRecall,
     /// System events queued since the last turn (`System: [ts] text` lines).
     PendingEvents,
+    /// The message a thread session started from (`thread_starter`).
+    ThreadStarter,
     /// The thread of the message being replied to.
     ReplyThread,
     /// Pending group history (messages since the bot's last reply).
@@ -85,6 +87,7 @@ impl BlockKind {
             | BlockKind::Custom => Placement::Conversation,
             BlockKind::ChatRecall
             | BlockKind::PendingEvents
+            | BlockKind::ThreadStarter
             | BlockKind::ReplyThread
             | BlockKind::GroupHistory
             | BlockKind::CurrentMessage => Placement::Current,

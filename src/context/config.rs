@@ -50,13 +50,14 @@ pub(crate) fn default_sources() -> Vec<StageSpec> {
 }
 
 /// The built-in sources, in their default order.
-pub(crate) const BUILTIN_SOURCES: [&str; 12] = [
+pub(crate) const BUILTIN_SOURCES: [&str; 13] = [
     "system_prompt",
     "current_message",
     "bootstrap",
     "skills",
     "time_and_place",
     "system_events",
+    "thread_starter",
     "reply_thread",
     "group_history",
     "compaction_summary",

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use super::session::{ContextStore, StoredSession};
 use crate::error::StoreError;
-use crate::store::{walk_back, ChannelMessage, Scan, SharedEntry, TranscriptEntry};
+use crate::store::{walk_back, ChannelMessage, Scan, SharedEntry, ThreadStarter, TranscriptEntry};
 
 /// Transcripts and chat messages held in memory.
 #[derive(Debug, Default, Clone)]
 pub struct MemoryStore {
     transcripts: HashMap<u64, Vec<(u64, TranscriptEntry)>>,
     channel: Vec<ChannelMessage>,
+    starters: HashMap<String, ThreadStarter>,
 }
 
 impl MemoryStore {
@@ -36,6 +37,11 @@ impl MemoryStore {
             message.seq = self.channel.iter().map(|m| m.seq).max().unwrap_or(0) + 1;
         }
         self.channel.push(message);
+    }
+
+    /// Keeps `starter` as the thread starter of `session_key`.
+    pub fn set_thread_starter(&mut self, session_key: &str, starter: ThreadStarter) {
+        self.starters.insert(session_key.to_string(), starter);
     }
 
     /// The session `session_id` as assembly sees it, if it has entries.
@@ -164,5 +170,9 @@ impl ContextStore for MemoryStore {
             .channel
             .first()
             .map(|m| (m.channel.clone(), m.chat_id.clone())))
+    }
+
+    fn thread_starter(&self, session_key: &str) -> Result<Option<ThreadStarter>, StoreError> {
+        Ok(self.starters.get(session_key).cloned())
     }
 }

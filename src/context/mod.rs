@@ -5,7 +5,8 @@
 //! 1. **Sources** ([`ContextSource`]) collect [`ContextBlock`]s in the configured order, each
 //!    within the budget the earlier ones left ([`TokenBudget`]). Built in: `system_prompt`,
 //!    `current_message`, `bootstrap`, `skills`, `time_and_place`, `system_events`,
-//!    `reply_thread`, `group_history`, `compaction_summary`, `memory_recall`, `history`.
+//!    `thread_starter`, `reply_thread`, `group_history`, `compaction_summary`,
+//!    `memory_recall`, `history`, `chat_recall`.
 //! 2. Blocks are ordered by precedence: priority desc, weight desc, collection index.
 //! 3. **Processors** ([`ContextProcessor`]) rewrite or drop blocks, recording why: `dedupe`,
 //!    `sanitize`, `message_count`, `ttl_decay`, `tool_result_guard`, `trim_to_budget`; then,

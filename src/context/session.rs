@@ -12,7 +12,8 @@ use crate::error::StoreError;
 use crate::inbound::ChatKind;
 use crate::model::{TokenCounter, MESSAGE_OVERHEAD_TOKENS};
 use crate::store::{
-    ChannelMessage, EntryKind, InboxRecord, Scan, SharedEntry, Store, TranscriptEntry,
+    ChannelMessage, EntryKind, InboxRecord, Scan, SharedEntry, Store, ThreadStarter,
+    TranscriptEntry,
 };
 
 /// Most chatter lines shown with one past user turn (the pending history it carried), like the
@@ -94,6 +95,12 @@ pub trait ContextStore: Send + Sync {
     /// The request-level system instructions of `session_key` (the system messages of its
     /// newest OpenAI-compatible request), if any. Stores without them have none.
     fn session_instructions(&self, _session_key: &str) -> Result<Option<String>, StoreError> {
+        Ok(None)
+    }
+
+    /// The message the thread session `session_key` started from, if its channel kept one.
+    /// Stores without them have none.
+    fn thread_starter(&self, _session_key: &str) -> Result<Option<ThreadStarter>, StoreError> {
         Ok(None)
     }
 }
@@ -228,6 +235,10 @@ impl ContextStore for Store {
 
     fn session_instructions(&self, session_key: &str) -> Result<Option<String>, StoreError> {
         Store::session_instructions(self, session_key)
+    }
+
+    fn thread_starter(&self, session_key: &str) -> Result<Option<ThreadStarter>, StoreError> {
+        Store::thread_starter(self, session_key)
     }
 }
 

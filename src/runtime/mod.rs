@@ -15,6 +15,7 @@ mod reads;
 mod replica;
 mod requests;
 mod schedules;
+mod thread_starters;
 #[cfg(test)]
 mod turn_tests;
 

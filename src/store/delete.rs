@@ -49,6 +49,7 @@ impl Store {
             self.delete_channel_messages(session_key)?;
         }
         self.delete_session_instructions(session_key)?;
+        self.delete_thread_starter(session_key)?;
         Ok(deleted)
     }
 

@@ -73,6 +73,7 @@ mod rewrite;
 mod schedules;
 mod sled_config;
 mod tails;
+mod thread_starters;
 mod totals;
 mod turn_commit;
 
@@ -109,6 +110,7 @@ pub(crate) use records::{
 pub use records::{EntryKind, InboxRecord, TranscriptEntry};
 pub use schedules::{JobOrigin, JobRecord, RunOutcome, RunRecord, MAX_RUNS_KEPT};
 pub(crate) use tails::TailStamp;
+pub use thread_starters::{ThreadStarter, MAX_THREAD_STARTER_CHARS};
 pub(crate) use totals::Totals;
 pub use turn_commit::TurnCommit;
 pub(crate) use turn_commit::{Committed, ReplicaMarks, MAX_TURNS_PER_COMMIT};

@@ -19,10 +19,10 @@ use crate::support::{
     SharedGate, TestServer,
 };
 
-const CHANNEL: u64 = 20;
-const PATIENCE: Duration = Duration::from_secs(20);
+pub(crate) const CHANNEL: u64 = 20;
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 
-fn discord_config(fake: &FakeDiscord, token_env: &str) -> DiscordConfig {
+pub(crate) fn discord_config(fake: &FakeDiscord, token_env: &str) -> DiscordConfig {
     DiscordConfig {
         token_env: token_env.into(),
         api_base: fake.api_base.clone(),
@@ -32,22 +32,34 @@ fn discord_config(fake: &FakeDiscord, token_env: &str) -> DiscordConfig {
     }
 }
 
-async fn server(fake: &FakeDiscord, dir: &std::path::Path) -> TestServer {
+pub(crate) async fn server(fake: &FakeDiscord, dir: &std::path::Path) -> TestServer {
     let model = Arc::new(FixedModel {
         long_text: "y".repeat(4_500),
     });
     server_with(fake, dir, model).await
 }
 
-async fn server_with(
+pub(crate) async fn server_with(
     fake: &FakeDiscord,
     dir: &std::path::Path,
     model: Arc<dyn turnstile::model::Model>,
 ) -> TestServer {
+    server_configured(fake, dir, model, |_| {}).await
+}
+
+/// A server whose `[channels.discord]` is the fake's, changed by `edit`.
+pub(crate) async fn server_configured(
+    fake: &FakeDiscord,
+    dir: &std::path::Path,
+    model: Arc<dyn turnstile::model::Model>,
+    edit: impl FnOnce(&mut DiscordConfig),
+) -> TestServer {
     let token_env = env_var(TOKEN);
     let mut c = config(dir);
     one_turn_per_message(&mut c);
-    c.channels.discord = Some(discord_config(fake, &token_env));
+    let mut discord = discord_config(fake, &token_env);
+    edit(&mut discord);
+    c.channels.discord = Some(discord);
     let runtime = Runtime::builder()
         .config(c)
         .model(model)
@@ -58,7 +70,7 @@ async fn server_with(
 }
 
 /// An addressed guild message `id` in channel 20.
-fn addressed(fake: &FakeDiscord, text: &str) -> (u64, Value) {
+pub(crate) fn addressed(fake: &FakeDiscord, text: &str) -> (u64, Value) {
     let id = fake.next_id();
     (
         id,
@@ -68,7 +80,7 @@ fn addressed(fake: &FakeDiscord, text: &str) -> (u64, Value) {
 
 /// Waits until the bot has sent `n` messages; returns the message ids they reply to, in the
 /// order they were sent.
-async fn replies(fake: &FakeDiscord, n: usize) -> Vec<u64> {
+pub(crate) async fn replies(fake: &FakeDiscord, n: usize) -> Vec<u64> {
     eventually_some(PATIENCE, &format!("{n} replies"), || {
         let fake = fake.clone();
         async move {
@@ -85,7 +97,7 @@ async fn replies(fake: &FakeDiscord, n: usize) -> Vec<u64> {
 }
 
 /// Waits for the gateway session to be up (READY handled: the bot's GUILD_CREATE came).
-async fn connected(fake: &FakeDiscord, identifies: u64) {
+pub(crate) async fn connected(fake: &FakeDiscord, identifies: u64) {
     eventually_some(PATIENCE, "the gateway session", || {
         let fake = fake.clone();
         async move { (fake.identifies() >= identifies).then_some(()) }

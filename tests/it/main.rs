@@ -53,6 +53,10 @@
 //!   mentions answered in thread, DMs, threads as sessions, dedupe of redelivered envelopes,
 //!   a disconnect mid-burst and restarts of the binary caught up exactly once, 429s backed
 //!   off, broadcasts escaped, the HTTP Events API's signature.
+//! - `discord`: the Discord channel against a fake Discord (gateway and REST): the preflight
+//!   matrix, replies, reconnects, resumes, catch-up, `kill -9`; `discord_threads`: thread
+//!   starters in thread sessions; `discord_pluralkit`: PluralKit reposts against a fake
+//!   PluralKit API (member attribution, originals held, restarts).
 //! - `ui`: the operator console over plain HTTP (pages, CSP, key, rate limits, the overview's
 //!   `/v1/stats` fields); the browser suite is `tests/browser.rs`.
 
@@ -64,6 +68,8 @@ mod callback;
 mod compaction;
 mod delete;
 mod discord;
+mod discord_pluralkit;
+mod discord_threads;
 mod fake_model;
 mod fake_streaming_model;
 mod group_memory;

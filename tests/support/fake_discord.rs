@@ -90,6 +90,8 @@ struct Shared {
     html_429s: u32,
     close_on_identify: Option<u16>,
     edits: EditBucket,
+    /// Reads of one message (`GET /channels/{id}/messages/{id}`) still to answer with a 500.
+    failing_reads: u32,
 }
 
 /// The edit route's rate-limit bucket: `limit` edits per window of `window`.
@@ -156,6 +158,17 @@ pub fn message_json(
     m
 }
 
+/// A message PluralKit reposts through its webhook `webhook` under `member`'s name (the
+/// author is the webhook, a bot), as Discord delivers it.
+pub fn webhook_json(id: u64, channel: u64, webhook: u64, member: &str, content: &str) -> Value {
+    let mut m = message_json(id, channel, Some(GUILD_ID), webhook, true, content);
+    m["webhook_id"] = json!(webhook.to_string());
+    m["author"]["username"] = json!(member);
+    m["author"]["global_name"] = Value::Null;
+    m.as_object_mut().unwrap().remove("member");
+    m
+}
+
 /// Mentions the bot in `m` (as `<@999>` in the text and in `mentions`).
 pub fn mentioning_bot(mut m: Value) -> Value {
     m["mentions"] = json!([user(BOT_ID, true)]);
@@ -186,7 +199,7 @@ impl FakeDiscord {
             )
             .route(
                 "/api/v10/channels/{id}/messages/{mid}",
-                patch(update_message),
+                patch(update_message).get(get_message),
             )
             .route("/api/v10/channels/{id}/typing", post(typing))
             .with_state(fake.clone());
@@ -245,9 +258,28 @@ impl FakeDiscord {
         self.shared().history.entry(channel).or_default().push(m);
     }
 
+    /// Deletes message `id` from `channel`'s history (PluralKit deleting an original) and
+    /// sends MESSAGE_DELETE.
+    pub fn delete(&self, channel: u64, id: u64) {
+        self.shared()
+            .history
+            .entry(channel)
+            .or_default()
+            .retain(|m| m["id"].as_str() != Some(id.to_string().as_str()));
+        self.dispatch(
+            "MESSAGE_DELETE",
+            json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": GUILD_ID.to_string()}),
+        );
+    }
+
     /// Makes `thread` a thread of `parent` (for `GET /channels/{thread}`).
     pub fn add_thread(&self, thread: u64, parent: u64) {
         self.shared().threads.insert(thread, parent);
+    }
+
+    /// Answers the next `n` reads of one message with a 500.
+    pub fn fail_message_reads(&self, n: u32) {
+        self.shared().failing_reads = n;
     }
 
     /// Sends op 7 (reconnect) on the live connection.
@@ -685,6 +717,41 @@ fn edit_headers(r: &mut Response, limit: u32, remaining: u32, reset_after: &str)
         "x-ratelimit-bucket",
         HeaderValue::from_static("fake-edit-bucket"),
     );
+}
+
+/// `GET /channels/{id}/messages/{mid}`: one message of the channel's history (404 when it is
+/// not there, as Discord answers `Unknown Message`).
+async fn get_message(State(f): State<FakeDiscord>, Path((id, mid)): Path<(u64, u64)>) -> Response {
+    f.record("GET", format!("/channels/{id}/messages/{mid}"), Value::Null);
+    let mut s = f.shared();
+    if s.failing_reads > 0 {
+        s.failing_reads -= 1;
+        return limited(
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                axum::Json(json!({"message": "500: Internal Server Error", "code": 0})),
+            )
+                .into_response(),
+        );
+    }
+    let found = s.history.get(&id).and_then(|l| {
+        l.iter()
+            .find(|m| m["id"].as_str() == Some(mid.to_string().as_str()))
+            .cloned()
+    });
+    match found {
+        Some(mut m) => {
+            m.as_object_mut().unwrap().remove("guild_id");
+            limited(axum::Json(m).into_response())
+        }
+        None => limited(
+            (
+                StatusCode::NOT_FOUND,
+                axum::Json(json!({"message": "Unknown Message", "code": 10008})),
+            )
+                .into_response(),
+        ),
+    }
 }
 
 async fn channel_messages(

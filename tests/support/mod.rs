@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod fake_discord;
+pub mod fake_pluralkit;
 pub mod fake_slack;
 pub mod load;
 pub mod message;

@@ -44,6 +44,10 @@ pub(crate) struct Context {
     bot_roles: HashMap<u64, Vec<u64>>,
     /// Channel id → its parent when it is a thread, `None` when it is not.
     channels: LruCache<u64, Option<u64>>,
+    /// What is known of each thread's starter message.
+    pub starters: super::starter::Starters,
+    /// Messages held for their PluralKit proxy.
+    pub held: super::held::Held,
 }
 
 impl Context {
@@ -55,6 +59,8 @@ impl Context {
             channels: LruCache::new(
                 NonZeroUsize::new(MAX_KNOWN_CHANNELS).unwrap_or(NonZeroUsize::MIN),
             ),
+            starters: super::starter::Starters::default(),
+            held: super::held::Held::default(),
         }
     }
 
@@ -143,7 +149,8 @@ fn system_text(kind: MessageType, who: &str, content: &str) -> Option<String> {
     Some(text)
 }
 
-fn display_name(m: &Message) -> String {
+/// The author's name as the guild shows it: nickname, global name, user name.
+pub(crate) fn display_name(m: &Message) -> String {
     m.member
         .as_ref()
         .and_then(|member| member.nick.clone())

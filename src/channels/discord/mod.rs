@@ -6,6 +6,9 @@
 //! - `events.rs`: the gateway payloads read besides messages, and the fatal close codes.
 //! - `shard.rs`: one shard's task — resume from the saved session, catch-up after a new
 //!   session, cursors saved after each message, a fatal close stops it.
+//! - `pluralkit.rs`: PluralKit's proxied messages attributed to their member;
+//!   `held.rs`: an account's message held until its proxy (or the wait) settles it.
+//! - `starter.rs`: a thread's starter message, read once and kept with its session.
 //! - `state.rs`: what a shard keeps durably (session, per-channel cursors) and the catch-up
 //!   bounds.
 //! - `rest.rs`: the REST calls, 429s and proxy HTML pages backed off.
@@ -21,10 +24,13 @@
 pub(super) mod chunk;
 mod convert;
 mod events;
+mod held;
 mod outbound;
+mod pluralkit;
 mod preview;
 mod rest;
 mod shard;
+mod starter;
 mod state;
 mod typing;
 
@@ -44,6 +50,7 @@ use crate::replies::{Reply, ReplyRoute, Serves};
 use crate::runtime::{ChannelPort, DeltaTaker, Runtime};
 use crate::secret::Secret;
 use chunk::{split_message, MAX_MESSAGE_CHARS};
+use pluralkit::PluralKit;
 use rest::{Rest, RestError};
 use typing::Typing;
 
@@ -323,6 +330,10 @@ impl Starter {
         let shards = shards.min(MAX_SHARDS);
         // One identify queue for every shard: IDENTIFYs paced as Discord allows.
         let queue = InMemoryQueue::default();
+        let pluralkit = self
+            .config
+            .pluralkit
+            .then(|| Arc::new(PluralKit::new(&self.config.pluralkit_api_base)));
         tracing::info!(shards, "discord gateway found; connecting");
         for n in 0..shards {
             let task = shard::ShardTask {
@@ -335,6 +346,7 @@ impl Starter {
                 port: self.port.clone(),
                 bot_id,
                 typing: Arc::clone(&self.typing),
+                pluralkit: pluralkit.clone(),
             };
             self.port.spawn(task.run());
         }

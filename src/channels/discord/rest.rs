@@ -227,6 +227,20 @@ impl Rest {
         Ok(messages)
     }
 
+    /// `GET /channels/{channel}/messages/{id}`: one message (a thread's starter).
+    pub(crate) async fn message(&self, channel: u64, id: u64) -> Result<Message, RestError> {
+        let (Some(channel), Some(id)) = (Id::new_checked(channel), Id::new_checked(id)) else {
+            return Err(RestError::Final("id 0".into()));
+        };
+        self.client
+            .message(channel, id)
+            .await
+            .map_err(|e| RestError::of(&e))?
+            .model()
+            .await
+            .map_err(|e| RestError::Final(e.to_string()))
+    }
+
     /// The parent of `channel` when it is a thread (`GET /channels/{channel}`).
     pub(crate) async fn thread_parent(&self, channel: u64) -> Result<Option<u64>, RestError> {
         let id = Id::new_checked(channel).ok_or_else(|| RestError::Final("channel id 0".into()))?;

@@ -16,15 +16,17 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde::Deserialize;
+use tokio::time::{sleep_until, Instant};
 use twilight_gateway::queue::InMemoryQueue;
 use twilight_gateway::{
     CloseFrame, ConfigBuilder, Intents, Message as WsMessage, Session, Shard, ShardId,
 };
-use twilight_model::channel::message::Message;
+use twilight_model::channel::message::{Message, MessageType};
 use twilight_model::id::Id;
 
 use super::convert::{to_inbound, Context};
 use super::events::{self, Envelope};
+use super::pluralkit::{as_written, attribute, may_be_proxy, PluralKit, Proxied};
 use super::rest::{Rest, RestError};
 use super::state::{ShardState, MAX_CATCH_UP_PER_CHANNEL, MAX_CATCH_UP_TOTAL};
 use super::typing::Typing;
@@ -32,7 +34,7 @@ use super::{DiscordChannel, DISCORD};
 use crate::channels::retry::pause_unless_stopped;
 use crate::config::DiscordConfig;
 use crate::error::Error;
-use crate::inbound::{IdOrigin, InboundEvent, Refusal};
+use crate::inbound::{IdOrigin, InboundEvent, MessageKind, Refusal};
 use crate::metrics;
 use crate::runtime::{ChannelPort, SubmitError};
 
@@ -62,6 +64,8 @@ pub(crate) struct ShardTask {
     pub(crate) port: ChannelPort<DiscordChannel>,
     pub(crate) bot_id: u64,
     pub(crate) typing: std::sync::Arc<Typing>,
+    /// PluralKit's API, when `pluralkit` is on (one for all shards: its caches are shared).
+    pub(crate) pluralkit: Option<std::sync::Arc<PluralKit>>,
 }
 
 /// What happened to one message.
@@ -119,13 +123,28 @@ impl ShardTask {
         }
         let mut shard = Shard::with_config(self.shard, builder.build());
         let mut ctx = Context::new(self.bot_id);
+        if let Handled::Stopping = self.settle_held(&mut ctx, &mut state, &key).await {
+            return;
+        }
         let mut stop = self.port.stopping();
         let mut fatal: Option<&'static str> = None;
         loop {
+            let due = ctx.held.next_due();
+            // `Some(None)`: a held message is due.
             let next = tokio::select! {
-                n = shard.next() => Some(n),
+                n = shard.next() => Some(Some(n)),
+                _ = sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => Some(None),
                 _ = stop.wait_for(|s| *s) => None,
             };
+            if let Some(None) = next {
+                if let Handled::Stopping = self.release_due(&mut ctx, &mut state, &key).await {
+                    state.session = saved_session(&shard);
+                    self.save(&key, &state).await;
+                    return;
+                }
+                continue;
+            }
+            let next = next.flatten();
             let Some(next) = next else {
                 // Resumable close: the next start resumes this session.
                 shard.close(CloseFrame::RESUME);
@@ -253,7 +272,7 @@ impl ShardTask {
             }
             "MESSAGE_CREATE" => match Message::deserialize(&data) {
                 Ok(m) => {
-                    let done = self.handle(&m, ctx).await;
+                    let done = self.live_message(&m, ctx, state).await;
                     if matches!(done, Handled::Done) {
                         self.advance(state, &m, ctx);
                         state.session = saved_session(shard);
@@ -294,18 +313,150 @@ impl ShardTask {
         }
     }
 
+    /// Whether live message `m` waits for its PluralKit proxy: `pluralkit` on with a wait, a
+    /// guild chat message of a person (not a webhook, a bot or the bot), whose account has a
+    /// PluralKit system.
+    async fn holds(&self, m: &Message, ctx: &Context) -> bool {
+        let Some(pk) = &self.pluralkit else {
+            return false;
+        };
+        let author = m.author.id.get();
+        if self.config.pluralkit_wait_ms == 0
+            || m.guild_id.is_none()
+            || m.webhook_id.is_some()
+            || m.author.bot
+            || author == ctx.bot_id
+            || !matches!(m.kind, MessageType::Regular | MessageType::Reply)
+        {
+            return false;
+        }
+        pk.has_system(author).await
+    }
+
+    /// A message from the gateway: held for its PluralKit proxy, or handled now.
+    async fn live_message(
+        &self,
+        m: &Message,
+        ctx: &mut Context,
+        state: &mut ShardState,
+    ) -> Handled {
+        if self.holds(m, ctx).await {
+            let until = Instant::now() + Duration::from_millis(self.config.pluralkit_wait_ms);
+            tracing::debug!(message = m.id.get(), "held for its PluralKit proxy");
+            if let Some(oldest) = ctx.held.hold(m.clone(), until, state) {
+                if let Handled::Stopping = self.handle(&oldest, ctx, state).await {
+                    ctx.held.unreleased(&oldest, state);
+                    return Handled::Stopping;
+                }
+            }
+            return Handled::Done;
+        }
+        if self.pluralkit.is_some() && m.webhook_id.is_none() && !m.author.bot {
+            // Not held (no system known, or no wait): should PluralKit still repost it, the
+            // repost is the second of the pair and is skipped.
+            ctx.held.note_released(m.id.get());
+        }
+        self.handle(m, ctx, state).await
+    }
+
+    /// Submits the held messages whose wait ended.
+    async fn release_due(&self, ctx: &mut Context, state: &mut ShardState, key: &str) -> Handled {
+        let due = ctx.held.due(Instant::now(), state);
+        for (i, m) in due.iter().enumerate() {
+            if let Handled::Stopping = self.handle(m, ctx, state).await {
+                // Not submitted: settled at the next start.
+                for m in &due[i..] {
+                    ctx.held.unreleased(m, state);
+                }
+                return Handled::Stopping;
+            }
+        }
+        self.save(key, state).await;
+        Handled::Done
+    }
+
+    /// Settles the messages a previous run held (`ShardState::held`): each is read again;
+    /// still there → PluralKit did not proxy it, submitted; gone → deleted (proxied: its
+    /// repost is read on its own), dropped.
+    async fn settle_held(&self, ctx: &mut Context, state: &mut ShardState, key: &str) -> Handled {
+        let mut stop = self.port.stopping();
+        for h in state.held.clone() {
+            let mut failures = 0u32;
+            let found = loop {
+                match self.rest.message(h.channel, h.id).await {
+                    Ok(m) => break Some(m),
+                    Err(RestError::Final(_)) => break None,
+                    Err(error) => {
+                        failures += 1;
+                        if failures >= CATCH_UP_ATTEMPTS {
+                            tracing::warn!(%error, message = h.id, "cannot read a message held for PluralKit; given up");
+                            break None;
+                        }
+                        if !pause_unless_stopped(self.pause(failures), &mut stop).await {
+                            return Handled::Stopping;
+                        }
+                    }
+                }
+            };
+            if let Some(mut m) = found {
+                m.guild_id = h.guild.and_then(Id::new_checked);
+                ctx.held.note_released(h.id);
+                if let Handled::Stopping = self.handle(&m, ctx, state).await {
+                    return Handled::Stopping;
+                }
+            }
+            state.held.retain(|x| x.id != h.id);
+            self.save(key, state).await;
+        }
+        Handled::Done
+    }
+
+    /// Who PluralKit says wrote webhook message `m`, when `pluralkit` is on and it knows.
+    async fn proxied(&self, m: &Message) -> Option<Proxied> {
+        let pk = self.pluralkit.as_ref().filter(|_| may_be_proxy(m))?;
+        match pk.message(m.id.get()).await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(%error, message = m.id.get(), "PluralKit lookup failed; taken as a webhook message");
+                None
+            }
+        }
+    }
+
     /// Converts and submits one message, retrying while the runtime cannot take it now.
-    async fn handle(&self, m: &Message, ctx: &mut Context) -> Handled {
-        let parent = self.parent_of(m, ctx).await;
-        let converted = match to_inbound(m, parent, ctx, &self.config) {
-            Ok(c) => c,
-            Err(skip) => {
-                metrics::channel_skipped(DISCORD, skip.as_str());
+    async fn handle(&self, m: &Message, ctx: &mut Context, state: &mut ShardState) -> Handled {
+        let proxied = self.proxied(m).await;
+        if let Some(original) = proxied.as_ref().and_then(|p| p.original) {
+            if ctx.held.take(original, state) {
+                metrics::channel_skipped(DISCORD, "pluralkit_original");
+            } else if ctx.held.was_released(original) {
+                // Its original's wait ended first and it was answered as the account's.
+                metrics::channel_skipped(DISCORD, "duplicate");
                 return Handled::Done;
             }
-        };
+        }
+        let written = proxied.as_ref().map(|p| as_written(m, p));
+        let parent = self.parent_of(m, ctx).await;
+        let mut converted =
+            match to_inbound(written.as_ref().unwrap_or(m), parent, ctx, &self.config) {
+                Ok(c) => c,
+                Err(skip) => {
+                    metrics::channel_skipped(DISCORD, skip.as_str());
+                    return Handled::Done;
+                }
+            };
+        if let Some(p) = &proxied {
+            attribute(&mut converted.message, p);
+        }
         let runtime = self.port.runtime();
-        if let Some(prompt) = &converted.system_prompt {
+        let thread = converted
+            .message
+            .thread_id
+            .as_deref()
+            .and_then(|t| t.parse::<u64>().ok())
+            .zip(parent);
+        let wants_starter = thread.is_some() && converted.message.kind == MessageKind::Message;
+        if converted.system_prompt.is_some() || wants_starter {
             let key = runtime.session_key_of(&InboundEvent {
                 message: converted.message.clone(),
                 session_key: None,
@@ -313,8 +464,15 @@ impl ShardTask {
                 route: converted.route.clone(),
                 rules: converted.rules,
             });
-            if let Err(error) = runtime.set_session_instructions(&key, prompt).await {
-                tracing::warn!(%error, "cannot store a discord channel's system prompt");
+            if let Some(prompt) = &converted.system_prompt {
+                if let Err(error) = runtime.set_session_instructions(&key, prompt).await {
+                    tracing::warn!(%error, "cannot store a discord channel's system prompt");
+                }
+            }
+            if let (true, Some((thread, parent))) = (wants_starter, thread) {
+                ctx.starters
+                    .ensure(&self.rest, runtime, &key, thread, parent, m)
+                    .await;
             }
         }
         let target = converted
@@ -407,7 +565,7 @@ impl ShardTask {
             for mut m in messages.unwrap_or_default() {
                 // REST reads carry no guild id: the cursor remembers it.
                 m.guild_id = cursor.guild.and_then(Id::new_checked);
-                if let Handled::Stopping = self.handle(&m, ctx).await {
+                if let Handled::Stopping = self.handle(&m, ctx, state).await {
                     return Handled::Stopping;
                 }
                 self.advance(state, &m, ctx);

@@ -43,6 +43,18 @@ pub(crate) struct Cursor {
     pub parent: Option<u64>,
 }
 
+/// A message held for its PluralKit proxy (`held.rs`), kept so a restart settles it: read
+/// again over REST, taken as it is when it still exists, dropped when PluralKit deleted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct HeldRef {
+    /// Its channel.
+    pub channel: u64,
+    /// Its id.
+    pub id: u64,
+    /// Its guild (REST reads do not carry it).
+    pub guild: Option<u64>,
+}
+
 /// A shard's durable state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ShardState {
@@ -50,6 +62,10 @@ pub(crate) struct ShardState {
     pub session: Option<SavedSession>,
     /// Channel id → cursor, at most [`MAX_TRACKED_CHANNELS`].
     pub cursors: BTreeMap<u64, Cursor>,
+    /// Messages held for their PluralKit proxy, at most `held::MAX_HELD` (absent in states
+    /// stored before PluralKit support: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<HeldRef>,
 }
 
 impl ShardState {
@@ -142,6 +158,13 @@ mod tests {
         let back = ShardState::decode(&s.encode()).unwrap();
         assert_eq!(back, s);
         assert!(ShardState::decode(b"garbage").is_err());
+        // A state stored before held messages were kept still reads.
+        let old = ShardState::decode(
+            br#"{"session":null,"cursors":{"5":{"last":9,"guild":1,"parent":null}}}"#,
+        )
+        .unwrap();
+        assert!(old.held.is_empty());
+        assert_eq!(old.cursors[&5].last, 9);
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod skills;
 mod summary;
 mod system_events;
 mod system_prompt;
+mod thread_starter;
 mod time_and_place;
 mod workspace;
 
@@ -23,6 +24,7 @@ pub(crate) use history::entry_block;
 pub use reply_thread::THREAD_LABEL;
 pub use skills::SKILLS_HEADER;
 pub use summary::SUMMARY_HEADER;
+pub use thread_starter::THREAD_STARTER_LABEL;
 pub(crate) use time_and_place::time_zone;
 
 use super::registry::Registry;
@@ -52,6 +54,9 @@ pub(super) fn register_builtin(r: &mut Registry) {
     });
     r.register_source("system_events", |c| {
         system_events::SystemEventsSource::build(c).map(boxed)
+    });
+    r.register_source("thread_starter", |c| {
+        thread_starter::ThreadStarterSource::build(c).map(boxed)
     });
     r.register_source("reply_thread", |c| {
         reply_thread::ReplyThreadSource::build(c).map(boxed)
