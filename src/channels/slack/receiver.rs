@@ -474,19 +474,17 @@ impl Receiver {
             };
             let next = page.next_cursor().map(str::to_string);
             let more = page.has_more || next.is_some();
-            messages.extend(
-                page.messages
-                    .into_iter()
-                    .filter(|m| ts::key(&m.ts) > oldest),
-            );
-            messages.sort_by_key(|m| ts::key(&m.ts));
-            messages.dedup_by(|a, b| a.ts == b.ts);
+            gather(&mut messages, page.messages, oldest);
             if messages.len() >= bound && more {
                 self.cut_short(target, &mut messages, bound);
                 break;
             }
             match next {
                 Some(next) if more => cursor = Some(next),
+                None if more => {
+                    tracing::warn!(channel = %target.channel, "slack catch-up: more messages but no next_cursor; the rest is not read back");
+                    break;
+                }
                 _ => break,
             }
         }
@@ -499,10 +497,10 @@ impl Receiver {
     /// are handled); thread replies come oldest first, so the newer ones wait for the next
     /// catch-up.
     fn cut_short(&self, target: &Target, messages: &mut Vec<SlackMessage>, bound: usize) {
+        let newest_first = target.thread_ts.is_none();
+        keep(messages, bound, newest_first);
         match &target.thread_ts {
             None => {
-                let skip = messages.len().saturating_sub(bound);
-                messages.drain(..skip);
                 let first = messages.first().map(|m| m.ts.clone()).unwrap_or_default();
                 tracing::warn!(
                     channel = %target.channel,
@@ -512,7 +510,6 @@ impl Receiver {
                 );
             }
             Some(thread) => {
-                messages.truncate(bound);
                 tracing::warn!(
                     channel = %target.channel,
                     thread = %thread,
@@ -576,5 +573,73 @@ impl Receiver {
         metrics::channel_connection(SLACK, "connected", "");
         tracing::info!(messages = total, "slack catch-up done");
         Handled::Done
+    }
+}
+
+/// Adds one page to what a read gathered: only messages after the cursor (`oldest`), kept
+/// oldest first and each `ts` once (pages may overlap when messages arrive between them).
+fn gather(messages: &mut Vec<SlackMessage>, page: Vec<SlackMessage>, oldest: u64) {
+    messages.extend(page.into_iter().filter(|m| ts::key(&m.ts) > oldest));
+    messages.sort_by_key(|m| ts::key(&m.ts));
+    messages.dedup_by(|a, b| a.ts == b.ts);
+}
+
+/// Keeps `bound` of the gathered (oldest-first) messages: the newest when the pages came
+/// newest first (what was read is the newest; whatever lies before it was never read), else
+/// the oldest (the newer stay after the cursor for the next catch-up).
+fn keep(messages: &mut Vec<SlackMessage>, bound: usize, newest_first: bool) {
+    if newest_first {
+        let skip = messages.len().saturating_sub(bound);
+        messages.drain(..skip);
+    } else {
+        messages.truncate(bound);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ts: &[&str]) -> Vec<SlackMessage> {
+        ts.iter()
+            .map(|t| SlackMessage {
+                ts: (*t).to_string(),
+                ..SlackMessage::default()
+            })
+            .collect()
+    }
+
+    fn tss(m: &[SlackMessage]) -> Vec<&str> {
+        m.iter().map(|m| m.ts.as_str()).collect()
+    }
+
+    #[test]
+    fn pages_gather_oldest_first_once_each_after_the_cursor() {
+        let mut m = Vec::new();
+        // History pages: newest first, overlapping by one.
+        gather(
+            &mut m,
+            at(&["5.000000", "4.000000", "3.000000"]),
+            ts::key("1.000000"),
+        );
+        gather(
+            &mut m,
+            at(&["3.000000", "2.000000", "1.000000"]),
+            ts::key("1.000000"),
+        );
+        assert_eq!(tss(&m), ["2.000000", "3.000000", "4.000000", "5.000000"]);
+    }
+
+    #[test]
+    fn past_the_bound_history_keeps_the_newest_and_replies_the_oldest() {
+        let mut history = at(&["1.0", "2.0", "3.0", "4.0"]);
+        keep(&mut history, 3, true);
+        assert_eq!(tss(&history), ["2.0", "3.0", "4.0"]);
+        let mut replies = at(&["1.0", "2.0", "3.0", "4.0"]);
+        keep(&mut replies, 3, false);
+        assert_eq!(tss(&replies), ["1.0", "2.0", "3.0"]);
+        let mut few = at(&["1.0"]);
+        keep(&mut few, 3, true);
+        assert_eq!(tss(&few), ["1.0"]);
     }
 }
