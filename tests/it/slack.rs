@@ -5,8 +5,8 @@
 //! `app_mention` twin) handled once; a 429 backed off for its `Retry-After`; a disconnect
 //! mid-burst and restarts of the real binary (graceful and `kill -9`) caught up through
 //! `conversations.history`/`replies` — every message answered exactly once, in order; an
-//! outage of 250 messages (and 40 thread replies) read back page by page through
-//! `next_cursor`, and past `catch_up_max_per_conversation` the newest answered with the cursor
+//! outage of 250 messages (and 40 thread replies), and 250 posted while the binary was
+//! killed, read back page by page through `next_cursor`, and past `catch_up_max_per_conversation` the newest answered with the cursor
 //! left past them; the HTTP Events API's signature and `url_verification`.
 
 use std::sync::Arc;
@@ -622,4 +622,52 @@ async fn past_its_bound_a_catch_up_answers_the_newest_and_its_cursor_holds() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(fake.sent().len(), 102, "nothing read back twice");
     server.stop().await;
+}
+
+#[tokio::test]
+async fn a_restart_after_250_messages_answers_each_once_in_order() {
+    let fake = FakeSlack::start().await;
+    fake.cap_pages(15);
+    let data = tempfile::tempdir().unwrap();
+    let conf = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[queue]\nmode = \"followup\"\ndebounce_ms = 0\ncap = 1000\n\
+         [channels.slack]\nbot_token_env = \"{}\"\napp_token_env = \"{}\"\n\
+         api_base = \"{}\"\nretry_backoff_ms = 20\nmax_retry_backoff_ms = 200\n",
+        env_var(BOT_TOKEN),
+        env_var(APP_TOKEN),
+        fake.api_base
+    );
+    let mut bin = ServerProcess::start(data.path(), conf.path(), &toml).await;
+    connected(&fake).await;
+    let m1 = fake.post(CHANNEL, "U1", &mention("first"), None);
+    assert_eq!(reply_threads(&fake, 1).await, vec![m1.clone()]);
+    bin.kill9();
+    let _ = bin.wait_exit(PATIENCE).await;
+    eventually_some(PATIENCE, "the connection closed", || {
+        let fake = fake.clone();
+        async move { (!fake.is_live()).then_some(()) }
+    })
+    .await;
+    let mut expected = vec![m1];
+    for i in 0..250 {
+        expected.push(fake.post(CHANNEL, "U1", &mention(&marker('m', i)), None));
+    }
+    let mut bin = ServerProcess::start(data.path(), conf.path(), &toml).await;
+    let all = eventually_some(Duration::from_secs(120), "251 bot messages", || {
+        let fake = fake.clone();
+        async move {
+            let sent = fake.sent();
+            (sent.len() >= 251).then_some(sent)
+        }
+    })
+    .await;
+    let threads: Vec<String> = all
+        .iter()
+        .map(|(_, m)| m["thread_ts"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(threads, expected, "every one answered once, in order");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fake.sent().len(), 251, "nothing answered twice");
+    bin.stop().await;
 }
