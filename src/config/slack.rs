@@ -17,6 +17,10 @@ pub(crate) const MAX_SLACK_TABLES: usize = 10_000;
 /// Most entries of one `users` allowlist.
 pub(crate) const MAX_SLACK_ALLOWLIST: usize = 10_000;
 
+/// Most messages `catch_up_max_per_conversation` may allow: one catch-up holds a
+/// conversation's messages in memory before handling them oldest first.
+pub(crate) const MAX_SLACK_CATCH_UP_PER_CONVERSATION: usize = 10_000;
+
 /// Longest Slack id accepted in the config (`U0123ABCD`, `C0123ABCD`; Slack's are ~11).
 const MAX_SLACK_ID_CHARS: usize = 32;
 
@@ -83,6 +87,12 @@ pub struct SlackConfig {
     /// Shortest time between two edits of a streaming reply, in ms (250–60,000). Default
     /// 2,000: `chat.update` is a Tier 3 method (about 50 calls a minute).
     pub edit_interval_ms: u64,
+    /// Most messages one catch-up (after a reconnect or a restart) reads back per
+    /// conversation and per thread, over as many `conversations.history`/`replies` pages as
+    /// it takes (1–10,000). Past it, a conversation's *oldest* unread messages are skipped
+    /// (the newest are answered, in order) and a thread's *newest* wait for the next
+    /// catch-up. Default 1,000.
+    pub catch_up_max_per_conversation: usize,
     /// `[channels.slack.channels.<channel id>]`: settings of one conversation (its threads
     /// use them too). Default none.
     pub channels: BTreeMap<String, SlackChatConfig>,
@@ -107,6 +117,7 @@ impl Default for SlackConfig {
             max_retry_backoff_ms: 60_000,
             stream_edits: true,
             edit_interval_ms: 2_000,
+            catch_up_max_per_conversation: 1_000,
             channels: BTreeMap::new(),
         }
     }
@@ -181,6 +192,11 @@ impl SlackConfig {
         super::channels::check_attempts(&key("send_attempts"), self.send_attempts)?;
         super::channels::check_backoff(&key, self.retry_backoff_ms, self.max_retry_backoff_ms)?;
         super::channels::check_edit_interval(&key("edit_interval_ms"), self.edit_interval_ms)?;
+        super::in_range(
+            &key("catch_up_max_per_conversation"),
+            self.catch_up_max_per_conversation,
+            1..=MAX_SLACK_CATCH_UP_PER_CONVERSATION,
+        )?;
         users(&key("users"), &self.users)?;
         if self.channels.len() > MAX_SLACK_TABLES {
             return Err(invalid(

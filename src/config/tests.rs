@@ -294,6 +294,9 @@ fn every_numeric_key_has_a_range() {
         ("channels.discord", "pluralkit_wait_ms", "10001"),
         ("channels.slack", "edit_interval_ms", "0"),
         ("channels.slack", "edit_interval_ms", HUGE),
+        ("channels.slack", "catch_up_max_per_conversation", "0"),
+        ("channels.slack", "catch_up_max_per_conversation", "10001"),
+        ("channels.slack", "catch_up_max_per_conversation", HUGE),
     ];
     for (section, key, value) in cases {
         let text = format!("[{section}]\n{key} = {value}\n");

@@ -4,8 +4,10 @@
 //! long answers in pieces; envelopes acknowledged and a redelivered one (and a message's
 //! `app_mention` twin) handled once; a 429 backed off for its `Retry-After`; a disconnect
 //! mid-burst and restarts of the real binary (graceful and `kill -9`) caught up through
-//! `conversations.history`/`replies` — every message answered exactly once, in order; the
-//! HTTP Events API's signature and `url_verification`.
+//! `conversations.history`/`replies` — every message answered exactly once, in order; an
+//! outage of 250 messages (and 40 thread replies), and 250 posted while the binary was
+//! killed, read back page by page through `next_cursor`, and past `catch_up_max_per_conversation` the newest answered with the cursor
+//! left past them; the HTTP Events API's signature and `url_verification`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,8 +36,19 @@ fn slack_config(fake: &FakeSlack) -> SlackConfig {
 }
 
 async fn server_with(dir: &std::path::Path, slack: SlackConfig) -> TestServer {
+    server_queueing(dir, slack, 20).await
+}
+
+/// A server whose sessions queue up to `queue_cap` messages (a catch-up hands a burst to
+/// one session at once; past `[queue] cap` the session would summarize the oldest).
+async fn server_queueing(
+    dir: &std::path::Path,
+    slack: SlackConfig,
+    queue_cap: usize,
+) -> TestServer {
     let mut c = config(dir);
     one_turn_per_message(&mut c);
+    c.queue.cap = queue_cap;
     c.channels.slack = Some(slack);
     let runtime = Runtime::builder()
         .config(c)
@@ -495,4 +508,166 @@ async fn a_streamed_reply_is_one_message_edited_as_it_grows() {
         "edits while streaming and a last one, at most one per piece: {updates}"
     );
     server.stop().await;
+}
+
+/// The marker of message `i` of a burst (`kind` tells bursts apart), found back in the
+/// bot's answer to it.
+fn marker(kind: char, i: usize) -> String {
+    format!("[{kind}{i:03}]")
+}
+
+/// The markers of burst `kind` the bot's answers in thread `thread` answer, in the order
+/// sent. An answer echoes its request, whose context block may quote earlier messages: the
+/// message answered is the one quoted last.
+fn markers(sent: &[(String, Value)], thread: &str, kind: char, n: usize) -> Vec<usize> {
+    sent.iter()
+        .filter(|(_, m)| m["thread_ts"] == json!(thread))
+        .filter_map(|(_, m)| {
+            let text = m["text"].as_str().unwrap_or("");
+            (0..n)
+                .max_by_key(|i| text.rfind(&marker(kind, *i)).map(|at| at + 1).unwrap_or(0))
+                .filter(|i| text.contains(&marker(kind, *i)))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_outage_of_250_messages_is_caught_up_page_by_page_in_order() {
+    let fake = FakeSlack::start().await;
+    // Pages smaller than asked for, as Slack answers some apps: only `next_cursor` reaches
+    // everything.
+    fake.cap_pages(15);
+    let dir = tempfile::tempdir().unwrap();
+    let server = server_queueing(dir.path(), slack_config(&fake), 1_000).await;
+    connected(&fake).await;
+    let m1 = fake.post(CHANNEL, "U1", &mention("first"), None);
+    assert_eq!(reply_threads(&fake, 1).await, vec![m1.clone()]);
+
+    // The channel hears nothing of these (an outage): 250 mentions, and 40 replies in the
+    // bot's thread.
+    let mut top = Vec::new();
+    for i in 0..250 {
+        top.push(fake.post_unseen(CHANNEL, "U1", &mention(&marker('m', i)), None));
+    }
+    for i in 0..40 {
+        fake.post_unseen(CHANNEL, "U2", &marker('t', i), Some(&m1));
+    }
+    fake.disconnect("refresh_requested");
+
+    let all = eventually_some(Duration::from_secs(120), "291 bot messages", || {
+        let fake = fake.clone();
+        async move {
+            let sent = fake.sent();
+            (sent.len() >= 291).then_some(sent)
+        }
+    })
+    .await;
+    let threads: Vec<String> = all[1..]
+        .iter()
+        .map(|(_, m)| m["thread_ts"].as_str().unwrap_or("").to_string())
+        .filter(|t| *t != m1)
+        .collect();
+    assert_eq!(threads, top, "every mention answered once, in order");
+    let in_thread = markers(&all[1..], &m1, 't', 40);
+    assert_eq!(
+        in_thread,
+        (0..40).collect::<Vec<_>>(),
+        "every thread reply, in order"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fake.sent().len(), 291, "nothing answered twice");
+    let history = fake.calls("conversations.history");
+    assert!(
+        history.iter().filter(|h| h["cursor"].is_string()).count() >= 16,
+        "followed next_cursor: {}",
+        history.len()
+    );
+    assert!(fake
+        .calls("conversations.replies")
+        .iter()
+        .any(|r| r["cursor"].is_string()));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn past_its_bound_a_catch_up_answers_the_newest_and_its_cursor_holds() {
+    let fake = FakeSlack::start().await;
+    fake.cap_pages(15);
+    let dir = tempfile::tempdir().unwrap();
+    let slack = SlackConfig {
+        catch_up_max_per_conversation: 100,
+        ..slack_config(&fake)
+    };
+    let server = server_queueing(dir.path(), slack, 1_000).await;
+    connected(&fake).await;
+    let m1 = fake.post(CHANNEL, "U1", &mention("first"), None);
+    assert_eq!(reply_threads(&fake, 1).await, vec![m1.clone()]);
+    let mut top = Vec::new();
+    for i in 0..250 {
+        top.push(fake.post_unseen(CHANNEL, "U1", &mention(&marker('m', i)), None));
+    }
+    fake.disconnect("refresh_requested");
+    let all = sent(&fake, 101).await;
+    let threads: Vec<String> = all[1..]
+        .iter()
+        .map(|(_, m)| m["thread_ts"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(threads, top[150..].to_vec(), "the newest 100, in order");
+
+    // The cursor is past them: a later message and another catch-up answer only it.
+    let late = fake.post(CHANNEL, "U1", &mention("after"), None);
+    fake.disconnect("refresh_requested");
+    let all = sent(&fake, 102).await;
+    assert_eq!(all[101].1["thread_ts"], json!(late));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fake.sent().len(), 102, "nothing read back twice");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_restart_after_250_messages_answers_each_once_in_order() {
+    let fake = FakeSlack::start().await;
+    fake.cap_pages(15);
+    let data = tempfile::tempdir().unwrap();
+    let conf = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "[queue]\nmode = \"followup\"\ndebounce_ms = 0\ncap = 1000\n\
+         [channels.slack]\nbot_token_env = \"{}\"\napp_token_env = \"{}\"\n\
+         api_base = \"{}\"\nretry_backoff_ms = 20\nmax_retry_backoff_ms = 200\n",
+        env_var(BOT_TOKEN),
+        env_var(APP_TOKEN),
+        fake.api_base
+    );
+    let mut bin = ServerProcess::start(data.path(), conf.path(), &toml).await;
+    connected(&fake).await;
+    let m1 = fake.post(CHANNEL, "U1", &mention("first"), None);
+    assert_eq!(reply_threads(&fake, 1).await, vec![m1.clone()]);
+    bin.kill9();
+    let _ = bin.wait_exit(PATIENCE).await;
+    eventually_some(PATIENCE, "the connection closed", || {
+        let fake = fake.clone();
+        async move { (!fake.is_live()).then_some(()) }
+    })
+    .await;
+    let mut expected = vec![m1];
+    for i in 0..250 {
+        expected.push(fake.post(CHANNEL, "U1", &mention(&marker('m', i)), None));
+    }
+    let mut bin = ServerProcess::start(data.path(), conf.path(), &toml).await;
+    let all = eventually_some(Duration::from_secs(120), "251 bot messages", || {
+        let fake = fake.clone();
+        async move {
+            let sent = fake.sent();
+            (sent.len() >= 251).then_some(sent)
+        }
+    })
+    .await;
+    let threads: Vec<String> = all
+        .iter()
+        .map(|(_, m)| m["thread_ts"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(threads, expected, "every one answered once, in order");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(fake.sent().len(), 251, "nothing answered twice");
+    bin.stop().await;
 }

@@ -8,7 +8,11 @@
 //! or answers the next sends with 429 and `Retry-After`; `chat.update` is recorded;
 //! `conversations.history` (top-level messages after `oldest`, newest first, `limit`,
 //! `has_more`), `conversations.replies` (a thread's first message and its replies after
-//! `oldest`, oldest first) and `conversations.info` read the histories.
+//! `oldest`, oldest first) and `conversations.info` read the histories. Both read in pages
+//! as Slack does: at most `limit` messages (and at most the test's page cap, as Slack
+//! answers fewer than asked for some apps), `response_metadata.next_cursor` naming where
+//! the next page starts (older messages for the history, newer replies for a thread), and
+//! `cursor` taking it back.
 //!
 //! The Socket Mode websocket: `hello` on connect; a user's message goes out as an
 //! `events_api` envelope (a `message` event, and an `app_mention` too when it mentions the
@@ -77,6 +81,8 @@ struct Shared {
     envelopes: Vec<(String, Value)>,
     post_429s: u32,
     retry_after_secs: u32,
+    /// Most messages one history or replies page holds, whatever `limit` asks (none: `limit`).
+    page_cap: Option<usize>,
 }
 
 /// The fake Slack.
@@ -106,6 +112,32 @@ fn form(body: &[u8]) -> Value {
         out.insert(decode(k), Value::String(decode(v)));
     }
     Value::Object(out)
+}
+
+/// The `ts` a cursor of this fake names (`ts:<ts>`).
+fn cursor_ts(cursor: &str) -> Option<u64> {
+    cursor.strip_prefix("ts:").map(ts_key)
+}
+
+/// Messages per page: `limit` (Slack's default 100), under the test's cap.
+fn page_size(limit: &str, cap: Option<usize>) -> usize {
+    let limit: usize = limit.parse().unwrap_or(100);
+    cap.map_or(limit, |c| c.min(limit)).max(1)
+}
+
+/// The first `size` of `list` as one page, with `has_more` and a `next_cursor` naming the
+/// last `ts` served when more are left.
+fn page(mut list: Vec<Value>, size: usize) -> Value {
+    let has_more = list.len() > size;
+    list.truncate(size);
+    for m in &mut list {
+        m.as_object_mut().unwrap().remove("channel");
+    }
+    let next = match (has_more, list.last()) {
+        (true, Some(m)) => format!("ts:{}", m["ts"].as_str().unwrap()),
+        _ => String::new(),
+    };
+    json!({"messages": list, "has_more": has_more, "response_metadata": {"next_cursor": next}})
 }
 
 fn ts_key(ts: &str) -> u64 {
@@ -300,6 +332,12 @@ impl FakeSlack {
         if let Some((_, tx)) = s.live.take() {
             let _ = tx.send(Control::Drop);
         }
+    }
+
+    /// Serves at most `n` messages per `conversations.history`/`replies` page, whatever the
+    /// `limit` (as Slack does for some apps), so a catch-up must follow `next_cursor`.
+    pub fn cap_pages(&self, n: usize) {
+        self.shared().page_cap = Some(n);
     }
 
     /// Answers the next `n` `chat.postMessage` calls with 429 and `Retry-After: secs`.
@@ -551,50 +589,47 @@ async fn web_api(
         }
         "conversations.history" => {
             let oldest = ts_key(&p("oldest"));
-            let limit: usize = p("limit").parse().unwrap_or(100);
+            // The cursor is the `ts` the previous page ended at: this page is older.
+            let before = cursor_ts(&p("cursor")).unwrap_or(u64::MAX);
             let s = f.shared();
             let mut list: Vec<Value> = s
                 .history
                 .get(&p("channel"))
                 .map(|l| {
                     l.iter()
-                        .filter(|m| top_level(m) && ts_key(m["ts"].as_str().unwrap()) > oldest)
+                        .filter(|m| {
+                            let ts = ts_key(m["ts"].as_str().unwrap());
+                            top_level(m) && ts > oldest && ts < before
+                        })
                         .cloned()
                         .collect()
                 })
                 .unwrap_or_default();
             // Newest first, as Slack answers.
             list.reverse();
-            let has_more = list.len() > limit;
-            list.truncate(limit);
-            for m in &mut list {
-                m.as_object_mut().unwrap().remove("channel");
-            }
-            ok(json!({"messages": list, "has_more": has_more}))
+            ok(page(list, page_size(&p("limit"), s.page_cap)))
         }
         "conversations.replies" => {
             let thread = p("ts");
             let oldest = ts_key(&p("oldest"));
-            let limit: usize = p("limit").parse().unwrap_or(100);
+            // The cursor is the `ts` the previous page ended at: this page is newer.
+            let after = cursor_ts(&p("cursor"));
             let s = f.shared();
             let all: Vec<Value> = s.history.get(&p("channel")).cloned().unwrap_or_default();
             let parent = all.iter().find(|m| m["ts"] == json!(thread)).cloned();
-            let mut list: Vec<Value> = parent.into_iter().collect();
+            // The thread's first message leads the first page only.
+            let mut list: Vec<Value> = parent.into_iter().filter(|_| after.is_none()).collect();
+            let from = oldest.max(after.unwrap_or(0));
             list.extend(
                 all.iter()
                     .filter(|m| {
                         m["thread_ts"] == json!(thread)
                             && m["ts"] != json!(thread)
-                            && ts_key(m["ts"].as_str().unwrap()) > oldest
+                            && ts_key(m["ts"].as_str().unwrap()) > from
                     })
                     .cloned(),
             );
-            let has_more = list.len() > limit;
-            list.truncate(limit);
-            for m in &mut list {
-                m.as_object_mut().unwrap().remove("channel");
-            }
-            ok(json!({"messages": list, "has_more": has_more}))
+            ok(page(list, page_size(&p("limit"), s.page_cap)))
         }
         _ => error("unknown_method"),
     }

@@ -68,6 +68,32 @@ pub(crate) struct History {
     /// Whether there is more.
     #[serde(default)]
     pub has_more: bool,
+    /// Where the next page starts (`next_cursor`, empty on the last page).
+    #[serde(default)]
+    pub response_metadata: PageMetadata,
+}
+
+/// The `response_metadata` of a page.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct PageMetadata {
+    /// The `cursor` of the next page; empty when there is none.
+    #[serde(default)]
+    pub next_cursor: String,
+}
+
+impl History {
+    /// The cursor of the next page, if Slack named one.
+    pub(crate) fn next_cursor(&self) -> Option<&str> {
+        Some(self.response_metadata.next_cursor.as_str()).filter(|c| !c.is_empty())
+    }
+}
+
+/// Adds `cursor` (a previous page's `next_cursor`) to a request body.
+fn with_cursor(mut body: Value, cursor: Option<&str>) -> Value {
+    if let (Some(cursor), Some(map)) = (cursor, body.as_object_mut()) {
+        map.insert("cursor".into(), Value::String(cursor.to_string()));
+    }
+    body
 }
 
 /// The Web API with one token.
@@ -236,18 +262,22 @@ impl WebApi {
         .into())
     }
 
-    /// `conversations.history` of `channel` after `oldest` (exclusive): at most `limit`
-    /// messages, oldest first.
+    /// One page of `conversations.history` of `channel` after `oldest` (exclusive), from
+    /// `cursor` (none: the first page): at most `limit` messages, sorted oldest first. Slack
+    /// pages newest first: the first page holds the newest messages and `next_cursor` leads
+    /// to older ones.
     pub(crate) async fn history(
         &self,
         bot: &Secret,
         channel: &str,
         oldest: &str,
+        cursor: Option<&str>,
         limit: usize,
     ) -> Result<History, ApiError> {
         let body = serde_json::json!({
             "channel": channel, "oldest": oldest, "inclusive": "false", "limit": limit.to_string()
         });
+        let body = with_cursor(body, cursor);
         let answer = self.call("conversations.history", bot, &body, true).await?;
         let mut page: History = serde_json::from_value(answer)
             .map_err(|e| ApiError::Final(format!("conversations.history: {e}")))?;
@@ -255,21 +285,24 @@ impl WebApi {
         Ok(page)
     }
 
-    /// `conversations.replies` of thread `thread_ts` in `channel` after `oldest`
-    /// (exclusive): at most `limit` replies, oldest first (the thread's first message left
-    /// out).
+    /// One page of `conversations.replies` of thread `thread_ts` in `channel` after
+    /// `oldest` (exclusive), from `cursor` (none: the first page): at most `limit` replies,
+    /// oldest first (the thread's first message left out). Slack pages replies oldest first:
+    /// `next_cursor` leads to newer ones.
     pub(crate) async fn replies(
         &self,
         bot: &Secret,
         channel: &str,
         thread_ts: &str,
         oldest: &str,
+        cursor: Option<&str>,
         limit: usize,
     ) -> Result<History, ApiError> {
         let body = serde_json::json!({
             "channel": channel, "ts": thread_ts, "oldest": oldest, "inclusive": "false",
             "limit": limit.to_string()
         });
+        let body = with_cursor(body, cursor);
         let answer = self.call("conversations.replies", bot, &body, true).await?;
         let mut page: History = serde_json::from_value(answer)
             .map_err(|e| ApiError::Final(format!("conversations.replies: {e}")))?;

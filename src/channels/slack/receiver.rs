@@ -8,8 +8,9 @@
 //!   behind it, for what a restart forgets.
 //! - `Connected` (a `hello`, or the start in `http` mode) triggers a **catch-up**: each
 //!   conversation and active thread with a cursor is read back since its newest handled
-//!   message (`conversations.history`, `conversations.replies`; bounded per conversation and
-//!   in total), oldest first, through the same dedupe and conversion as live messages.
+//!   message (`conversations.history`, `conversations.replies`, page after page through
+//!   `next_cursor`; bounded per conversation by `catch_up_max_per_conversation` and in
+//!   total), oldest first, through the same dedupe and conversion as live messages.
 //! - After each handled message the cursors are saved.
 
 use std::num::NonZeroUsize;
@@ -19,13 +20,11 @@ use lru::LruCache;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use super::api::{ApiError, Identity, WebApi};
+use super::api::{ApiError, History, Identity, WebApi};
 use super::convert::{self, to_inbound, Place};
 use super::events::{Callback, SlackMessage, SlashCommand};
 use super::socket::Inbound;
-use super::state::{
-    SlackState, Target, MAX_CATCH_UP_PER_CONVERSATION, MAX_CATCH_UP_TOTAL, STATE_KEY,
-};
+use super::state::{SlackState, Target, CATCH_UP_PAGE_SIZE, MAX_CATCH_UP_TOTAL, STATE_KEY};
 use super::{ts, SlackChannel, SLACK};
 use crate::channels::retry::pause_unless_stopped;
 use crate::config::SlackConfig;
@@ -48,6 +47,16 @@ pub(crate) const MAX_KNOWN_TYPES: usize = 10_000;
 /// Tries of one catch-up read that keeps failing before its conversation is left for the
 /// next catch-up.
 const CATCH_UP_ATTEMPTS: u32 = 5;
+
+/// What one catch-up read of a conversation or thread came to.
+enum Read {
+    /// Its messages since the cursor, oldest first.
+    Messages(Vec<SlackMessage>),
+    /// Left for the next catch-up (a page kept failing, or was refused).
+    Left,
+    /// The runtime is stopping.
+    Stopping,
+}
 
 /// What happened to one message.
 enum Handled {
@@ -383,16 +392,27 @@ impl Receiver {
         }
     }
 
-    /// One catch-up read, retried on rate limits and transient failures; `None` when it is
-    /// left for the next catch-up, `Some(None)` when the runtime is stopping.
-    async fn read(&self, target: &Target, limit: usize) -> Option<Option<Vec<SlackMessage>>> {
+    /// One page of a catch-up read from `cursor`, retried on rate limits and transient
+    /// failures.
+    async fn page(
+        &self,
+        target: &Target,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<History, Read> {
         let mut stop = self.port.stopping();
         let mut failures = 0u32;
         loop {
             let page = match &target.thread_ts {
                 None => {
                     self.api
-                        .history(&self.bot_token, &target.channel, &target.oldest, limit)
+                        .history(
+                            &self.bot_token,
+                            &target.channel,
+                            &target.oldest,
+                            cursor,
+                            limit,
+                        )
                         .await
                 }
                 Some(thread) => {
@@ -402,18 +422,14 @@ impl Receiver {
                             &target.channel,
                             thread,
                             &target.oldest,
+                            cursor,
                             limit,
                         )
                         .await
                 }
             };
             let error = match page {
-                Ok(page) => {
-                    if page.has_more && target.thread_ts.is_none() {
-                        tracing::warn!(channel = %target.channel, "slack catch-up: more than {limit} messages since the last one seen; the older ones are not read back");
-                    }
-                    return Some(Some(page.messages));
-                }
+                Ok(page) => return Ok(page),
                 Err(e) => e,
             };
             failures += 1;
@@ -427,15 +443,78 @@ impl Receiver {
                 ApiError::Transient(_) => self.pause(failures),
                 ApiError::Final(_) => {
                     tracing::warn!(%error, channel = %target.channel, "slack catch-up read refused; skipped");
-                    return None;
+                    return Err(Read::Left);
                 }
             };
             if failures >= CATCH_UP_ATTEMPTS {
                 tracing::warn!(%error, channel = %target.channel, "slack catch-up read failed; left for the next catch-up");
-                return None;
+                return Err(Read::Left);
             }
             if !pause_unless_stopped(pause, &mut stop).await {
-                return Some(None);
+                return Err(Read::Stopping);
+            }
+        }
+    }
+
+    /// Reads `target` back since its cursor, page after page (`next_cursor`), until the end
+    /// or `bound` messages. A page that keeps failing leaves the whole read for the next
+    /// catch-up: handling the newer pages without the older would move the cursor past
+    /// messages never read.
+    async fn read(&self, target: &Target, bound: usize) -> Read {
+        let oldest = ts::key(&target.oldest);
+        let mut messages: Vec<SlackMessage> = Vec::new();
+        let mut cursor: Option<String> = None;
+        // Each page brings at least one message but for a misbehaving answer: at most
+        // `bound` pages either way.
+        for _ in 0..bound {
+            let limit = bound.saturating_sub(messages.len()).min(CATCH_UP_PAGE_SIZE);
+            let page = match self.page(target, cursor.as_deref(), limit).await {
+                Ok(page) => page,
+                Err(read) => return read,
+            };
+            let next = page.next_cursor().map(str::to_string);
+            let more = page.has_more || next.is_some();
+            gather(&mut messages, page.messages, oldest);
+            if messages.len() >= bound && more {
+                self.cut_short(target, &mut messages, bound);
+                break;
+            }
+            match next {
+                Some(next) if more => cursor = Some(next),
+                None if more => {
+                    tracing::warn!(channel = %target.channel, "slack catch-up: more messages but no next_cursor; the rest is not read back");
+                    break;
+                }
+                _ => break,
+            }
+        }
+        Read::Messages(messages)
+    }
+
+    /// A read that reached `bound` with more left: keeps `bound` messages and says which
+    /// are not read back. History pages come newest first, so what was read is the newest
+    /// and the older ones are skipped for good (the cursor moves past them once the newest
+    /// are handled); thread replies come oldest first, so the newer ones wait for the next
+    /// catch-up.
+    fn cut_short(&self, target: &Target, messages: &mut Vec<SlackMessage>, bound: usize) {
+        let newest_first = target.thread_ts.is_none();
+        keep(messages, bound, newest_first);
+        match &target.thread_ts {
+            None => {
+                let first = messages.first().map(|m| m.ts.clone()).unwrap_or_default();
+                tracing::warn!(
+                    channel = %target.channel,
+                    since = %target.oldest,
+                    first_read = %first,
+                    "slack catch-up: more than {bound} messages since the last one seen; the newest {bound} are read back, the older ones (after `since`, before `first_read`) are skipped"
+                );
+            }
+            Some(thread) => {
+                tracing::warn!(
+                    channel = %target.channel,
+                    thread = %thread,
+                    "slack catch-up: more than {bound} replies since the last one seen; the oldest {bound} are read back, the newer ones at the next catch-up"
+                );
             }
         }
     }
@@ -456,11 +535,11 @@ impl Receiver {
                 tracing::warn!("slack catch-up reached its bound ({MAX_CATCH_UP_TOTAL} messages); the rest is not read back");
                 break;
             }
-            let limit = MAX_CATCH_UP_PER_CONVERSATION.min(room);
+            let limit = self.config.catch_up_max_per_conversation.min(room);
             let messages = match self.read(&target, limit).await {
-                Some(Some(m)) => m,
-                Some(None) => return Handled::Stopping,
-                None => continue,
+                Read::Messages(m) => m,
+                Read::Stopping => return Handled::Stopping,
+                Read::Left => continue,
             };
             let channel_type = self
                 .state
@@ -494,5 +573,73 @@ impl Receiver {
         metrics::channel_connection(SLACK, "connected", "");
         tracing::info!(messages = total, "slack catch-up done");
         Handled::Done
+    }
+}
+
+/// Adds one page to what a read gathered: only messages after the cursor (`oldest`), kept
+/// oldest first and each `ts` once (pages may overlap when messages arrive between them).
+fn gather(messages: &mut Vec<SlackMessage>, page: Vec<SlackMessage>, oldest: u64) {
+    messages.extend(page.into_iter().filter(|m| ts::key(&m.ts) > oldest));
+    messages.sort_by_key(|m| ts::key(&m.ts));
+    messages.dedup_by(|a, b| a.ts == b.ts);
+}
+
+/// Keeps `bound` of the gathered (oldest-first) messages: the newest when the pages came
+/// newest first (what was read is the newest; whatever lies before it was never read), else
+/// the oldest (the newer stay after the cursor for the next catch-up).
+fn keep(messages: &mut Vec<SlackMessage>, bound: usize, newest_first: bool) {
+    if newest_first {
+        let skip = messages.len().saturating_sub(bound);
+        messages.drain(..skip);
+    } else {
+        messages.truncate(bound);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ts: &[&str]) -> Vec<SlackMessage> {
+        ts.iter()
+            .map(|t| SlackMessage {
+                ts: (*t).to_string(),
+                ..SlackMessage::default()
+            })
+            .collect()
+    }
+
+    fn tss(m: &[SlackMessage]) -> Vec<&str> {
+        m.iter().map(|m| m.ts.as_str()).collect()
+    }
+
+    #[test]
+    fn pages_gather_oldest_first_once_each_after_the_cursor() {
+        let mut m = Vec::new();
+        // History pages: newest first, overlapping by one.
+        gather(
+            &mut m,
+            at(&["5.000000", "4.000000", "3.000000"]),
+            ts::key("1.000000"),
+        );
+        gather(
+            &mut m,
+            at(&["3.000000", "2.000000", "1.000000"]),
+            ts::key("1.000000"),
+        );
+        assert_eq!(tss(&m), ["2.000000", "3.000000", "4.000000", "5.000000"]);
+    }
+
+    #[test]
+    fn past_the_bound_history_keeps_the_newest_and_replies_the_oldest() {
+        let mut history = at(&["1.0", "2.0", "3.0", "4.0"]);
+        keep(&mut history, 3, true);
+        assert_eq!(tss(&history), ["2.0", "3.0", "4.0"]);
+        let mut replies = at(&["1.0", "2.0", "3.0", "4.0"]);
+        keep(&mut replies, 3, false);
+        assert_eq!(tss(&replies), ["1.0", "2.0", "3.0"]);
+        let mut few = at(&["1.0"]);
+        keep(&mut few, 3, true);
+        assert_eq!(tss(&few), ["1.0"]);
     }
 }

@@ -21,14 +21,17 @@ pub(crate) const MAX_TRACKED_CONVERSATIONS: usize = 1_000;
 /// Threads whose cursor is kept, over all conversations; past it, the quietest is forgotten.
 pub(crate) const MAX_TRACKED_THREADS: usize = 1_000;
 
-/// Messages read back per conversation or thread in one catch-up (one Web API page).
-pub(crate) const MAX_CATCH_UP_PER_CONVERSATION: usize = 100;
+/// Messages asked for per `conversations.history`/`replies` page of a catch-up (Slack advises
+/// at most 200; it may answer fewer, and the catch-up follows `next_cursor`). The messages
+/// read back per conversation are bounded by `[channels.slack] catch_up_max_per_conversation`.
+pub(crate) const CATCH_UP_PAGE_SIZE: usize = 200;
 
 /// Threads read back in one catch-up: the most recently active.
 pub(crate) const MAX_CATCH_UP_THREADS: usize = 100;
 
-/// Messages read back in total in one catch-up, over all conversations and threads.
-pub(crate) const MAX_CATCH_UP_TOTAL: usize = 1_000;
+/// Messages read back in total in one catch-up, over all conversations and threads (the
+/// conversations read last get what room is left).
+pub(crate) const MAX_CATCH_UP_TOTAL: usize = 10_000;
 
 /// Where a conversation was left.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
