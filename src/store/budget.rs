@@ -660,14 +660,11 @@ impl StoreBudget {
             }
         }
         let slack = (self.limit_bytes as f64 * DISK_TRIGGER_SLACK) as u64;
-        self.store
-            .shared
-            .meter
-            .set_disk_trigger(
-                self.working_usage(usage)
-                    .high_water_bytes
-                    .max(disk_now.saturating_add(slack)),
-            );
+        self.store.shared.meter.set_disk_trigger(
+            self.working_usage(usage)
+                .high_water_bytes
+                .max(disk_now.saturating_add(slack)),
+        );
         Ok(())
     }
 
