@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use super::Runtime;
-use crate::error::Error;
+use crate::error::{Error, StoreError};
 use crate::inbound::normalize_session_key;
 use crate::model::ToolCall;
 use crate::pipeline::Requests;
-use crate::store::{EntryKind, TranscriptEntry};
+use crate::store::{EntryKind, Store, TranscriptEntry};
 
 /// Most transcript entries read back, newest first, looking for a message's stored answer: a
 /// retry comes seconds after its original, so its answer is among the newest entries.
@@ -39,12 +39,25 @@ impl Runtime {
         key: &str,
         text: &str,
     ) -> Result<(), Error> {
+        self.keep_beside_session(key, |store, key| store.set_session_instructions(key, text))
+            .await
+    }
+
+    /// Writes something kept beside session `key` (not in it, so a cold session stays cold)
+    /// with `write`, which returns its group-commit ticket (`None`: nothing changed); then the
+    /// next assembly of the session sees it, and the write is durable on return. While the
+    /// disk is full: `InsufficientStorage` and nothing written, as admission would answer.
+    pub(super) async fn keep_beside_session(
+        &self,
+        key: &str,
+        write: impl FnOnce(&Store, &str) -> Result<Option<u64>, StoreError>,
+    ) -> Result<(), Error> {
         let key = &normalize_session_key(key);
         let store = &self.inner.store;
         if let Some(reason) = store.disk_full() {
             return Err(Error::InsufficientStorage { reason });
         }
-        if let Some(ticket) = store.set_session_instructions(key, text)? {
+        if let Some(ticket) = write(store, key)? {
             self.inner
                 .engine
                 .agents()

@@ -28,19 +28,9 @@ impl Runtime {
         key: &str,
         starter: &ThreadStarter,
     ) -> Result<(), Error> {
-        let key = &normalize_session_key(key);
-        let store = &self.inner.store;
-        if let Some(reason) = store.disk_full() {
-            return Err(Error::InsufficientStorage { reason });
-        }
-        let ticket = store.set_thread_starter(key, starter)?;
-        self.inner
-            .engine
-            .agents()
-            .for_key(key)
-            .context
-            .invalidate(key);
-        store.commit().wait(ticket).await?;
-        Ok(())
+        self.keep_beside_session(key, |store, key| {
+            store.set_thread_starter(key, starter).map(Some)
+        })
+        .await
     }
 }
