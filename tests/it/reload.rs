@@ -293,3 +293,32 @@ async fn without_a_config_file_there_is_nothing_to_reload() {
     assert_eq!(body["error"]["code"], "no_config_file", "{body}");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_preflight_policy_applies_to_the_next_message() {
+    let dir = data_dir();
+    let conf = tempfile::tempdir().expect("a config dir");
+    let mut server = ServerProcess::start(dir.path(), conf.path(), "").await;
+    let chatter =
+        |id: &str| Msg::group("p1", id, "no mention here").with("mentioned_bot", json!(false));
+    let (status, body) = server.api.post_message(chatter("p1-1").json()).await;
+    assert_eq!(
+        (status.as_u16(), &body["reason"]),
+        (200, &json!("no_mention"))
+    );
+
+    write_config(conf.path(), "[preflight]\nrequire_mention = false\n");
+    let (status, body) = post_reload(&server).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["applied"],
+        json!(["preflight.require_mention"]),
+        "{body}"
+    );
+    let (status, body) = server.api.post_message(chatter("p1-2").json()).await;
+    assert_eq!(
+        status, 202,
+        "the next message is screened by the new policy: {body}"
+    );
+    server.stop().await;
+}
