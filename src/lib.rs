@@ -81,8 +81,8 @@ pub use replies::{
     Delta, DeltaWatch, Heard, Reply, ReplyErrorKind, ReplyRoute, ReplyUsage, ReplyWaiter,
 };
 pub use runtime::{
-    Ack, Admitted, ChannelPort, Compacted, Deleted, DeltaTaker, DrainReport, Runtime,
-    RuntimeBuilder, SessionInfo, Stats, SubmitError, TranscriptItem,
+    Ack, Admitted, ChannelPort, Compacted, Deleted, DeltaTaker, DrainReport, ReloadError,
+    ReloadOutcome, Runtime, RuntimeBuilder, SessionInfo, Stats, SubmitError, TranscriptItem,
 };
 pub use tools::mcp::{McpServerHealth, McpStatus, McpTools};
 pub use tools::{ToolFuture, ToolHandler};

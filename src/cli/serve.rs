@@ -1,9 +1,11 @@
-//! `turnstile serve`: the HTTP server until SIGTERM or Ctrl-C.
+//! `turnstile serve`: the HTTP server until SIGTERM or Ctrl-C; SIGHUP reloads the config
+//! file (`config/reload.rs`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use turnstile::config::ConfigFile;
 use turnstile::store::Store;
 use turnstile::{Config, Runtime};
 
@@ -13,16 +15,26 @@ pub(crate) async fn serve(
     listen: Option<SocketAddr>,
     accept_data_loss: bool,
 ) -> anyhow::Result<()> {
-    let mut config = match config {
-        Some(path) => Config::load(&path)?,
-        None => Config::default(),
+    let hangups = listen_for_sighup();
+    // The overrides are kept with the file, so a reload applies them again.
+    let file = config.map(|path| ConfigFile {
+        path,
+        data_dir: data_dir.clone(),
+        listen,
+    });
+    let config = match &file {
+        Some(file) => file.load()?,
+        None => {
+            let mut config = Config::default();
+            if let Some(dir) = data_dir {
+                config.storage.data_dir = dir;
+            }
+            if let Some(addr) = listen {
+                config.server.listen = addr;
+            }
+            config
+        }
     };
-    if let Some(dir) = data_dir {
-        config.storage.data_dir = dir;
-    }
-    if let Some(addr) = listen {
-        config.server.listen = addr;
-    }
     let auth = turnstile::server::Auth::from_config(&config.server);
     turnstile::server::check_exposure(config.server.listen, &auth, &config.server.api_key_env)?;
     let needed = turnstile::server::socket::fds_needed(&config.server);
@@ -53,7 +65,11 @@ pub(crate) async fn serve(
             tracing::warn!(loss = %loss.describe(), "serving what is left (--accept-data-loss)");
         }
     }
-    let runtime = Runtime::builder().config(config).build().await?;
+    let mut builder = Runtime::builder().config(config);
+    if let Some(file) = file {
+        builder = builder.config_file(file);
+    }
+    let runtime = builder.build().await?;
     #[cfg(feature = "cluster")]
     let node = match runtime.config().cluster.clone() {
         Some(cluster) => match turnstile::cluster::ClusterNode::start(&runtime, &cluster).await {
@@ -66,7 +82,9 @@ pub(crate) async fn serve(
         None => None,
     };
     tracing::info!(%addr, "turnstile listening");
+    let reloads = tokio::spawn(reload_on_sighup(runtime.clone(), hangups));
     let report = turnstile::server::serve(listener, runtime, shutdown_signal()).await?;
+    reloads.abort();
     // After the runtime's shutdown: its last turns could still append to the changelog.
     #[cfg(feature = "cluster")]
     if let Some(node) = node {
@@ -85,6 +103,39 @@ pub(crate) async fn serve(
 
 /// The exit status when the drain left running turns (EX_TEMPFAIL: retry later).
 const DRAIN_INCOMPLETE_EXIT: i32 = 75;
+
+/// SIGHUP, taken over before anything slow starts: from here on it no longer ends the
+/// process (its default), and one that arrives before the runtime is up is reloaded after.
+#[cfg(unix)]
+type Hangups = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+type Hangups = Option<()>;
+
+fn listen_for_sighup() -> Hangups {
+    #[cfg(unix)]
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(hup) => Some(hup),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP: reload with POST /v1/admin/reload");
+            None
+        }
+    }
+    #[cfg(not(unix))]
+    None
+}
+
+/// Reloads the config file at each SIGHUP (one at a time; a SIGHUP during a reload is taken
+/// after it), until the task is aborted at shutdown.
+async fn reload_on_sighup(runtime: Runtime, hangups: Hangups) {
+    #[cfg(unix)]
+    if let Some(mut hup) = hangups {
+        while hup.recv().await.is_some() {
+            turnstile::server::reload_on_signal(&runtime, "SIGHUP").await;
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (runtime, hangups);
+}
 
 async fn shutdown_signal() {
     let ctrl_c = async {

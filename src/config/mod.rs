@@ -22,6 +22,7 @@ mod model;
 mod preflight;
 mod queue;
 mod quotas;
+pub mod reload;
 mod schedules;
 mod server;
 mod session;
@@ -55,6 +56,7 @@ pub use preflight::{AccessPolicy, AllowBots, PreflightConfig, PreflightOverride}
 pub use queue::{DropSetting, QueueConfig, QueueModeSetting, QueueOverride};
 pub(crate) use quotas::QuotaKind;
 pub use quotas::{OverQuota, QuotaMatch, QuotaRule};
+pub use reload::{ConfigFile, ReloadPlan};
 pub use schedules::{Missed, ScheduleConfig, MAX_SCHEDULES};
 pub use server::{RateLimitBy, RateLimitConfig, ServerConfig};
 pub use session::{DmScope, SessionConfig, SessionScope};

@@ -17,7 +17,7 @@ mod usage;
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use lru::LruCache;
 use serde::Serialize;
@@ -180,9 +180,16 @@ impl Counters {
     }
 }
 
+/// `rules` ready to match (validated with the config; one that is not is skipped).
+fn compile(rules: &[QuotaRule]) -> Vec<Compiled> {
+    rules.iter().filter_map(Compiled::new).collect()
+}
+
 /// The node's quotas: the rules and the usage they count.
 pub(crate) struct Quotas {
-    rules: Vec<Compiled>,
+    /// The rules in force, swapped whole by a config reload ([`Quotas::set_rules`]); a
+    /// message is matched against one snapshot.
+    rules: RwLock<Arc<Vec<Compiled>>>,
     store: Store,
     cache: Mutex<LruCache<String, QuotaUsage>>,
     counters: Mutex<Counters>,
@@ -191,7 +198,7 @@ pub(crate) struct Quotas {
 impl std::fmt::Debug for Quotas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Quotas")
-            .field("rules", &self.rules.len())
+            .field("rules", &self.rules().len())
             .finish()
     }
 }
@@ -200,7 +207,7 @@ impl Quotas {
     /// Quotas of `rules` (validated with the config), counted in `store`.
     pub(crate) fn new(rules: &[QuotaRule], store: Store) -> Self {
         Self {
-            rules: rules.iter().filter_map(Compiled::new).collect(),
+            rules: RwLock::new(Arc::new(compile(rules))),
             store,
             cache: Mutex::new(LruCache::new(
                 NonZeroUsize::new(MAX_CACHED_SUBJECTS).unwrap_or(NonZeroUsize::MIN),
@@ -209,15 +216,31 @@ impl Quotas {
         }
     }
 
-    /// Whether any rule is configured (none: every call is a no-op).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+    /// Replaces the rules (a config reload). Usage is kept: it is counted per subject, so a
+    /// subject's bucket and tokens carry over to its new rule.
+    pub(crate) fn set_rules(&self, rules: &[QuotaRule]) {
+        let compiled = Arc::new(compile(rules));
+        *self.rules.write().unwrap_or_else(PoisonError::into_inner) = compiled;
     }
 
-    /// The most specific rule for `msg` in session `session_key`.
-    fn applies(&self, msg: &InboundMessage, session_key: &str) -> Option<Applies<'_>> {
+    /// The rules in force.
+    fn rules(&self) -> Arc<Vec<Compiled>> {
+        Arc::clone(&self.rules.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Whether any rule is configured (none: every call is a no-op).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.rules().is_empty()
+    }
+
+    /// The most specific of `rules` for `msg` in session `session_key`.
+    fn applies<'a>(
+        rules: &'a [Compiled],
+        msg: &InboundMessage,
+        session_key: &str,
+    ) -> Option<Applies<'a>> {
         let channel = channel_name(&msg.channel);
-        self.rules
+        rules
             .iter()
             .filter_map(|rule| {
                 let (scope, value) = match rule.kind {
@@ -265,7 +288,8 @@ impl Quotas {
         session_key: &str,
         now_ms: u64,
     ) -> Result<Result<(), OverQuotaRefusal>, StoreError> {
-        let Some(a) = self.applies(msg, session_key) else {
+        let rules = self.rules();
+        let Some(a) = Self::applies(&rules, msg, session_key) else {
             return Ok(Ok(()));
         };
         let mut usage = self.load(&a.subject)?;
@@ -298,7 +322,8 @@ impl Quotas {
         session_key: &str,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        let Some(a) = self.applies(msg, session_key) else {
+        let rules = self.rules();
+        let Some(a) = Self::applies(&rules, msg, session_key) else {
             return Ok(());
         };
         if a.rule.limits.per_minute.is_none() {
@@ -317,7 +342,8 @@ impl Quotas {
         tokens: u64,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        let Some(a) = self.applies(msg, session_key) else {
+        let rules = self.rules();
+        let Some(a) = Self::applies(&rules, msg, session_key) else {
             return Ok(());
         };
         if a.rule.limits.tokens_per_day.is_none() || tokens == 0 {
@@ -360,7 +386,7 @@ impl Quotas {
             .collect();
         top.sort_by(|a, b| b.refused.cmp(&a.refused).then(a.subject.cmp(&b.subject)));
         QuotaStats {
-            rules: self.rules.len(),
+            rules: self.rules().len(),
             refused_messages: c.refused_messages,
             refused_tokens: c.refused_tokens,
             top,

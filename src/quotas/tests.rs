@@ -1,6 +1,7 @@
 use super::*;
 use crate::config::{Config, StorageConfig};
 use crate::inbound::{ChatKind, MessageKind, Sender};
+use crate::quotas::usage::MINUTE_MS;
 
 fn message(channel: &str, chat: &str, sender: &str) -> InboundMessage {
     InboundMessage {
@@ -151,4 +152,43 @@ fn the_agent_of_a_session_key() {
     assert_eq!(agent_of("agent:ops:slack:group:c1"), "ops");
     assert_eq!(agent_of("custom-key"), "main");
     assert_eq!(agent_of("agent::x"), "main");
+}
+
+/// A config reload swaps the rules: the next message is checked against the new ones, and
+/// the usage counted under the old rule carries over to the subject's new rule.
+#[tokio::test]
+async fn new_rules_apply_to_the_next_message_and_keep_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = quotas("", store(dir.path()));
+    let msg = message("slack", "c1", "u1");
+    assert!(q.is_empty());
+    assert!((0..5).all(|i| send(&q, &msg, T + i)), "no rule, no limit");
+
+    let rules = |burst: u32| {
+        Config::parse(&format!(
+            "[[quotas]]\nmatch = {{ sender = \"*\" }}\nmessages_per_minute = 1\nburst = {burst}\n"
+        ))
+        .unwrap()
+        .quotas
+    };
+    q.set_rules(&rules(2));
+    assert!(!q.is_empty());
+    assert!(send(&q, &msg, T + 10));
+    assert!(send(&q, &msg, T + 11));
+    assert!(!send(&q, &msg, T + 12), "the new burst of 2 is used up");
+    assert_eq!(q.stats().rules, 1);
+
+    q.set_rules(&rules(3));
+    assert!(
+        !send(&q, &msg, T + 13),
+        "the emptied bucket carried over to the new rule"
+    );
+    assert!(
+        send(&q, &msg, T + 13 + MINUTE_MS),
+        "and refills at the new rule's rate"
+    );
+
+    q.set_rules(&[]);
+    assert!(q.is_empty());
+    assert!(send(&q, &msg, T + 15), "rules removed, no limit");
 }

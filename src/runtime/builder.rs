@@ -42,6 +42,8 @@ pub struct RuntimeBuilder {
     tools: ToolRegistry,
     tool_errors: Vec<ConfigError>,
     inspect_only: bool,
+    /// The file the config came from, for reloads.
+    config_file: Option<crate::config::ConfigFile>,
 }
 
 impl Default for RuntimeBuilder {
@@ -54,6 +56,7 @@ impl Default for RuntimeBuilder {
             tools: ToolRegistry::default(),
             tool_errors: Vec::new(),
             inspect_only: false,
+            config_file: None,
         }
     }
 }
@@ -62,6 +65,15 @@ impl RuntimeBuilder {
     /// Uses `config` (replacing any set before).
     pub fn config(mut self, config: Config) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Remembers that the config came from `file` (read with [`ConfigFile::load`]), so
+    /// [`Runtime::reload_from_file`] can read it again.
+    ///
+    /// [`ConfigFile::load`]: crate::config::ConfigFile::load
+    pub fn config_file(mut self, file: crate::config::ConfigFile) -> Self {
+        self.config_file = Some(file);
         self
     }
 
@@ -216,6 +228,7 @@ impl RuntimeBuilder {
             store.clone(),
             Arc::clone(&config),
         ));
+        let reload = super::reload::ReloadState::new(self.config_file.take(), Arc::clone(&config));
         let runtime = Runtime {
             inner: Arc::new(Inner {
                 config,
@@ -237,6 +250,7 @@ impl RuntimeBuilder {
                 deletes: std::sync::OnceLock::new(),
                 reads: std::sync::OnceLock::new(),
                 slack_events: std::sync::OnceLock::new(),
+                reload: tokio::sync::Mutex::new(reload),
             }),
         };
         if self.inspect_only {

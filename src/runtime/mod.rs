@@ -12,6 +12,7 @@ mod compaction_tests;
 mod ops;
 mod ports;
 mod reads;
+mod reload;
 mod replica;
 mod requests;
 mod schedules;
@@ -35,6 +36,7 @@ pub use ops::{Compacted, Deleted, Stats};
 pub use ports::{ChannelPort, DeltaTaker};
 pub(crate) use reads::ClusterReads;
 pub(crate) use reads::SessionRead;
+pub use reload::{ReloadError, ReloadOutcome};
 pub(crate) use replica::{ClusterDeletes, Ingress};
 pub(crate) use requests::StoredAnswer;
 
@@ -202,6 +204,9 @@ struct Inner {
     /// The Slack channel's HTTP Events API hand-over (`[channels.slack] mode = "http"`),
     /// for the server's `/v1/channels/slack/events` route.
     slack_events: std::sync::OnceLock<Arc<crate::channels::SlackEvents>>,
+    /// The settings in force and the file they came from (`reload.rs`); the lock makes
+    /// reloads run one at a time.
+    reload: tokio::sync::Mutex<reload::ReloadState>,
 }
 
 /// What a drain finished and what it left (logged by `serve`, which exits non-zero when a
@@ -228,7 +233,9 @@ impl Runtime {
         RuntimeBuilder::default()
     }
 
-    /// The configuration in force.
+    /// The configuration the runtime was started with. A reload changes the settings of
+    /// `config::reload::RELOADABLE` where they are read ([`Runtime::config_in_force`] shows
+    /// them), not this copy.
     pub fn config(&self) -> &Config {
         &self.inner.config
     }

@@ -144,8 +144,11 @@ pub struct Schedules {
     config: Arc<Config>,
     /// Woken when a job is added or removed, so the scheduler looks again.
     changed: Notify,
-    /// Serialises API changes (the count check and the write).
+    /// Serialises API changes (the count check and the write) and config syncs.
     writing: Mutex<()>,
+    /// The config's `[[schedules]]` in force: the start's, then a reload's
+    /// ([`Schedules::reload`]).
+    from_config: Mutex<Vec<ScheduleConfig>>,
 }
 
 impl Schedules {
@@ -153,6 +156,7 @@ impl Schedules {
     pub(crate) fn new(store: Store, config: Arc<Config>) -> Self {
         Self {
             store,
+            from_config: Mutex::new(config.schedules.clone()),
             config,
             changed: Notify::new(),
             writing: Mutex::new(()),
@@ -245,10 +249,40 @@ impl Schedules {
     /// deleted; a config job replaces an API job of its id. A job whose spec is unchanged
     /// keeps its next due time, so one due while the server was down is found missed.
     pub(crate) async fn sync_config(&self) -> Result<(), StoreError> {
+        let ticket = {
+            let _one = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
+            let specs = self
+                .from_config
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            self.write_config_jobs(&specs)?
+        };
+        if let Some(t) = ticket {
+            self.store.commit().wait(t).await?;
+        }
+        Ok(())
+    }
+
+    /// A config reload's `[[schedules]]` (validated with the config): stored as at start
+    /// ([`Schedules::sync_config`]), and the scheduler wakes to look at the jobs again. A run
+    /// in progress of a removed or changed job finishes.
+    pub(crate) async fn reload(&self, specs: &[ScheduleConfig]) -> Result<(), StoreError> {
+        *self
+            .from_config
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = specs.to_vec();
+        self.sync_config().await?;
+        self.changed.notify_one();
+        Ok(())
+    }
+
+    /// Writes the config jobs `specs` over the stored ones; the ticket of the last write.
+    fn write_config_jobs(&self, specs: &[ScheduleConfig]) -> Result<Option<u64>, StoreError> {
         let now = now_ms();
         let stored = self.store.schedules()?;
         let mut ticket = None;
-        for spec in &self.config.schedules {
+        for spec in specs {
             let old = stored.iter().find(|j| j.spec.id == spec.id);
             if old.is_some_and(|j| j.origin == JobOrigin::Config && j.spec == *spec) {
                 continue;
@@ -267,16 +301,11 @@ impl Schedules {
             })?);
         }
         for job in &stored {
-            if job.origin == JobOrigin::Config
-                && !self.config.schedules.iter().any(|s| s.id == job.spec.id)
-            {
+            if job.origin == JobOrigin::Config && !specs.iter().any(|s| s.id == job.spec.id) {
                 ticket = Some(self.store.delete_schedule(&job.spec.id)?.1);
             }
         }
-        if let Some(t) = ticket {
-            self.store.commit().wait(t).await?;
-        }
-        Ok(())
+        Ok(ticket)
     }
 }
 

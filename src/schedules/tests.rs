@@ -293,3 +293,44 @@ fn a_heartbeat_reply_is_quiet_only_when_it_says_nothing() {
     assert!(!is_quiet_heartbeat(&reply("schedule:j:1", "HEARTBEAT_OK")));
     assert!(!is_quiet_heartbeat(&reply("m1", "HEARTBEAT_OK")));
 }
+
+/// A config reload's `[[schedules]]` reach the running scheduler: an added job runs when due,
+/// a removed one is deleted and runs no more, and an API job is left alone.
+#[tokio::test(start_paused = true)]
+async fn a_reload_adds_and_removes_config_jobs_in_the_running_scheduler() {
+    let now = now_ms();
+    let h = start(
+        &[api_job(
+            spec("api", 10 * MIN, Missed::Skip),
+            now,
+            now + 10 * MIN,
+        )],
+        &[],
+        Duration::ZERO,
+    )
+    .await;
+    h.schedules
+        .reload(&[spec("tick", MIN, Missed::Skip)])
+        .await
+        .expect("reload");
+    let listed = h.schedules.list(0).expect("list");
+    let origins: Vec<(&str, JobOrigin)> = listed
+        .iter()
+        .map(|j| (j.spec.id.as_str(), j.origin))
+        .collect();
+    assert_eq!(
+        origins,
+        [("api", JobOrigin::Api), ("tick", JobOrigin::Config)]
+    );
+    tokio::time::sleep(Duration::from_millis(2 * MIN + MIN / 2)).await;
+    let ticks = h.calls().iter().filter(|(id, _)| id == "tick").count();
+    assert_eq!(ticks, 2, "{:?}", h.calls());
+
+    h.schedules.reload(&[]).await.expect("reload");
+    assert!(h.schedules.get("tick").expect("get").is_none());
+    assert!(h.schedules.get("api").expect("get").is_some());
+    tokio::time::sleep(Duration::from_millis(3 * MIN)).await;
+    let ticks = h.calls().iter().filter(|(id, _)| id == "tick").count();
+    assert_eq!(ticks, 2, "a removed job runs no more: {:?}", h.calls());
+    h.stop().await;
+}

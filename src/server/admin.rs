@@ -1,6 +1,6 @@
 //! Operator endpoints: `/metrics`, `DELETE /v1/sessions/{key}`,
-//! `POST /v1/sessions/{key}/compact`, `POST /v1/admin/drain`, `POST /v1/admin/backup`
-//! (`/v1/stats` is in `stats.rs`).
+//! `POST /v1/sessions/{key}/compact`, `POST /v1/admin/drain`, `POST /v1/admin/backup`,
+//! `POST /v1/admin/reload` (`/v1/stats` is in `stats.rs`).
 
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
@@ -61,6 +61,44 @@ pub(super) async fn drain(State(state): State<AppState>) -> (StatusCode, Json<se
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "status": "draining" })),
     )
+}
+
+/// `POST /v1/admin/reload`: reads the config file again and applies what may change at run
+/// time (`config/reload.rs`): `200 {"applied","restart_required","unchanged"}`; a file that
+/// fails validation changes nothing and is answered `400 invalid_config` with the reason.
+/// The edge records it in the audit log as `server.reload`, with the outcome as its target.
+pub(super) async fn reload(State(state): State<AppState>) -> Response {
+    let result = state.runtime.reload_from_file().await;
+    log_reload("POST /v1/admin/reload", &result);
+    let note = super::audit::AuditNote(match &result {
+        Ok(outcome) => outcome.summary(),
+        Err(e) => e.to_string(),
+    });
+    let mut response = match result {
+        Ok(outcome) => Json(outcome).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    };
+    response.extensions_mut().insert(note);
+    response
+}
+
+/// Logs a reload's outcome: `info` when it applied or found nothing, `warn` for settings
+/// that wait for a restart, `error` when it was refused. `via` says who asked.
+pub(super) fn log_reload(via: &str, result: &Result<crate::ReloadOutcome, crate::ReloadError>) {
+    match result {
+        Ok(o) if !o.restart_required.is_empty() => tracing::warn!(
+            via,
+            applied = ?o.applied,
+            restart_required = ?o.restart_required,
+            "config reloaded; changed settings that need a restart were not applied"
+        ),
+        Ok(o) => {
+            tracing::info!(via, applied = ?o.applied, unchanged = o.unchanged, "config reloaded")
+        }
+        Err(error) => {
+            tracing::error!(via, %error, "config reload refused; the running config is unchanged")
+        }
+    }
 }
 
 /// Bytes of the backup buffered before a chunk goes to the response.

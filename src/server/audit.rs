@@ -139,11 +139,46 @@ pub(super) fn refused(
     );
 }
 
-/// Records an admin action answered with `status` (a refused one is recorded as a refusal).
-pub(super) fn record(runtime: &Runtime, action: Action, status: StatusCode) {
-    if status != StatusCode::UNAUTHORIZED {
-        write(runtime, action, status);
+/// Most characters of an [`AuditNote`] kept in a record (a validation message can quote the
+/// file).
+pub(super) const MAX_NOTE_CHARS: usize = 500;
+
+/// What a handler adds to its response for the audit record's target: the outcome of an
+/// action that has no target of its own (a config reload's applied settings or refusal).
+#[derive(Debug, Clone)]
+pub(super) struct AuditNote(pub(super) String);
+
+/// Records an admin action answered with `response` (a refused one is recorded as a
+/// refusal); an [`AuditNote`] on the response becomes the target when the action has none.
+pub(super) fn record(runtime: &Runtime, mut action: Action, response: &Response) {
+    let status = response.status();
+    if status == StatusCode::UNAUTHORIZED {
+        return;
     }
+    if action.target.is_none() {
+        action.target = response
+            .extensions()
+            .get::<AuditNote>()
+            .map(|note| crate::inbound::preflight::cap_chars(&note.0, MAX_NOTE_CHARS));
+    }
+    write(runtime, action, status);
+}
+
+/// Records a reload asked for by `signal` (no key, no client), answered as the API would have
+/// answered it (`status`), with `outcome` as the target.
+pub(super) fn record_signal(runtime: &Runtime, signal: &str, outcome: &str, status: StatusCode) {
+    let target =
+        crate::inbound::preflight::cap_chars(&format!("{signal}: {outcome}"), MAX_NOTE_CHARS);
+    write(
+        runtime,
+        Action {
+            action: "server.reload".into(),
+            target: Some(target),
+            key_fingerprint: None,
+            client: None,
+        },
+        status,
+    );
 }
 
 /// Appends the record; a failure is logged, never turned into the client's answer.
@@ -219,6 +254,10 @@ mod tests {
         assert_eq!(
             action_of(&Method::POST, "/v1/admin/drain"),
             Some(("server.drain".into(), None))
+        );
+        assert_eq!(
+            action_of(&Method::POST, "/v1/admin/reload"),
+            Some(("server.reload".into(), None))
         );
         assert_eq!(action_of(&Method::GET, "/v1/sessions/k"), None);
         assert_eq!(action_of(&Method::GET, "/v1/admin/audit"), None);

@@ -56,7 +56,7 @@ pub(super) async fn edge(State(edge): State<Arc<Edge>>, request: Request, next: 
         },
     };
     if let Some(action) = admin {
-        super::audit::record(&edge.runtime, action, response.status());
+        super::audit::record(&edge.runtime, action, &response);
     }
     json_errors(probe, response).await
 }

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::error::{Error, StoreError};
 use crate::inbound::Refusal;
-use crate::runtime::SubmitError;
+use crate::runtime::{ReloadError, SubmitError};
 
 /// An error answered to an HTTP client.
 #[derive(Debug)]
@@ -123,6 +123,18 @@ impl From<Error> for ApiError {
     }
 }
 
+impl From<ReloadError> for ApiError {
+    fn from(e: ReloadError) -> Self {
+        match e {
+            ReloadError::Invalid(_) => Self::bad_request("invalid_config", e.to_string()),
+            ReloadError::NoConfigFile => {
+                Self::new(StatusCode::CONFLICT, "no_config_file", e.to_string())
+            }
+            ReloadError::Store(store) => Self::from(Error::Store(store)),
+        }
+    }
+}
+
 impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> Self {
         match e {
@@ -180,7 +192,6 @@ impl From<Refusal> for ApiError {
 
 impl ApiError {
     /// The status answered.
-    #[cfg(test)]
     pub(crate) fn status(&self) -> StatusCode {
         self.status
     }

@@ -101,6 +101,7 @@ pub fn app_with_auth(runtime: Runtime, closing: watch::Receiver<bool>, auth: Aut
         .route("/v1/sessions/{key}/compact", post(admin::compact))
         .route("/v1/admin/drain", post(admin::drain))
         .route("/v1/admin/backup", post(admin::backup))
+        .route("/v1/admin/reload", post(admin::reload))
         .route("/v1/admin/audit", get(audit::read))
         .route("/v1/admin/quotas", get(quotas::summary))
         .route(
@@ -169,6 +170,23 @@ fn mcp_health_line(server: &crate::McpServerHealth) -> String {
             server.error.as_deref().unwrap_or("not connected")
         ),
     }
+}
+
+/// Reloads the config file as `POST /v1/admin/reload` does, for a signal (`turnstile serve`
+/// calls it on SIGHUP; `signal` names it): logs the outcome (an `error` line for a refused
+/// file, a `warn` line for settings that need a restart) and records it in the audit log as
+/// `server.reload`, with the status the API would have answered.
+pub async fn reload_on_signal(runtime: &Runtime, signal: &str) {
+    let result = runtime.reload_from_file().await;
+    admin::log_reload(signal, &result);
+    let (status, outcome) = match result {
+        Ok(outcome) => (StatusCode::OK, outcome.summary()),
+        Err(e) => {
+            let text = e.to_string();
+            (error::ApiError::from(e).status(), text)
+        }
+    };
+    audit::record_signal(runtime, signal, &outcome, status);
 }
 
 /// How long, after the drain, the connections get to write their last answers and close.

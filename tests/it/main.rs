@@ -18,6 +18,9 @@
 //! - `bad_config`: `serve` refuses an out-of-range config value, or a Slack section it cannot
 //!   start (a token missing or swapped), with a clear error.
 //! - `restart`: transcripts are identical across a graceful restart.
+//! - `reload`: SIGHUP and `POST /v1/admin/reload` apply a new quota without a restart (a
+//!   running turn finishes), refuse a broken file (the old rules stay), report a new
+//!   `listen`/data dir as `restart_required`, and are audited.
 //! - `import`: `turnstile import openclaw` history survives the first prune pass; bad keys are
 //!   refused.
 //! - `compaction`: manual compaction over HTTP.
@@ -87,6 +90,7 @@ mod queue;
 mod quotas;
 mod rate_limits;
 mod real_model;
+mod reload;
 mod restart;
 mod schedules;
 mod shutdown;

@@ -58,6 +58,7 @@ pub async fn spawn_binary(data_dir: &Path) -> ServerProcess {
     let launch = Launch {
         data_dir,
         config: None,
+        config_for: None,
         log_dir: log_dir.path(),
         rust_log: "info".into(),
     };
@@ -68,6 +69,10 @@ pub async fn spawn_binary(data_dir: &Path) -> ServerProcess {
 struct Launch<'a> {
     data_dir: &'a Path,
     config: Option<PathBuf>,
+    /// When set: the config file's text for the address of an attempt, written to `config`
+    /// before it; the listen address and the data dir are then the file's alone (no
+    /// `--listen`, no `--data-dir`).
+    config_for: Option<&'a dyn Fn(SocketAddr) -> String>,
     log_dir: &'a Path,
     rust_log: String,
 }
@@ -86,11 +91,19 @@ impl Launch<'_> {
             if let Some(config) = &self.config {
                 command.arg("--config").arg(config);
             }
+            match (self.config_for, &self.config) {
+                (Some(text_for), Some(path)) => {
+                    std::fs::write(path, text_for(addr)).expect("writing the config")
+                }
+                _ => {
+                    command
+                        .arg("--data-dir")
+                        .arg(self.data_dir)
+                        .arg("--listen")
+                        .arg(addr.to_string());
+                }
+            }
             let child = command
-                .arg("--data-dir")
-                .arg(self.data_dir)
-                .arg("--listen")
-                .arg(addr.to_string())
                 .env("RUST_LOG", &self.rust_log)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -131,6 +144,25 @@ impl ServerProcess {
         let launch = Launch {
             data_dir,
             config: Some(config_path),
+            config_for: None,
+            log_dir: config_dir,
+            rust_log: std::env::var("TURNSTILE_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
+        };
+        launch.run(None).await
+    }
+
+    /// Starts the binary with only `--config <config_dir>/turnstile.toml`, the file being
+    /// `config_for(address)`: its `[server] listen` and `[storage] data_dir` are the server's
+    /// (as an operator's file would have them). `data_dir` must be the one the text names.
+    pub async fn start_from_file(
+        data_dir: &Path,
+        config_dir: &Path,
+        config_for: &dyn Fn(SocketAddr) -> String,
+    ) -> ServerProcess {
+        let launch = Launch {
+            data_dir,
+            config: Some(config_dir.join("turnstile.toml")),
+            config_for: Some(config_for),
             log_dir: config_dir,
             rust_log: std::env::var("TURNSTILE_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
         };
@@ -188,11 +220,25 @@ impl ServerProcess {
 
     /// SIGTERM: asks the server to shut down gracefully.
     pub fn sigterm(&self) {
+        self.signal(libc::SIGTERM, "SIGTERM");
+    }
+
+    /// SIGHUP: asks the server to reload its config file.
+    pub fn sighup(&self) {
+        self.signal(libc::SIGHUP, "SIGHUP");
+    }
+
+    fn signal(&self, signal: libc::c_int, name: &str) {
         let pid = libc::pid_t::try_from(self.pid()).expect("pid fits pid_t");
         // SAFETY: `kill` has no memory-safety preconditions; `pid` is our own child, which is
         // not yet reaped (we hold its `Child`), so the pid cannot have been reused.
-        let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-        assert_eq!(rc, 0, "kill(SIGTERM): {}", std::io::Error::last_os_error());
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({name}): {}", std::io::Error::last_os_error());
+    }
+
+    /// Whether the child is still running (not restarted, not exited).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Waits for the child to exit, at most `timeout`; `None` if it is still running.

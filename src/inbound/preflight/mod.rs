@@ -35,7 +35,7 @@ mod policy;
 mod system_events;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use serde::Serialize;
 
@@ -153,12 +153,29 @@ struct State {
     activity: BotActivity,
 }
 
+/// The policy compiled from `[preflight]`: who may talk to the bot and what addresses it.
+/// Swapped whole by a config reload ([`Preflight::set_policy`]).
+#[derive(Debug)]
+struct Policy {
+    rules: RuleBook,
+    bot_ids: IdSet,
+}
+
+impl Policy {
+    fn compile(p: &crate::config::PreflightConfig) -> Result<Self, ConfigError> {
+        Ok(Self {
+            rules: RuleBook::compile(p)?,
+            bot_ids: IdSet::new(&p.bot_user_ids, IdKind::Sender),
+        })
+    }
+}
+
 /// Preflight: the rules compiled from `[preflight]` and their bounded state.
 #[derive(Debug)]
 pub struct Preflight {
     agent: String,
-    rules: RuleBook,
-    bot_ids: IdSet,
+    /// The policy in force; a message is screened under one snapshot.
+    policy: RwLock<Arc<Policy>>,
     dedupe_ttl_ms: u64,
     /// False on a cluster node: there the replicated inbox drops redeliveries (its message-id
     /// window is `dedupe_ttl_ms`) and answered messages carry marks. A node's own marks would
@@ -187,8 +204,7 @@ impl Preflight {
         let p = &config.preflight;
         Ok(Self {
             agent: normalize_id(&config.session.agent_id, "main"),
-            rules: RuleBook::compile(p)?,
-            bot_ids: IdSet::new(&p.bot_user_ids, IdKind::Sender),
+            policy: RwLock::new(Arc::new(Policy::compile(p)?)),
             dedupe_ttl_ms: p.dedupe_ttl_ms,
             dedupes: config.cluster.is_none(),
             state: Mutex::new(State {
@@ -197,6 +213,20 @@ impl Preflight {
             }),
             counters: Counters::default(),
         })
+    }
+
+    /// Replaces the policy keys of `[preflight]` (a config reload): who may talk to the bot,
+    /// bots, mentions, the per-channel overrides. The dedupe and mention memory stay, and so do
+    /// the keys that size them (`dedupe_ttl_ms`, `dedupe_max_keys`: a restart changes those).
+    /// An invalid mention pattern changes nothing.
+    pub fn set_policy(&self, p: &crate::config::PreflightConfig) -> Result<(), ConfigError> {
+        let policy = Arc::new(Policy::compile(p)?);
+        *self.policy.write().unwrap_or_else(PoisonError::into_inner) = policy;
+        Ok(())
+    }
+
+    fn policy(&self) -> Arc<Policy> {
+        Arc::clone(&self.policy.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Whether this preflight drops duplicates itself (see the field).
@@ -302,14 +332,16 @@ impl Preflight {
                 MessageKind::Message => Ok(false),
             };
         }
-        if self.bot_ids.contains_sender(&msg.channel, &msg.sender.id) {
+        let compiled = self.policy();
+        let bot_ids = &compiled.bot_ids;
+        if bot_ids.contains_sender(&msg.channel, &msg.sender.id) {
             // The platform echoing the bot's own message: remember it for implicit mentions.
             state.activity.bot_message(&chat_ref(msg), &msg.message_id);
             return Err(DropReason::Bot);
         }
-        let rules = self.rules.for_channel(&msg.channel);
+        let rules = compiled.rules.for_channel(&msg.channel);
         if msg.sender.is_bot && msg.kind == MessageKind::Message {
-            let explicit = mentions::explicit_mention(rules, &self.bot_ids, msg);
+            let explicit = mentions::explicit_mention(rules, bot_ids, msg);
             let allow = chat.allow_bots.unwrap_or(rules.allow_bots);
             if !policy::other_bot_allowed(allow, explicit) {
                 return Err(DropReason::Bot);
@@ -328,10 +360,10 @@ impl Preflight {
         if msg.chat_kind == ChatKind::Direct {
             return Ok(false);
         }
-        let addressed = mentions::explicit_mention(rules, &self.bot_ids, msg)
-            || state.activity.implicit_mention(msg);
+        let addressed =
+            mentions::explicit_mention(rules, bot_ids, msg) || state.activity.implicit_mention(msg);
         if !addressed {
-            if rules.ignore_other_mentions && mentions::mentions_someone_else(&self.bot_ids, msg) {
+            if rules.ignore_other_mentions && mentions::mentions_someone_else(bot_ids, msg) {
                 return Err(DropReason::OtherMention);
             }
             if chat.require_mention.unwrap_or(rules.require_mention) {

@@ -820,3 +820,33 @@ fn cap_chars_cuts_on_char_boundaries() {
     assert_eq!(cap_chars("hé", 2), "hé");
     assert_eq!(cap_chars("", 0), "");
 }
+
+/// A config reload swaps the policy: the next message is screened under the new one, and the
+/// dedupe memory stays (a redelivery is still a duplicate).
+#[test]
+fn a_new_policy_applies_to_the_next_message_and_dedupe_stays() {
+    let p = preflight("");
+    assert!(submit(&p, &dm("before")).is_ok());
+    let closed =
+        Config::parse("[preflight]\ndm_policy = \"allowlist\"\nallow_from = [\"222\"]").unwrap();
+    p.set_policy(&closed.preflight).unwrap();
+    assert_eq!(
+        submit(&p, &dm("after")).map(|_| ()),
+        Err(DropReason::Policy)
+    );
+    assert_eq!(
+        submit(&p, &dm("before")).map(|_| ()),
+        Err(DropReason::Duplicate),
+        "the dedupe memory survives the swap"
+    );
+    let mut bad = closed.preflight.clone();
+    bad.mention_patterns = vec!["(".into()];
+    assert!(p.set_policy(&bad).is_err());
+    assert_eq!(
+        submit(&p, &dm("still-closed")).map(|_| ()),
+        Err(DropReason::Policy),
+        "a refused policy changes nothing"
+    );
+    p.set_policy(&Config::default().preflight).unwrap();
+    assert!(submit(&p, &dm("open-again")).is_ok());
+}
