@@ -273,6 +273,35 @@ pub fn quota_refused(limit: &'static str) {
     counter!("turnstile_quota_refused_total", "limit" => limit).increment(1);
 }
 
+/// The quota's top offenders as Prometheus text, appended to `/metrics` at each scrape:
+/// `turnstile_quota_offender_refused{subject}` for the subjects `/v1/stats` lists (at most
+/// `quotas::MAX_TOP_OFFENDERS`). Written per scrape rather than registered, because the
+/// registry keeps every label set it has seen: subjects that left the top would stay in it,
+/// and its cardinality would grow with every sender ever refused.
+pub fn quota_offenders_text(top: &[(&str, u64)]) -> String {
+    if top.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from(
+        "# HELP turnstile_quota_offender_refused Messages refused over a [[quotas]] rule for \
+         each of the subjects refused most (sender:, chat:, account:, agent:), since its last \
+         reset\n# TYPE turnstile_quota_offender_refused gauge\n",
+    );
+    for (subject, refused) in top {
+        text.push_str("turnstile_quota_offender_refused{subject=\"");
+        for c in subject.chars() {
+            match c {
+                '\\' => text.push_str("\\\\"),
+                '"' => text.push_str("\\\""),
+                '\n' => text.push_str("\\n"),
+                c => text.push(c),
+            }
+        }
+        text.push_str(&format!("\"}} {refused}\n"));
+    }
+    text
+}
+
 // ---- turns ----
 
 /// The tracing span of one turn. Its timing fields are filled in as the turn goes
@@ -840,5 +869,20 @@ mod tests {
             turn_latency().count() >= 1,
             "the turn's latency is readable back"
         );
+    }
+
+    #[test]
+    fn top_offenders_are_escaped_label_values() {
+        assert_eq!(quota_offenders_text(&[]), "");
+        let text = quota_offenders_text(&[("sender:slack:U1", 7), ("chat:a\"b\\c\nd", 2)]);
+        assert!(
+            text.contains("turnstile_quota_offender_refused{subject=\"sender:slack:U1\"} 7\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("{subject=\"chat:a\\\"b\\\\c\\nd\"} 2\n"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 4, "HELP, TYPE and one line each");
     }
 }

@@ -18,13 +18,20 @@ pub(super) async fn metrics(State(state): State<AppState>) -> Result<Response, A
     let runtime = state.runtime.clone();
     // Sampling walks the data dir: keep it off the async worker threads.
     let _ = tokio::task::spawn_blocking(move || runtime.sample_gauges()).await;
-    let text = crate::metrics::render().ok_or_else(|| {
+    let mut text = crate::metrics::render().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
             "not_available",
             "another metrics recorder owns this process; /metrics is not served here",
         )
     })?;
+    let quotas = state.runtime.quota_stats();
+    let top: Vec<(&str, u64)> = quotas
+        .top
+        .iter()
+        .map(|o| (o.subject.as_str(), o.refused))
+        .collect();
+    text.push_str(&crate::metrics::quota_offenders_text(&top));
     Ok(([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text).into_response())
 }
 

@@ -69,6 +69,14 @@ async fn over_quota_is_dropped_with_one_notice_and_survives_a_restart() {
     assert_eq!(summary["top"][0]["subject"], SUBJECT, "{summary}");
     let (_, stats) = server.api.get("/v1/stats").await;
     assert_eq!(stats["quotas"]["refused_messages"], 2, "{stats}");
+    let (_, metrics) = server.api.get("/metrics").await;
+    let metrics = metrics.as_str().unwrap_or_default().to_string();
+    assert!(
+        metrics.contains(&format!(
+            "turnstile_quota_offender_refused{{subject=\"{SUBJECT}\"}} 2\n"
+        )),
+        "{metrics}"
+    );
 
     server.stop().await;
     let server = start_server_with(dir, quota).await;
