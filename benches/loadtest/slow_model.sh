@@ -55,6 +55,7 @@ cat >"$work/turnstile.toml" <<TOML
 provider = "openai"
 base_url = "http://127.0.0.1:$model_port/v1"
 model = "slow-model"
+max_connections = $((sessions + 1000))
 [lanes]
 max_concurrent_turns = $((sessions + 1000))
 [server]

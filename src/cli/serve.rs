@@ -37,14 +37,15 @@ pub(crate) async fn serve(
     };
     let auth = turnstile::server::Auth::from_config(&config.server);
     turnstile::server::check_exposure(config.server.listen, &auth, &config.server.api_key_env)?;
-    let needed = turnstile::server::socket::fds_needed(&config.server);
+    let needed = turnstile::server::socket::fds_needed(&config);
     match turnstile::server::socket::raise_fd_limit(needed) {
         Ok(turnstile::server::socket::FdLimit::Short { limit, needed }) => tracing::warn!(
             limit,
             needed,
             "the file-descriptor limit is below what [server] max_connections + \
-             health_connections need: connections past it fail to be accepted; raise the \
-             hard limit (ulimit -Hn, LimitNOFILE=) or lower max_connections"
+             health_connections and the model connections ([lanes] max_concurrent_turns, at \
+             most [model] max_connections per model) need: connections past it fail; raise \
+             the hard limit (ulimit -Hn, LimitNOFILE=) or lower those settings"
         ),
         Ok(turnstile::server::socket::FdLimit::Raised { from, to }) => {
             tracing::info!(

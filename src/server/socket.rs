@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 
 use tokio::net::{TcpListener, TcpSocket};
 
-use crate::config::ServerConfig;
+use crate::config::{Config, ServerConfig};
 
 /// Descriptors the process holds besides its connections: the store's files (sled's, the
 /// cold packs it keeps open, the ledger), the model client's connections, logs and the
@@ -28,10 +28,19 @@ pub async fn bind(addr: SocketAddr, config: &ServerConfig) -> io::Result<TcpList
     socket.listen(config.listen_backlog)
 }
 
-/// Descriptors `config`'s connection settings can hold at once, with [`FD_RESERVE`].
-pub fn fds_needed(config: &ServerConfig) -> u64 {
-    (config.max_connections + config.health_connections + super::conn_io::MAX_LINGERING) as u64
-        + FD_RESERVE
+/// Descriptors `config`'s connection settings can hold at once, with [`FD_RESERVE`]: the
+/// server's connections, and the model client's. Each model call in flight holds one
+/// connection to the model server: at most `lanes.max_concurrent_turns` at once, and at most
+/// `model.max_connections` per model (the primary and each fallback); a burst of slow turns
+/// fills them all, so they are counted whole rather than left to the reserve.
+pub fn fds_needed(config: &Config) -> u64 {
+    let server = &config.server;
+    let serving =
+        (server.max_connections + server.health_connections + super::conn_io::MAX_LINGERING) as u64;
+    let models = 1 + config.model.fallbacks.len() as u64;
+    let to_models = (config.lanes.max_concurrent_turns as u64)
+        .min(u64::from(config.model.max_connections).saturating_mul(models));
+    serving + to_models + FD_RESERVE
 }
 
 /// What [`raise_fd_limit`] found.
@@ -88,11 +97,16 @@ mod tests {
 
     #[test]
     fn the_need_counts_every_connection_kind_and_the_reserve() {
-        let config = ServerConfig::default();
-        assert_eq!(
-            fds_needed(&config),
-            (768 + 32 + super::super::conn_io::MAX_LINGERING) as u64 + FD_RESERVE
-        );
+        let mut config = Config::default();
+        let serving = (768 + 32 + super::super::conn_io::MAX_LINGERING) as u64;
+        // 1,024 turns at once, each holding one connection to the model.
+        assert_eq!(fds_needed(&config), serving + 1_024 + FD_RESERVE);
+        // 10,000 turns at once against one model that takes 1,024 connections...
+        config.lanes.max_concurrent_turns = 10_000;
+        assert_eq!(fds_needed(&config), serving + 1_024 + FD_RESERVE);
+        // ...or two models (a fallback), 1,024 each.
+        config.model.fallbacks = vec!["backup".into()];
+        assert_eq!(fds_needed(&config), serving + 2_048 + FD_RESERVE);
     }
 
     #[test]
