@@ -52,7 +52,8 @@
 //! - `slack`: the Slack channel against a fake Slack (Web API and Socket Mode websocket):
 //!   mentions answered in thread, DMs, threads as sessions, dedupe of redelivered envelopes,
 //!   a disconnect mid-burst and restarts of the binary caught up exactly once, 429s backed
-//!   off, broadcasts escaped, the HTTP Events API's signature.
+//!   off, broadcasts escaped, the HTTP Events API's signature; `slack_threads`: a thread's
+//!   first message as its session's starter, through the binary and a recording fake model.
 //! - `discord`: the Discord channel against a fake Discord (gateway and REST): the preflight
 //!   matrix, replies, reconnects, resumes, catch-up, `kill -9`; `discord_threads`: thread
 //!   starters in thread sessions; `discord_pluralkit`: PluralKit reposts against a fake
@@ -91,6 +92,7 @@ mod restart;
 mod schedules;
 mod shutdown;
 mod slack;
+mod slack_threads;
 mod small_window;
 mod streaming;
 #[path = "../support/mod.rs"]
