@@ -17,6 +17,8 @@
 //! - `bad_input`: every refusal is a clear 4xx and stores nothing.
 //! - `bad_config`: `serve` refuses an out-of-range config value, or a Slack section it cannot
 //!   start (a token missing or swapped), with a clear error.
+//! - `channel_outage` (`#[ignore]`d, `benches/loadtest/channel_outage.sh`): a 30 s outage of
+//!   the binary behind the fake Discord and the fake Slack, caught up, answered once each.
 //! - `restart`: transcripts are identical across a graceful restart.
 //! - `import`: `turnstile import openclaw` history survives the first prune pass; bad keys are
 //!   refused.
@@ -66,6 +68,7 @@ mod auth;
 mod bad_config;
 mod bad_input;
 mod callback;
+mod channel_outage;
 mod compaction;
 mod delete;
 mod discord;
