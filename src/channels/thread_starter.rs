@@ -43,6 +43,18 @@ pub(crate) enum Fetched {
     Failed(String),
 }
 
+/// `read`, given up after [`STARTER_READ_TIMEOUT`] as a failure.
+async fn bounded(read: impl Future<Output = Fetched>) -> Fetched {
+    tokio::time::timeout(STARTER_READ_TIMEOUT, read)
+        .await
+        .unwrap_or_else(|_| {
+            Fetched::Failed(format!(
+                "no answer within {} s",
+                STARTER_READ_TIMEOUT.as_secs()
+            ))
+        })
+}
+
 /// What is known in memory of one thread's starter (that it is kept is asked of the store).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Known {
@@ -95,15 +107,7 @@ impl Starters {
             return;
         }
         let channel = self.channel;
-        let fetched = tokio::time::timeout(STARTER_READ_TIMEOUT, read)
-            .await
-            .unwrap_or_else(|_| {
-                Fetched::Failed(format!(
-                    "no answer within {} s",
-                    STARTER_READ_TIMEOUT.as_secs()
-                ))
-            });
-        let known = match fetched {
+        let known = match bounded(read).await {
             Fetched::Found(starter) => {
                 match runtime.set_thread_starter(session_key, &starter).await {
                     Ok(()) => {
@@ -150,5 +154,89 @@ impl Starters {
             Some(Known::Failed(n)) => Known::Failed(n + 1),
             _ => Known::Failed(1),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::config::Config;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_that_does_not_answer_fails_after_the_bound() {
+        let start = tokio::time::Instant::now();
+        let fetched = bounded(std::future::pending()).await;
+        assert!(matches!(fetched, Fetched::Failed(_)), "{fetched:?}");
+        assert_eq!(start.elapsed(), STARTER_READ_TIMEOUT);
+    }
+
+    fn starter(id: &str) -> ThreadStarter {
+        ThreadStarter {
+            sender_name: "Ann".into(),
+            text: "Shall we plan the offsite?".into(),
+            message_id: id.into(),
+            timestamp_ms: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_until_kept_twice_when_failing_once_when_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = Runtime::builder()
+            .config(Config::with_data_dir(dir.path()))
+            .build()
+            .await
+            .unwrap();
+        let reads = AtomicUsize::new(0);
+        let read = |answer: fn() -> Fetched| {
+            let reads = &reads;
+            async move {
+                reads.fetch_add(1, Ordering::SeqCst);
+                answer()
+            }
+        };
+        let mut starters = Starters::new("test");
+        let (kept, failing, absent) = ("k:thread:1", "k:thread:2", "k:thread:3");
+
+        // Found: kept durably, never read again.
+        starters
+            .ensure(&runtime, kept, read(|| Fetched::Found(starter("1"))))
+            .await;
+        assert!(runtime.has_thread_starter(kept));
+        starters
+            .ensure(&runtime, kept, read(|| Fetched::Found(starter("1"))))
+            .await;
+        assert_eq!(reads.swap(0, Ordering::SeqCst), 1);
+
+        // Failing: read at two messages, then left until the next start.
+        for _ in 0..4 {
+            starters
+                .ensure(&runtime, failing, read(|| Fetched::Failed("500".into())))
+                .await;
+        }
+        assert_eq!(reads.swap(0, Ordering::SeqCst), MAX_STARTER_READS as usize);
+        assert!(!runtime.has_thread_starter(failing));
+
+        // Absent: asked once.
+        for _ in 0..3 {
+            starters
+                .ensure(&runtime, absent, read(|| Fetched::Absent))
+                .await;
+        }
+        assert_eq!(reads.swap(0, Ordering::SeqCst), 1);
+
+        // A failure then a success: kept at the second message.
+        let mut again = Starters::new("test");
+        let later = "k:thread:4";
+        again
+            .ensure(&runtime, later, read(|| Fetched::Failed("timeout".into())))
+            .await;
+        again
+            .ensure(&runtime, later, read(|| Fetched::Found(starter("4"))))
+            .await;
+        assert!(runtime.has_thread_starter(later));
+        runtime.shutdown().await.unwrap();
     }
 }
