@@ -12,6 +12,8 @@
 //! - `retry.rs`: the pause between retries (delays from `crate::backoff`).
 //! - `preview.rs`: a streaming reply shown as one message edited as it grows (Telegram,
 //!   Discord, Slack).
+//! - `thread_starter.rs`: a thread session's starter message, read once (bounded) and kept
+//!   with the session (Discord, Slack).
 
 mod callback;
 mod discord;
@@ -19,6 +21,7 @@ mod preview;
 mod retry;
 mod slack;
 mod telegram;
+mod thread_starter;
 
 pub(crate) use discord::DISCORD;
 pub use slack::http::{

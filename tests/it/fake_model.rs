@@ -40,6 +40,9 @@ pub struct Behaviour {
     /// Answers wait until [`FakeModel::release`] (a model that is busy for as long as the
     /// test needs, so what happens meanwhile does not race a timer).
     pub held: bool,
+    /// The answer repeats the last `turn-N` marker of the last user message (the message
+    /// answered comes after the context blocks that may quote others) instead of the first.
+    pub last_marker: bool,
 }
 
 impl Default for Behaviour {
@@ -51,6 +54,7 @@ impl Default for Behaviour {
             retry_after_secs: 1,
             delay_ms: 0,
             held: false,
+            last_marker: false,
         }
     }
 }
@@ -261,7 +265,12 @@ async fn completions(State(state): State<Arc<FakeState>>, Json(body): Json<Value
         };
         (400, (StatusCode::BAD_REQUEST, Json(body)).into_response())
     } else {
-        let mark = marker(&last_user).unwrap_or("no-marker");
+        let from = if state.behaviour.last_marker {
+            last_user.rfind("turn-").unwrap_or(0)
+        } else {
+            0
+        };
+        let mark = marker(&last_user[from..]).unwrap_or("no-marker");
         // An answer within max_tokens: the marker and some words.
         let room = max_tokens.unwrap_or(64).min(64);
         let words = (room / 2).saturating_sub(2) as usize;

@@ -17,6 +17,8 @@
 //! - `bad_input`: every refusal is a clear 4xx and stores nothing.
 //! - `bad_config`: `serve` refuses an out-of-range config value, or a Slack section it cannot
 //!   start (a token missing or swapped), with a clear error.
+//! - `channel_outage` (`#[ignore]`d, `benches/loadtest/channel_outage.sh`): a 30 s outage of
+//!   the binary behind the fake Discord and the fake Slack, caught up, answered once each.
 //! - `restart`: transcripts are identical across a graceful restart.
 //! - `reload`: SIGHUP and `POST /v1/admin/reload` apply a new quota without a restart (a
 //!   running turn finishes), refuse a broken file (the old rules stay), report a new
@@ -55,7 +57,8 @@
 //! - `slack`: the Slack channel against a fake Slack (Web API and Socket Mode websocket):
 //!   mentions answered in thread, DMs, threads as sessions, dedupe of redelivered envelopes,
 //!   a disconnect mid-burst and restarts of the binary caught up exactly once, 429s backed
-//!   off, broadcasts escaped, the HTTP Events API's signature.
+//!   off, broadcasts escaped, the HTTP Events API's signature; `slack_threads`: a thread's
+//!   first message as its session's starter, through the binary and a recording fake model.
 //! - `discord`: the Discord channel against a fake Discord (gateway and REST): the preflight
 //!   matrix, replies, reconnects, resumes, catch-up, `kill -9`; `discord_threads`: thread
 //!   starters in thread sessions; `discord_pluralkit`: PluralKit reposts against a fake
@@ -68,6 +71,7 @@ mod auth;
 mod bad_config;
 mod bad_input;
 mod callback;
+mod channel_outage;
 mod compaction;
 mod delete;
 mod discord;
@@ -95,6 +99,7 @@ mod restart;
 mod schedules;
 mod shutdown;
 mod slack;
+mod slack_threads;
 mod small_window;
 mod streaming;
 #[path = "../support/mod.rs"]

@@ -21,8 +21,8 @@ use crate::support::{
     config, env_var, eventually_some, one_turn_per_message, FixedModel, ServerProcess, TestServer,
 };
 
-const CHANNEL: &str = "C20";
-const PATIENCE: Duration = Duration::from_secs(20);
+pub(crate) const CHANNEL: &str = "C20";
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
 
 fn slack_config(fake: &FakeSlack) -> SlackConfig {
     SlackConfig {
@@ -61,7 +61,7 @@ async fn server_queueing(
     TestServer::serve(runtime, None).await
 }
 
-async fn connected(fake: &FakeSlack) {
+pub(crate) async fn connected(fake: &FakeSlack) {
     eventually_some(PATIENCE, "the socket mode connection", || {
         let fake = fake.clone();
         async move { fake.is_live().then_some(()) }
@@ -70,7 +70,7 @@ async fn connected(fake: &FakeSlack) {
 }
 
 /// Waits until the bot has sent `n` messages; returns them, oldest first.
-async fn sent(fake: &FakeSlack, n: usize) -> Vec<(String, Value)> {
+pub(crate) async fn sent(fake: &FakeSlack, n: usize) -> Vec<(String, Value)> {
     eventually_some(PATIENCE, &format!("{n} bot messages"), || {
         let fake = fake.clone();
         async move {
@@ -94,7 +94,7 @@ async fn metrics(url: String) -> String {
     reqwest::get(url).await.unwrap().text().await.unwrap()
 }
 
-fn mention(text: &str) -> String {
+pub(crate) fn mention(text: &str) -> String {
     format!("<@{BOT_USER}> {text}")
 }
 

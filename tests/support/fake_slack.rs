@@ -8,7 +8,8 @@
 //! or answers the next sends with 429 and `Retry-After`; `chat.update` is recorded;
 //! `conversations.history` (top-level messages after `oldest`, newest first, `limit`,
 //! `has_more`), `conversations.replies` (a thread's first message and its replies after
-//! `oldest`, oldest first) and `conversations.info` read the histories. Both read in pages
+//! `oldest`, oldest first; without `oldest`, as a thread's starter is read, it can answer
+//! 500 when asked) and `conversations.info` read the histories. Both read in pages
 //! as Slack does: at most `limit` messages (and at most the test's page cap, as Slack
 //! answers fewer than asked for some apps), `response_metadata.next_cursor` naming where
 //! the next page starts (older messages for the history, newer replies for a thread), and
@@ -83,6 +84,8 @@ struct Shared {
     retry_after_secs: u32,
     /// Most messages one history or replies page holds, whatever `limit` asks (none: `limit`).
     page_cap: Option<usize>,
+    /// Thread-parent reads (`conversations.replies` without `oldest`) still to answer 500.
+    parent_read_500s: u32,
 }
 
 /// The fake Slack.
@@ -332,6 +335,13 @@ impl FakeSlack {
         if let Some((_, tx)) = s.live.take() {
             let _ = tx.send(Control::Drop);
         }
+    }
+
+    /// Answers the next `n` reads of a thread's first message alone (`conversations.replies`
+    /// without `oldest`, as a thread starter is read; a catch-up always names `oldest`) with
+    /// HTTP 500.
+    pub fn fail_parent_reads(&self, n: u32) {
+        self.shared().parent_read_500s = n;
     }
 
     /// Serves at most `n` messages per `conversations.history`/`replies` page, whatever the
@@ -610,6 +620,13 @@ async fn web_api(
             ok(page(list, page_size(&p("limit"), s.page_cap)))
         }
         "conversations.replies" => {
+            if params.get("oldest").is_none() {
+                let mut s = f.shared();
+                if s.parent_read_500s > 0 {
+                    s.parent_read_500s -= 1;
+                    return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+                }
+            }
             let thread = p("ts");
             let oldest = ts_key(&p("oldest"));
             // The cursor is the `ts` the previous page ended at: this page is newer.

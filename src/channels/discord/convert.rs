@@ -45,7 +45,7 @@ pub(crate) struct Context {
     /// Channel id → its parent when it is a thread, `None` when it is not.
     channels: LruCache<u64, Option<u64>>,
     /// What is known of each thread's starter message.
-    pub starters: super::starter::Starters,
+    pub starters: crate::channels::thread_starter::Starters,
     /// Messages held for their PluralKit proxy.
     pub held: super::held::Held,
 }
@@ -59,7 +59,7 @@ impl Context {
             channels: LruCache::new(
                 NonZeroUsize::new(MAX_KNOWN_CHANNELS).unwrap_or(NonZeroUsize::MIN),
             ),
-            starters: super::starter::Starters::default(),
+            starters: crate::channels::thread_starter::Starters::new(super::DISCORD),
             held: super::held::Held::default(),
         }
     }

@@ -470,9 +470,8 @@ impl ShardTask {
                 }
             }
             if let (true, Some((thread, parent))) = (wants_starter, thread) {
-                ctx.starters
-                    .ensure(&self.rest, runtime, &key, thread, parent, m)
-                    .await;
+                let read = super::starter::read_starter(&self.rest, thread, parent, m);
+                ctx.starters.ensure(runtime, &key, read).await;
             }
         }
         let target = converted

@@ -311,6 +311,21 @@ impl WebApi {
         Ok(page)
     }
 
+    /// `conversations.replies` of thread `thread_ts` in `channel` with `limit` 1: the
+    /// thread's first message (a thread session's starter), `None` when Slack lists it not.
+    pub(crate) async fn thread_parent(
+        &self,
+        bot: &Secret,
+        channel: &str,
+        thread_ts: &str,
+    ) -> Result<Option<SlackMessage>, ApiError> {
+        let body = serde_json::json!({"channel": channel, "ts": thread_ts, "limit": "1"});
+        let answer = self.call("conversations.replies", bot, &body, true).await?;
+        let page: History = serde_json::from_value(answer)
+            .map_err(|e| ApiError::Final(format!("conversations.replies: {e}")))?;
+        Ok(page.messages.into_iter().find(|m| m.ts == thread_ts))
+    }
+
     /// Counts a rate-limit wait.
     pub(crate) fn count_wait(&self) {
         metrics::channel_rate_limit_wait(SLACK);

@@ -174,7 +174,7 @@ fn system_text(subtype: &str, who: &str, text: &str) -> Option<String> {
     })
 }
 
-fn display_name(m: &SlackMessage) -> String {
+pub(crate) fn display_name(m: &SlackMessage) -> String {
     let profile = m.user_profile.as_ref();
     [
         profile.and_then(|p| p.display_name.clone()),

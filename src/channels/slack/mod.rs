@@ -14,7 +14,8 @@
 //! - `http.rs`: the HTTP Events API route's half — the signature check and the hand-over.
 //! - `receiver.rs`: the channel's one ordered task — dedupe, catch-up, submission, cursors.
 //! - `events.rs`: what Slack sends, read leniently. `convert.rs`: messages to inbound
-//!   messages with the seed's rules. `state.rs`: the durable cursors and the catch-up bounds.
+//!   messages with the seed's rules. `starter.rs`: a thread's first message, read once as
+//!   its session's starter. `state.rs`: the durable cursors and the catch-up bounds.
 //!   `ts.rs`: message timestamps.
 //! - `outbound.rs`: the reply body (escaped so nothing pings, in thread).
 //! - `preview.rs`: where a streaming reply's preview goes (`chat.postMessage`, then
@@ -31,6 +32,7 @@ mod outbound;
 mod preview;
 mod receiver;
 mod socket;
+mod starter;
 mod state;
 mod ts;
 

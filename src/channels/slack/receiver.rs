@@ -11,6 +11,9 @@
 //!   message (`conversations.history`, `conversations.replies`, page after page through
 //!   `next_cursor`; bounded per conversation by `catch_up_max_per_conversation` and in
 //!   total), oldest first, through the same dedupe and conversion as live messages.
+//! - A thread reply's session gets its thread's first message kept as its starter before
+//!   the reply is submitted (`starter.rs`, read once, bounded; a failure leaves the turn
+//!   without it).
 //! - After each handled message the cursors are saved.
 
 use std::num::NonZeroUsize;
@@ -24,9 +27,11 @@ use super::api::{ApiError, History, Identity, WebApi};
 use super::convert::{self, to_inbound, Place};
 use super::events::{Callback, SlackMessage, SlashCommand};
 use super::socket::Inbound;
+use super::starter::read_starter;
 use super::state::{SlackState, Target, CATCH_UP_PAGE_SIZE, MAX_CATCH_UP_TOTAL, STATE_KEY};
 use super::{ts, SlackChannel, SLACK};
 use crate::channels::retry::pause_unless_stopped;
+use crate::channels::thread_starter::Starters;
 use crate::config::SlackConfig;
 use crate::error::Error;
 use crate::inbound::{
@@ -80,6 +85,7 @@ pub(crate) struct Receiver {
     state: SlackState,
     seen: LruCache<String, ()>,
     types: LruCache<String, String>,
+    starters: Starters,
 }
 
 fn cache<V>(n: usize) -> LruCache<String, V> {
@@ -114,6 +120,7 @@ impl Receiver {
             state,
             seen: cache(MAX_SEEN),
             types: cache(MAX_KNOWN_TYPES),
+            starters: Starters::new(SLACK),
         }
     }
 
@@ -267,6 +274,12 @@ impl Receiver {
         };
         let (done, own) = match to_inbound(m, place, &self.identity, &self.config) {
             Ok(converted) => {
+                if let Some(thread) = thread
+                    .as_deref()
+                    .filter(|_| converted.message.kind == MessageKind::Message)
+                {
+                    self.keep_starter(&converted, channel, thread).await;
+                }
                 let done = self
                     .submit(
                         &converted.message,
@@ -305,6 +318,20 @@ impl Receiver {
         }
         self.save().await;
         done
+    }
+
+    /// Makes sure the session of thread reply `converted` (thread `thread` of `channel`) has
+    /// its thread's first message kept as its starter.
+    async fn keep_starter(&mut self, converted: &convert::Converted, channel: &str, thread: &str) {
+        let runtime = self.port.runtime();
+        let key = session_key(
+            runtime,
+            &converted.message,
+            &converted.route,
+            converted.rules,
+        );
+        let read = read_starter(&self.api, &self.bot_token, channel, thread);
+        self.starters.ensure(runtime, &key, read).await;
     }
 
     /// A slash command: not chat. Submitted as a command so preflight counts and skips it.
@@ -353,13 +380,7 @@ impl Receiver {
     ) -> Handled {
         let runtime = self.port.runtime();
         if let Some(prompt) = system_prompt {
-            let key = runtime.session_key_of(&InboundEvent {
-                message: message.clone(),
-                session_key: None,
-                id_origin: IdOrigin::Given,
-                route: route.clone(),
-                rules,
-            });
+            let key = session_key(runtime, message, &route, rules);
             if let Err(error) = runtime.set_session_instructions(&key, prompt).await {
                 tracing::warn!(%error, "cannot store a slack conversation's system prompt");
             }
@@ -574,6 +595,22 @@ impl Receiver {
         tracing::info!(messages = total, "slack catch-up done");
         Handled::Done
     }
+}
+
+/// The session key `message` goes to.
+fn session_key(
+    runtime: &crate::runtime::Runtime,
+    message: &InboundMessage,
+    route: &RouteHints,
+    rules: ChatRules,
+) -> String {
+    runtime.session_key_of(&InboundEvent {
+        message: message.clone(),
+        session_key: None,
+        id_origin: IdOrigin::Given,
+        route: route.clone(),
+        rules,
+    })
 }
 
 /// Adds one page to what a read gathered: only messages after the cursor (`oldest`), kept

@@ -2,7 +2,9 @@
 //! — its parent chain (≤ `max_depth`), its direct replies and the chat's messages within
 //! ±`window_ms` of it — de-duplicated, in time order, inside a labelled untrusted block. When
 //! the budget is short the messages farthest in time from the target go first; the target is
-//! always kept (cut if it alone does not fit).
+//! always kept (cut if it alone does not fit). Not when the target is the thread session's
+//! kept starter: `thread_starter` shows it (a Slack thread reply always names the thread's
+//! first message as the one it replies to).
 
 use std::collections::HashSet;
 
@@ -108,6 +110,11 @@ impl ReplyThreadSource {
     }
 }
 
+/// Whether `id` is the kept starter of the thread session (an unreadable record: not).
+fn is_thread_starter(session: &SessionView<'_>, id: &str) -> bool {
+    matches!(session.store().thread_starter(session.key), Ok(Some(s)) if s.message_id == id)
+}
+
 fn line(m: &ChannelMessage, is_target: bool) -> String {
     format!(
         "{}[{}] {}: {}",
@@ -144,6 +151,11 @@ impl ContextSource for ReplyThreadSource {
         let Some(target_id) = m.reply_to.as_deref() else {
             return Ok(Vec::new());
         };
+        if is_thread_starter(session, target_id) {
+            // A reply to its thread's starter (every Slack thread reply names the thread's
+            // first message): `thread_starter` shows that message, once.
+            return Ok(Vec::new());
+        }
         let Some(target) = session.store().channel_message(
             &session.chat_channel(&m.channel),
             &m.chat_id,

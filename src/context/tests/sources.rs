@@ -587,4 +587,25 @@ fn a_thread_session_shows_its_starter_as_a_labelled_block_not_a_turn() {
     )];
     let b = assemble(&engine(&config), &store, THREAD_KEY, 1, &first);
     assert!(!b.blocks.iter().any(|b| b.kind == BlockKind::ThreadStarter));
+    // A reply to the starter (every Slack thread reply names its thread's first message),
+    // which the chat's records hold too: shown once, as the starter, not as a reply thread.
+    store.push_channel_message(chat("30", 5, None, "Shall we plan the offsite?"));
+    let mut reply = inbound(ChatKind::Channel, "m2", "@bot and the venue?", 0);
+    reply.reply_to = Some("30".into());
+    let replying = [current(reply, 1, vec![], vec![])];
+    let c = assemble(&engine(&config), &store, THREAD_KEY, 1, &replying);
+    assert!(c.blocks.iter().any(|b| b.kind == BlockKind::ThreadStarter));
+    assert!(!c.blocks.iter().any(|b| b.kind == BlockKind::ReplyThread));
+    let shown = c
+        .messages()
+        .iter()
+        .map(|m| m.content.matches("plan the offsite").count())
+        .sum::<usize>();
+    assert_eq!(shown, 1);
+    // Without a kept starter (its read failed), the reply thread shows it.
+    let mut unread = MemoryStore::new();
+    unread.push_channel_message(chat("30", 5, None, "Shall we plan the offsite?"));
+    let d = assemble(&engine(&config), &unread, THREAD_KEY, 1, &replying);
+    assert!(!d.blocks.iter().any(|b| b.kind == BlockKind::ThreadStarter));
+    assert!(d.blocks.iter().any(|b| b.kind == BlockKind::ReplyThread));
 }
