@@ -22,13 +22,17 @@ use tokio::sync::watch;
 use super::plan::{step, Cadence, Step};
 use super::{started, RunChange, RunTurns, Schedules};
 use crate::clock::now_ms;
-use crate::config::ScheduleConfig;
+use crate::config::{Missed, ScheduleConfig};
 use crate::store::{JobOrigin, JobRecord, RunOutcome, RunRecord, MAX_RUNS_KEPT};
 
 /// Longest sleep between looks at the jobs: a wall clock set forward is noticed within it.
 const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// Wait after a store error before looking again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// How often a missed due time (`run_once`) waiting for its job's run still going looks
+/// again: it runs once that run ends (typically one just resumed, whose answer is often
+/// stored already) rather than being skipped as overlapping it.
+const MISSED_WAIT: Duration = Duration::from_secs(1);
 /// Longest sleep between looks on a cluster node: how late a job is taken up after its
 /// partition is gained (ownership changes wake nothing here).
 const CLUSTER_LOOK_EVERY: Duration = Duration::from_secs(1);
@@ -160,6 +164,11 @@ async fn fire_due(
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .contains(&job.spec.id);
+        if busy && due < since && job.spec.missed == Missed::RunOnce {
+            let again = now.saturating_add(MISSED_WAIT.as_millis() as u64);
+            earliest = Some(earliest.map_or(again, |e| e.min(again)));
+            continue;
+        }
         let (record, next_due) = match step(&cadence, job.spec.missed, due, now, since) {
             Step::Run {
                 due_ms,

@@ -624,3 +624,72 @@ async fn in_a_cluster_a_due_time_missed_between_owners_is_skipped_by_policy() {
         node.task.await.expect("the scheduler ended");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn in_a_cluster_a_due_time_missed_after_an_unfinished_run_runs_once_after_its_resume() {
+    let cluster = Arc::new(FakeCluster::default());
+    cluster.set_owner(Some(0));
+    let now = now_ms();
+    let first = next_multiple(now, MIN);
+    let nodes = start_nodes(
+        &cluster,
+        &[config_job(spec("tick", MIN, Missed::RunOnce), first)],
+        Duration::from_millis(500),
+    )
+    .await;
+    // The owner dies during its run due at `first` (its end is never recorded), and nobody
+    // owns the partition for two more due times.
+    tokio::time::sleep(Duration::from_millis(first - now + 250)).await;
+    nodes[0].kill();
+    cluster.set_owner(None);
+    tokio::time::sleep(Duration::from_millis(2 * MIN + MIN / 2)).await;
+    cluster.set_owner(Some(1));
+    tokio::time::sleep(Duration::from_millis(MIN)).await;
+    // The next owner resumes the unfinished run, then runs the missed due time once (not
+    // skipped as overlapping the resumed run), then the next on time.
+    assert_eq!(nodes[1].dues(), [first, first + MIN, first + 3 * MIN]);
+    let runs = nodes[1].runs("tick");
+    assert!(
+        runs.iter()
+            .all(|r| matches!(r.outcome, RunOutcome::Answered { .. })),
+        "{runs:?}"
+    );
+    for node in nodes {
+        let _ = node.stop.send(true);
+        node.task.await.expect("the scheduler ended");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missed_run_waits_for_a_resumed_run_to_end_then_runs_once() {
+    let now = now_ms();
+    // Stopped mid-run 15 minutes ago; due again 5 minutes ago, while down.
+    let left = started(now - 15 * MIN, now - 15 * MIN, RunOutcome::Running);
+    let h = start(
+        &[api_job(
+            spec("slow", 10 * MIN, Missed::RunOnce),
+            now - 30 * MIN,
+            now - 5 * MIN,
+        )],
+        &[("slow", left)],
+        Duration::from_millis(MIN + MIN / 2),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(3 * MIN)).await;
+    assert_eq!(
+        h.calls(),
+        [
+            ("slow".to_string(), now - 15 * MIN),
+            ("slow".to_string(), now - 5 * MIN)
+        ],
+        "resumed, then the missed one once it ended"
+    );
+    let runs = h.runs("slow");
+    assert!(
+        runs.iter().all(|r| r.outcome != RunOutcome::Skipped),
+        "{runs:?}"
+    );
+    let job = h.schedules.get("slow").expect("read").expect("the job");
+    assert_eq!(job.next_due_ms, Some(now + 10 * MIN));
+    h.stop().await;
+}

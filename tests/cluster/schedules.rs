@@ -1,6 +1,7 @@
 //! Scheduled turns in a cluster: a `[[schedules]]` job (the same on every node) fires only on
 //! the node owning its session's partition, once per due time; when that node is killed, the
-//! partition's next owner goes on with it, never running a due time the old owner ran.
+//! partition's next owner goes on with it, never running a due time the old owner ran. The
+//! API cannot add a job to a cluster (`501`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -120,9 +121,19 @@ async fn a_job_fires_once_per_due_time_on_its_owner_and_goes_on_after_the_owner_
     let mut nodes = Nodes::start(&nats, 3, LEASE_MS, &extra).await;
     wait_balanced(&nats, &["n1", "n2", "n3"], patience()).await;
 
+    // Jobs come from every node's config; the API cannot add one to a cluster.
+    let apis = nodes.apis();
+    let (status, body) = apis[0]
+        .post_raw(
+            "/v1/schedules",
+            serde_json::json!({"id": "api", "every_ms": 1000, "message": "m"}).to_string(),
+        )
+        .await;
+    assert_eq!(status, 501, "{body}");
+    assert!(body.to_string().contains("[[schedules]]"), "{body}");
+
     // Ownership has settled: from now on only the owner starts runs.
     let first = owner(&nats, None).await;
-    let apis = nodes.apis();
     let mut before = Vec::new();
     for api in &apis {
         before.push(started(api).await);
@@ -141,6 +152,7 @@ async fn a_job_fires_once_per_due_time_on_its_owner_and_goes_on_after_the_owner_
 
     // The owner dies; the partition's next owner goes on, and never runs a due time twice.
     nodes.kill9(first);
+    let killed = std::time::Instant::now();
     let last_before_kill = seen.last().copied().unwrap_or(0);
     let next = owner(&nats, Some(first)).await;
     let other = (0..3)
@@ -150,6 +162,7 @@ async fn a_job_fires_once_per_due_time_on_its_owner_and_goes_on_after_the_owner_
     // Its run records include the old owner's runs: it saw they were done (read at its
     // first own run, while the newest runs shown still reach back before the kill).
     wait_dues(&nodes.node(next).api, last_before_kill, 1).await;
+    let resumed = killed.elapsed();
     let (status, job) = nodes.node(next).api.get("/v1/schedules/tick").await;
     assert_eq!(status, 200, "{job}");
     let runs: Vec<u64> = job["runs"]
@@ -182,6 +195,12 @@ async fn a_job_fires_once_per_due_time_on_its_owner_and_goes_on_after_the_owner_
         started(&nodes.node(other).api).await,
         other_before,
         "only the owner runs it"
+    );
+    eprintln!(
+        "n{} ran {} due times; n{} went on {resumed:?} after the kill: {after:?}",
+        first + 1,
+        seen.len(),
+        next + 1
     );
     nodes.stop().await;
 }
