@@ -7,6 +7,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use super::{Runtime, SubmitError};
 use crate::config::ScheduleConfig;
 use crate::inbound::{
@@ -18,7 +20,6 @@ use crate::schedules::{
     RunChange, RunTurns, Schedules, HEARTBEAT_OK,
 };
 use crate::store::RunOutcome;
-use futures_util::future::BoxFuture;
 
 /// Longest wait for a run's answer. Turns end by their own deadlines long before; this
 /// bounds a run whose message was answered so long ago its answer is no longer found.
