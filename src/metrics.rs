@@ -124,6 +124,10 @@ fn describe() {
     );
     describe_counter!("turnstile_turns_total", "Turns finished, by outcome");
     describe_counter!(
+        "turnstile_schedule_runs_total",
+        "Scheduled runs this node started or skipped, by schedule"
+    );
+    describe_counter!(
         "turnstile_quota_refused_total",
         "Messages refused over a [[quotas]] rule, by limit (messages, tokens)"
     );
@@ -524,6 +528,15 @@ pub fn cluster_partition_held(partition: u32, held: usize) {
 /// A changelog append of `partition` ended (`ok`, `fenced`, `failed`) or was `retried`.
 pub fn cluster_append(partition: u32, outcome: &'static str) {
     counter!("turnstile_cluster_appends_total", "partition" => partition.to_string(), "outcome" => outcome)
+        .increment(1);
+}
+
+/// This node recorded a run of schedule `id`: `started` (its turn submitted) or skipped.
+/// Counted only where the run was decided, so in a cluster it shows which node ran a job.
+/// At most `MAX_SCHEDULES` ids.
+pub fn schedule_run(id: &str, started: bool) {
+    let outcome = if started { "started" } else { "skipped" };
+    counter!("turnstile_schedule_runs_total", "schedule" => id.to_string(), "outcome" => outcome)
         .increment(1);
 }
 

@@ -1,6 +1,7 @@
 //! Cluster mode against a real 3-node NATS JetStream cluster (feature `cluster`): the
 //! harness is `cluster/nats.rs`, the `cluster status` tests are `cluster/status.rs`, the
-//! API on nodes that do not own the session (delete, streaming) `cluster/any_node.rs`; every
+//! API on nodes that do not own the session (delete, streaming) `cluster/any_node.rs`,
+//! scheduled turns on the owner `cluster/schedules.rs`; every
 //! test starts a cluster of its own and kills it at the end.
 
 #[path = "cluster/any_node.rs"]
@@ -11,6 +12,8 @@ mod any_node;
 mod fake_streaming_model;
 #[path = "cluster/nats.rs"]
 mod nats;
+#[path = "cluster/schedules.rs"]
+mod schedules;
 #[path = "cluster/serve.rs"]
 mod serve;
 #[path = "cluster/status.rs"]

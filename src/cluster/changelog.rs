@@ -22,6 +22,7 @@ use super::{partition_of, Partition};
 use crate::clock::now_ms;
 use crate::metrics;
 use crate::pipeline::{ReplicatedTurn, Replication, ReplicationError};
+use crate::schedules::RunChange;
 use crate::store::ReplicaMarks;
 
 /// How long a node remembers that a message was answered (the marks live in its `dedupe`
@@ -237,6 +238,30 @@ impl Changelog {
         self.append_locked(lock, &id, &record).await
     }
 
+    /// Appends a scheduled run's `change` (its job's turns run in `session_key`), fenced by
+    /// this node's tenure of the session's partition.
+    async fn append_schedule_run(
+        &self,
+        session_key: &str,
+        change: &RunChange,
+    ) -> Result<(), ReplicationError> {
+        let partition = partition_of(session_key, self.partitions);
+        let Some(mut lock) = self.lock(partition).await else {
+            metrics::cluster_append(partition, "fenced");
+            return Err(ReplicationError::Fenced { partition });
+        };
+        let epoch = lock.tenure.epoch;
+        let id = self.next_id(epoch);
+        let record = LogRecord::ScheduleRun {
+            id: id.clone(),
+            node: self.node_id.clone(),
+            epoch,
+            change: change.clone(),
+        };
+        self.append_locked(&mut lock, &id, &record).await?;
+        Ok(())
+    }
+
     /// Acknowledges the inbox messages of `session_key` held here: the session was deleted
     /// with them unanswered (as a single node deletes its pending messages), so they must not
     /// be delivered again.
@@ -360,11 +385,11 @@ impl Changelog {
             Err(e) => return Err(Box::new(e)),
         };
         Ok(match serde_json::from_slice::<LogRecord>(&last.payload) {
-            Ok(LogRecord::Turn { id: found, .. } | LogRecord::Delete { id: found, .. })
-                if found == id =>
-            {
-                Some(last.sequence)
-            }
+            Ok(
+                LogRecord::Turn { id: found, .. }
+                | LogRecord::Delete { id: found, .. }
+                | LogRecord::ScheduleRun { id: found, .. },
+            ) if found == id => Some(last.sequence),
             _ => None,
         })
     }
@@ -381,5 +406,13 @@ impl Replication for Changelog {
         turn: &'a ReplicatedTurn,
     ) -> BoxFuture<'a, Result<ReplicaMarks, ReplicationError>> {
         Box::pin(self.append_turn(turn))
+    }
+
+    fn append_run<'a>(
+        &'a self,
+        session_key: &'a str,
+        change: &'a RunChange,
+    ) -> BoxFuture<'a, Result<(), ReplicationError>> {
+        Box::pin(self.append_schedule_run(session_key, change))
     }
 }

@@ -16,7 +16,8 @@
 //! transaction, and a turn at or below it is skipped; this node's current tenures' turns are
 //! skipped too (their delivery committed them here). A delete (`deletes`) is applied the
 //! same way, in changelog order, except on the owner that appended it (it deleted its copy
-//! under the partition's append lock).
+//! under the partition's append lock); so is a scheduled run's start or end (the job's runs
+//! and next due time, written again harmlessly if a crash comes before the position).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -245,9 +246,9 @@ impl Follower {
         };
         let (node, epoch) = match &record {
             LogRecord::Tenure { .. } => return,
-            LogRecord::Turn { node, epoch, .. } | LogRecord::Delete { node, epoch, .. } => {
-                (node, *epoch)
-            }
+            LogRecord::Turn { node, epoch, .. }
+            | LogRecord::Delete { node, epoch, .. }
+            | LogRecord::ScheduleRun { node, epoch, .. } => (node, *epoch),
         };
         if node == self.changelog.node_id() && self.changelog.is_current(partition, epoch) {
             return;
@@ -269,6 +270,16 @@ impl Follower {
                     .await
                 {
                     tracing::error!(partition, seq, session_key, error = %e, "could not apply a replicated delete here");
+                }
+                return;
+            }
+            LogRecord::ScheduleRun { change, .. } => {
+                if let Err(e) = self
+                    .runtime
+                    .apply_replicated_run(change, partition, seq)
+                    .await
+                {
+                    tracing::error!(partition, seq, error = %e, "could not apply a replicated scheduled run here");
                 }
                 return;
             }

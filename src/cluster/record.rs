@@ -1,5 +1,5 @@
 //! What the cluster carries, as JSON: an accepted message in a partition's inbox, the records
-//! of a partition's changelog (a new tenure, a turn, a deleted session), and a delete asked of
+//! of a partition's changelog (a new tenure, a turn, a deleted session, a scheduled run), and a delete asked of
 //! a partition's owner with its answer (core NATS request-reply).
 
 use serde::{Deserialize, Serialize};
@@ -126,6 +126,19 @@ pub(super) enum LogRecord {
         epoch: u64,
         /// The deleted session.
         session_key: String,
+    },
+    /// A scheduled run of a job whose session is in the partition started or ended on its
+    /// owner (`src/schedules/`): every replica records it, so a new owner knows which due
+    /// times were run.
+    ScheduleRun {
+        /// Unique per record, like a turn's (the append's message id).
+        id: String,
+        /// The owner that ran it.
+        node: String,
+        /// Its tenure's epoch.
+        epoch: u64,
+        /// The change to the job's runs.
+        change: crate::schedules::RunChange,
     },
 }
 

@@ -140,13 +140,6 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
             format!("at most {MAX_SCHEDULES} schedules"),
         ));
     }
-    if config.cluster.is_some() && !config.schedules.is_empty() {
-        // Every node would run every job; running each on its session's owner is still to do.
-        return Err(invalid(
-            "schedules",
-            "scheduled turns do not run in a cluster yet; remove [[schedules]] or [cluster]",
-        ));
-    }
     let mut seen = std::collections::BTreeSet::new();
     for s in &config.schedules {
         s.check(config)?;

@@ -51,6 +51,14 @@ pub(crate) trait Replication: Send + Sync + 'static {
         &'a self,
         turn: &'a ReplicatedTurn,
     ) -> BoxFuture<'a, Result<ReplicaMarks, ReplicationError>>;
+
+    /// Appends a scheduled run's start or end (`src/schedules/`) of a job whose turns run in
+    /// `session_key` to its partition's changelog, fenced like a turn.
+    fn append_run<'a>(
+        &'a self,
+        session_key: &'a str,
+        change: &'a crate::schedules::RunChange,
+    ) -> BoxFuture<'a, Result<(), ReplicationError>>;
 }
 
 /// The replication a delivery uses: none for a single node; for a cluster node, installed by
@@ -111,6 +119,14 @@ mod tests {
             &'a self,
             _turn: &'a ReplicatedTurn,
         ) -> BoxFuture<'a, Result<ReplicaMarks, ReplicationError>> {
+            Box::pin(async { Err(ReplicationError::Fenced { partition: 0 }) })
+        }
+
+        fn append_run<'a>(
+            &'a self,
+            _session_key: &'a str,
+            _change: &'a crate::schedules::RunChange,
+        ) -> BoxFuture<'a, Result<(), ReplicationError>> {
             Box::pin(async { Err(ReplicationError::Fenced { partition: 0 }) })
         }
     }

@@ -274,6 +274,9 @@ impl RuntimeBuilder {
                     return Err(e.into());
                 }
             }
+            // Its jobs fire once the node owns their sessions' partitions (`owns` is false
+            // until the cluster layer is installed and a tenure begins).
+            runtime.start_scheduler();
             store.settle_after_start();
             return Ok(runtime);
         }

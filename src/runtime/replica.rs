@@ -237,6 +237,29 @@ impl Runtime {
         Ok(())
     }
 
+    /// Applies another node's scheduled run (its start or end, from the changelog at `seq`
+    /// of `partition`) to this node's record of the job. Applied again after a crash before
+    /// the position is written: it writes the same record.
+    pub(crate) async fn apply_replicated_run(
+        &self,
+        change: crate::schedules::RunChange,
+        partition: u32,
+        seq: u64,
+    ) -> Result<(), Error> {
+        let store = self.inner.store.clone();
+        tokio::task::spawn_blocking(move || {
+            change.apply(&store)?;
+            store.set_replica_applied(partition, seq)
+        })
+        .await
+        .map_err(|_| {
+            Error::from(crate::error::StoreError::Invariant(
+                "applying a replicated scheduled run panicked",
+            ))
+        })??;
+        Ok(())
+    }
+
     /// This node's turns' streaming deltas, for the other cluster nodes (see
     /// `ReplyHub::export_deltas`); `None` if taken before.
     pub(crate) fn export_deltas(

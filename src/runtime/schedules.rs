@@ -7,14 +7,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
+
 use super::{Runtime, SubmitError};
 use crate::config::ScheduleConfig;
 use crate::inbound::{
     ChatKind, DropReason, IdOrigin, InboundMessage, MessageKind, Refusal, Sender,
 };
+use crate::pipeline::ReplicationError;
 use crate::schedules::{
     answer_outcome, excerpt, job_session, outcome_of, quiet_text, run_message_id, run_scheduler,
-    RunTurns, Schedules, HEARTBEAT_OK,
+    RunChange, RunTurns, Schedules, HEARTBEAT_OK,
 };
 use crate::store::RunOutcome;
 
@@ -65,6 +68,24 @@ impl RunTurns for ScheduledTurns {
         let runtime = self.runtime.clone();
         Box::pin(async move { runtime.run_scheduled(job, due_ms).await })
     }
+
+    fn owns(&self, session_key: &str) -> bool {
+        self.runtime.inner.engine.replication().owns(session_key)
+    }
+
+    fn record<'a>(
+        &'a self,
+        session_key: &'a str,
+        change: &'a RunChange,
+    ) -> BoxFuture<'a, Result<(), ReplicationError>> {
+        Box::pin(async move {
+            match self.runtime.inner.engine.replication().get() {
+                None => Ok(()),
+                Some(Ok(replication)) => replication.append_run(session_key, change).await,
+                Some(Err(e)) => Err(e),
+            }
+        })
+    }
 }
 
 impl Runtime {
@@ -108,6 +129,16 @@ impl Runtime {
                     return Some(RunOutcome::Failed {
                         error: excerpt(&e.to_string()),
                     });
+                }
+                // In a cluster the replicated inbox takes a message it has seen as a
+                // duplicate, silently: a run resumed by a partition's new owner may have
+                // been answered already (this node keeps the partition, so the answer is
+                // here); the waiter above hears one answered from now on.
+                if self.is_clustered() {
+                    if let Ok(Some(answer)) = self.stored_answer(&key, &id) {
+                        let quiet = job.heartbeat && quiet_text(&answer.text);
+                        return Some(answer_outcome(&answer.text, false, quiet));
+                    }
                 }
             }
             // Submitted before (a run resumed after a restart): its stored answer, or its

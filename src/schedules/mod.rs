@@ -8,6 +8,13 @@
 //!   [`RunTurns`] (the runtime: `runtime/schedules.rs`) and records its real outcome.
 //! - Here: [`Schedules`], the handle the API and the runtime use (list, create, delete).
 //!
+//! In a cluster (`docs/schedules.md`): every node runs the scheduler, and a job fires only on
+//! the node owning its session's partition ([`RunTurns::owns`]); each run's start and end go
+//! to the partition's changelog first ([`RunTurns::record`], fenced by the owner's tenure), so
+//! the partition's replicas keep the same runs and next due times and a new owner goes on
+//! where the old one stopped. Intervals count from the epoch there, so every node computes
+//! the same due times.
+//!
 //! Exactly once: a run's message id is `schedule:<job>:<due>` (`heartbeat:` for heartbeats),
 //! submitted as a platform id would be, so the inbox's durable dedupe refuses it a second time;
 //! a run found unfinished at start is submitted again and joins its turn (or reads its stored
@@ -24,7 +31,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use serde::Serialize;
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 pub(crate) use self::cron::Cron;
@@ -34,6 +42,7 @@ pub(crate) use runner::run_scheduler;
 use crate::clock::now_ms;
 use crate::config::{Config, ScheduleConfig, MAX_SCHEDULES};
 use crate::error::{ConfigError, StoreError};
+use crate::pipeline::ReplicationError;
 use crate::replies::Reply;
 use crate::store::{JobOrigin, JobRecord, RunOutcome, RunRecord, Store};
 
@@ -88,7 +97,47 @@ pub(crate) fn job_session(job: &ScheduleConfig, config: &Config) -> String {
     }
 }
 
-/// Runs one job's turn and says how it ended: the runtime, or a test double.
+/// A change to a job's runs as a cluster's changelog carries it (`record.rs`): what every
+/// replica of the session's partition applies to its own store, so they all keep the same
+/// runs and next due time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub(crate) enum RunChange {
+    /// A run was recorded (`running` or `skipped`) and the job's next due time moved.
+    Started {
+        /// The job.
+        job_id: String,
+        /// The run.
+        run: RunRecord,
+        /// The job's next due time from now on.
+        next_due_ms: Option<u64>,
+    },
+    /// A run ended: its outcome.
+    Ended {
+        /// The job.
+        job_id: String,
+        /// The run, with its outcome.
+        run: RunRecord,
+    },
+}
+
+impl RunChange {
+    /// Applies the change to `store`; the ticket of the write (`None`: the job is not
+    /// stored here, e.g. a node whose config lacks it).
+    pub(crate) fn apply(&self, store: &Store) -> Result<Option<u64>, StoreError> {
+        match self {
+            Self::Started {
+                job_id,
+                run,
+                next_due_ms,
+            } => store.record_schedule_run(job_id, run, *next_due_ms),
+            Self::Ended { job_id, run } => store.update_schedule_run(job_id, run).map(Some),
+        }
+    }
+}
+
+/// Runs one job's turn and says how it ended: the runtime, or a test double. In a cluster it
+/// also says which jobs are this node's and records their runs in the changelog.
 pub(crate) trait RunTurns: Send + Sync + 'static {
     /// Runs `job`'s turn for `due_ms` to its end; `None` when it could not learn the end
     /// (the runtime is stopping: the run is resumed at the next start).
@@ -97,6 +146,23 @@ pub(crate) trait RunTurns: Send + Sync + 'static {
         job: ScheduleConfig,
         due_ms: u64,
     ) -> Pin<Box<dyn Future<Output = Option<RunOutcome>> + Send>>;
+
+    /// Whether this node runs the jobs of `session_key` now: always on a single node; in a
+    /// cluster, while it owns the session's partition.
+    fn owns(&self, _session_key: &str) -> bool {
+        true
+    }
+
+    /// Records `change` where the other nodes find it, before this node writes it: nothing
+    /// on a single node; in a cluster, the session's partition's changelog, fenced by this
+    /// node's tenure (`Fenced`: another node owns it now, and this node must not run it).
+    fn record<'a>(
+        &'a self,
+        _session_key: &'a str,
+        _change: &'a RunChange,
+    ) -> BoxFuture<'a, Result<(), ReplicationError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// A job as the API shows it.
@@ -167,6 +233,27 @@ impl Schedules {
         &self.store
     }
 
+    /// Whether this runtime is a cluster node.
+    pub(crate) fn clustered(&self) -> bool {
+        self.config.cluster.is_some()
+    }
+
+    /// The session `job`'s turns run in.
+    pub(crate) fn session_of(&self, job: &ScheduleConfig) -> String {
+        job_session(job, &self.config)
+    }
+
+    /// What `every_ms` counts from for a job first stored at `created_at_ms`: then, on a
+    /// single node; the epoch in a cluster, where each node stored the job at its own time
+    /// and all must compute the same due times (the same run message ids).
+    pub(crate) fn anchor(&self, created_at_ms: u64) -> u64 {
+        if self.clustered() {
+            0
+        } else {
+            created_at_ms
+        }
+    }
+
     pub(crate) async fn changed(&self) {
         self.changed.notified().await;
     }
@@ -203,7 +290,7 @@ impl Schedules {
     pub async fn create(&self, spec: ScheduleConfig) -> Result<JobView, ScheduleError> {
         spec.check(&self.config)?;
         let now = now_ms();
-        let cadence = Cadence::of(&spec, now)
+        let cadence = Cadence::of(&spec, self.anchor(now))
             .map_err(|e| ConfigError::Invalid(format!("schedules.{}: {e}", spec.id)))?;
         let ticket = {
             let _one = self.writing.lock().unwrap_or_else(PoisonError::into_inner);
@@ -290,7 +377,7 @@ impl Schedules {
             if old.is_some_and(|j| j.origin == JobOrigin::Api) {
                 tracing::warn!(schedule = %spec.id, "a [[schedules]] entry replaces the API's job of its id");
             }
-            let Ok(cadence) = Cadence::of(spec, now) else {
+            let Ok(cadence) = Cadence::of(spec, self.anchor(now)) else {
                 continue;
             };
             ticket = Some(self.store.put_schedule(&JobRecord {

@@ -334,3 +334,403 @@ async fn a_reload_adds_and_removes_config_jobs_in_the_running_scheduler() {
     assert_eq!(ticks, 2, "a removed job runs no more: {:?}", h.calls());
     h.stop().await;
 }
+
+/// A test double for a cluster's changelog and ownership: which node owns the jobs'
+/// partition, the records appended (only the owner's get in: the fence), each applied at
+/// once to every other node's store (their followers).
+#[derive(Default)]
+struct FakeCluster {
+    owner: Mutex<Option<usize>>,
+    stores: Mutex<Vec<Store>>,
+    log: Mutex<Vec<(usize, RunChange)>>,
+}
+
+impl FakeCluster {
+    fn set_owner(&self, owner: Option<usize>) {
+        *self.owner.lock().expect("owner") = owner;
+    }
+}
+
+/// One node's turns in a [`FakeCluster`]: records each run; a node marked dead learns no
+/// outcome (as a runtime that stops).
+struct NodeTurns {
+    node: usize,
+    cluster: Arc<FakeCluster>,
+    calls: Mutex<Vec<(String, u64)>>,
+    takes: Duration,
+    dead: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl RunTurns for NodeTurns {
+    fn run(
+        &self,
+        job: ScheduleConfig,
+        due_ms: u64,
+    ) -> Pin<Box<dyn Future<Output = Option<RunOutcome>> + Send>> {
+        self.calls.lock().expect("calls").push((job.id, due_ms));
+        let (takes, dead) = (self.takes, Arc::clone(&self.dead));
+        Box::pin(async move {
+            tokio::time::sleep(takes).await;
+            (!dead.load(std::sync::atomic::Ordering::SeqCst)).then(|| RunOutcome::Answered {
+                reply: format!("done {due_ms}"),
+            })
+        })
+    }
+
+    fn owns(&self, _session_key: &str) -> bool {
+        *self.cluster.owner.lock().expect("owner") == Some(self.node)
+    }
+
+    fn record<'a>(
+        &'a self,
+        _session_key: &'a str,
+        change: &'a RunChange,
+    ) -> futures_util::future::BoxFuture<'a, Result<(), crate::pipeline::ReplicationError>> {
+        Box::pin(async move {
+            if !self.owns("") {
+                return Err(crate::pipeline::ReplicationError::Fenced { partition: 0 });
+            }
+            self.cluster
+                .log
+                .lock()
+                .expect("log")
+                .push((self.node, change.clone()));
+            for (i, store) in self
+                .cluster
+                .stores
+                .lock()
+                .expect("stores")
+                .iter()
+                .enumerate()
+            {
+                if i != self.node {
+                    change.apply(store).expect("a follower applies the record");
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// A node of a [`FakeCluster`]: its own store with `jobs` (as `[[schedules]]` on every
+/// node), its scheduler.
+struct FakeNode {
+    schedules: Arc<Schedules>,
+    turns: Arc<NodeTurns>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+    _dir: tempfile::TempDir,
+}
+
+fn clustered_config() -> Config {
+    Config {
+        cluster: Some(crate::config::ClusterConfig {
+            nats: vec!["nats://127.0.0.1:4222".into()],
+            node_id: "n".into(),
+            partitions: 4,
+            lease_ms: 5_000,
+            replicas: 2,
+        }),
+        ..Config::default()
+    }
+}
+
+async fn start_nodes(
+    cluster: &Arc<FakeCluster>,
+    jobs: &[JobRecord],
+    takes: Duration,
+) -> Vec<FakeNode> {
+    // The same `[[schedules]]` on every node, or the scheduler's start removes the jobs.
+    let config = Arc::new(Config {
+        schedules: jobs.iter().map(|j| j.spec.clone()).collect(),
+        ..clustered_config()
+    });
+    let mut nodes = Vec::new();
+    for node in 0..2 {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&StorageConfig {
+            data_dir: dir.path().to_path_buf(),
+            durability: Durability::Batched,
+            ..StorageConfig::default()
+        })
+        .expect("store");
+        for job in jobs {
+            store.put_schedule(job).expect("put");
+        }
+        cluster.stores.lock().expect("stores").push(store.clone());
+        let schedules = Arc::new(Schedules::new(store, Arc::clone(&config)));
+        let turns = Arc::new(NodeTurns {
+            node,
+            cluster: Arc::clone(cluster),
+            calls: Mutex::default(),
+            takes,
+            dead: Arc::default(),
+        });
+        let (stop, stopping) = watch::channel(false);
+        let task = tokio::spawn(run_scheduler(
+            Arc::clone(&schedules),
+            Arc::clone(&turns) as Arc<dyn RunTurns>,
+            stopping,
+        ));
+        nodes.push(FakeNode {
+            schedules,
+            turns,
+            stop,
+            task,
+            _dir: dir,
+        });
+    }
+    nodes
+}
+
+impl FakeNode {
+    fn dues(&self) -> Vec<u64> {
+        let calls = self.turns.calls.lock().expect("calls");
+        calls.iter().map(|(_, d)| *d).collect()
+    }
+
+    fn runs(&self, id: &str) -> Vec<RunRecord> {
+        self.schedules.store().schedule_runs(id, 100).expect("runs")
+    }
+
+    /// Stops the node as a crash would: no outcome is learnt any more.
+    fn kill(&self) {
+        self.turns
+            .dead
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.stop.send(true);
+    }
+}
+
+fn config_job(spec: ScheduleConfig, next_due_ms: u64) -> JobRecord {
+    JobRecord {
+        spec,
+        origin: JobOrigin::Config,
+        created_at_ms: 0,
+        next_due_ms: Some(next_due_ms),
+    }
+}
+
+/// The first multiple of `every` after `t`: the due times every node of a cluster computes.
+fn next_multiple(t: u64, every: u64) -> u64 {
+    (t / every + 1) * every
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_a_cluster_only_the_owner_runs_a_job_and_its_successor_goes_on_from_its_records() {
+    let cluster = Arc::new(FakeCluster::default());
+    cluster.set_owner(Some(0));
+    let now = now_ms();
+    let first = next_multiple(now, MIN);
+    let nodes = start_nodes(
+        &cluster,
+        &[config_job(spec("tick", MIN, Missed::RunOnce), first)],
+        Duration::ZERO,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(first - now + 2 * MIN + MIN / 2)).await;
+    assert_eq!(nodes[0].dues(), [first, first + MIN, first + 2 * MIN]);
+    assert!(nodes[1].dues().is_empty(), "not the owner: runs nothing");
+    // The other node keeps the same runs and next due time (its follower applied them).
+    assert_eq!(nodes[1].runs("tick"), nodes[0].runs("tick"));
+    let next = |n: &FakeNode| {
+        n.schedules
+            .get("tick")
+            .expect("read")
+            .expect("job")
+            .next_due_ms
+    };
+    assert_eq!(next(&nodes[1]), Some(first + 3 * MIN));
+
+    // The partition moves at once (a graceful handover): the new owner runs the next due time,
+    // and the old one, still running, runs nothing more.
+    cluster.set_owner(Some(1));
+    tokio::time::sleep(Duration::from_millis(2 * MIN)).await;
+    assert_eq!(nodes[0].dues().len(), 3);
+    assert_eq!(nodes[1].dues(), [first + 3 * MIN, first + 4 * MIN]);
+
+    // The owner dies and nobody owns the partition for 2.5 due times; the node taking it up
+    // runs the newest missed due time once (`run_once`), then goes on as before.
+    nodes[1].kill();
+    cluster.set_owner(None);
+    tokio::time::sleep(Duration::from_millis(2 * MIN + MIN / 2)).await;
+    cluster.set_owner(Some(0));
+    tokio::time::sleep(Duration::from_millis(MIN + MIN / 2)).await;
+    let after: Vec<u64> = nodes[0].dues()[3..].to_vec();
+    assert_eq!(
+        after,
+        [first + 5 * MIN, first + 8 * MIN],
+        "one missed run, then on time"
+    );
+    // Never two runs for one due time across the nodes.
+    let mut all: Vec<u64> = nodes.iter().flat_map(FakeNode::dues).collect();
+    let count = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), count, "{all:?}");
+    // Every start went through the changelog, from the node that owned the partition then.
+    let log = cluster.log.lock().expect("log").clone();
+    let starts: Vec<(usize, u64)> = log
+        .iter()
+        .filter_map(|(node, c)| match c {
+            RunChange::Started { run, .. } => Some((*node, run.due_ms)),
+            RunChange::Ended { .. } => None,
+        })
+        .collect();
+    let expected = [0, 0, 0, 1, 1, 0, 0];
+    let nodes_of: Vec<usize> = starts.iter().map(|(n, _)| *n).collect();
+    assert_eq!(nodes_of, expected, "{starts:?}");
+    let _ = nodes[0].stop.send(true);
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_a_cluster_a_run_cut_short_by_its_owners_death_is_resumed_by_the_next_owner() {
+    let cluster = Arc::new(FakeCluster::default());
+    cluster.set_owner(Some(0));
+    let now = now_ms();
+    let first = next_multiple(now, 10 * MIN);
+    let nodes = start_nodes(
+        &cluster,
+        &[
+            config_job(spec("long", 10 * MIN, Missed::RunOnce), first),
+            config_job(spec("skip", 10 * MIN, Missed::Skip), first),
+        ],
+        Duration::from_millis(MIN),
+    )
+    .await;
+    // Both start at `first`; the owner dies while they run.
+    tokio::time::sleep(Duration::from_millis(first - now + MIN / 2)).await;
+    assert_eq!(nodes[0].dues(), [first, first]);
+    nodes[0].kill();
+    cluster.set_owner(Some(1));
+    // The next owner resumes both unfinished runs (same due time, so the same message id:
+    // in a real cluster it joins the first attempt's turn) and records their outcomes.
+    tokio::time::sleep(Duration::from_millis(2 * MIN)).await;
+    assert_eq!(nodes[1].dues(), [first, first]);
+    for id in ["long", "skip"] {
+        let runs = nodes[1].runs(id);
+        assert_eq!(runs.len(), 1, "{id}: {runs:?}");
+        assert!(
+            matches!(runs[0].outcome, RunOutcome::Answered { .. }),
+            "{runs:?}"
+        );
+    }
+    // It was taken up between two due times: nothing was missed, and it goes on on time.
+    tokio::time::sleep(Duration::from_millis(10 * MIN)).await;
+    assert_eq!(
+        nodes[1].dues(),
+        [first, first, first + 10 * MIN, first + 10 * MIN]
+    );
+    let _ = nodes[1].stop.send(true);
+    for node in nodes {
+        let _ = node.stop.send(true);
+        node.task.await.expect("the scheduler ended");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_a_cluster_a_due_time_missed_between_owners_is_skipped_by_policy() {
+    let cluster = Arc::new(FakeCluster::default());
+    let now = now_ms();
+    let first = next_multiple(now, MIN);
+    let nodes = start_nodes(
+        &cluster,
+        &[config_job(spec("skip", MIN, Missed::Skip), first)],
+        Duration::ZERO,
+    )
+    .await;
+    // Nobody owns the partition for two due times; then node 1 takes it up.
+    tokio::time::sleep(Duration::from_millis(first - now + MIN + MIN / 2)).await;
+    cluster.set_owner(Some(1));
+    tokio::time::sleep(Duration::from_millis(MIN)).await;
+    assert_eq!(
+        nodes[1].dues(),
+        [first + 2 * MIN],
+        "only the one due after it took it up"
+    );
+    let runs = nodes[1].runs("skip");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(runs[1].outcome, RunOutcome::Skipped);
+    assert_eq!(
+        runs[1].due_ms, first,
+        "the missed one, recorded as skipped once"
+    );
+    assert_eq!(
+        nodes[0].runs("skip"),
+        runs,
+        "and the same on the other node"
+    );
+    for node in nodes {
+        let _ = node.stop.send(true);
+        node.task.await.expect("the scheduler ended");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_a_cluster_a_due_time_missed_after_an_unfinished_run_runs_once_after_its_resume() {
+    let cluster = Arc::new(FakeCluster::default());
+    cluster.set_owner(Some(0));
+    let now = now_ms();
+    let first = next_multiple(now, MIN);
+    let nodes = start_nodes(
+        &cluster,
+        &[config_job(spec("tick", MIN, Missed::RunOnce), first)],
+        Duration::from_millis(500),
+    )
+    .await;
+    // The owner dies during its run due at `first` (its end is never recorded), and nobody
+    // owns the partition for two more due times.
+    tokio::time::sleep(Duration::from_millis(first - now + 250)).await;
+    nodes[0].kill();
+    cluster.set_owner(None);
+    tokio::time::sleep(Duration::from_millis(2 * MIN + MIN / 2)).await;
+    cluster.set_owner(Some(1));
+    tokio::time::sleep(Duration::from_millis(MIN)).await;
+    // The next owner resumes the unfinished run, then runs the missed due time once (not
+    // skipped as overlapping the resumed run), then the next on time.
+    assert_eq!(nodes[1].dues(), [first, first + MIN, first + 3 * MIN]);
+    let runs = nodes[1].runs("tick");
+    assert!(
+        runs.iter()
+            .all(|r| matches!(r.outcome, RunOutcome::Answered { .. })),
+        "{runs:?}"
+    );
+    for node in nodes {
+        let _ = node.stop.send(true);
+        node.task.await.expect("the scheduler ended");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_missed_run_waits_for_a_resumed_run_to_end_then_runs_once() {
+    let now = now_ms();
+    // Stopped mid-run 15 minutes ago; due again 5 minutes ago, while down.
+    let left = started(now - 15 * MIN, now - 15 * MIN, RunOutcome::Running);
+    let h = start(
+        &[api_job(
+            spec("slow", 10 * MIN, Missed::RunOnce),
+            now - 30 * MIN,
+            now - 5 * MIN,
+        )],
+        &[("slow", left)],
+        Duration::from_millis(MIN + MIN / 2),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(3 * MIN)).await;
+    assert_eq!(
+        h.calls(),
+        [
+            ("slow".to_string(), now - 15 * MIN),
+            ("slow".to_string(), now - 5 * MIN)
+        ],
+        "resumed, then the missed one once it ended"
+    );
+    let runs = h.runs("slow");
+    assert!(
+        runs.iter().all(|r| r.outcome != RunOutcome::Skipped),
+        "{runs:?}"
+    );
+    let job = h.schedules.get("slow").expect("read").expect("the job");
+    assert_eq!(job.next_due_ms, Some(now + 10 * MIN));
+    h.stop().await;
+}

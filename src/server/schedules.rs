@@ -1,7 +1,8 @@
 //! `/v1/schedules`: scheduled turns. `GET` lists every job with its newest run; `POST` adds one
 //! (the `[[schedules]]` shape; `201`, `400` naming the problem, `409` when the id exists);
 //! `GET /v1/schedules/{id}` shows one with its newest runs; `DELETE` removes a job the API
-//! added (`409` for one from the config file). Changes are audited (`schedule.create`,
+//! added (`409` for one from the config file). In a cluster `POST` answers `501`: jobs come
+//! from every node's `[[schedules]]` (see `docs/schedules.md`). Changes are audited (`schedule.create`,
 //! `schedule.delete`).
 
 use axum::body::Bytes;
@@ -51,7 +52,12 @@ pub(super) async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     if state.runtime.is_clustered() {
-        return Err(Error::NotAvailable("scheduled turns do not run in a cluster yet").into());
+        // The nodes share no job list: each keeps `[[schedules]]` of its own config.
+        return Err(Error::NotAvailable(
+            "in a cluster, schedules come from [[schedules]] in every node's config; \
+             the API cannot add one",
+        )
+        .into());
     }
     let spec: ScheduleConfig = serde_json::from_slice(&body_bytes(body)?)
         .map_err(|e| ApiError::bad_request("invalid_json", e.to_string()))?;
