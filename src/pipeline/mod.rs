@@ -48,9 +48,7 @@ use turnstile_actors::{
 
 pub(crate) use admission::{Accepted, Admitter};
 pub(crate) use compaction::Compaction;
-#[cfg(feature = "cluster")]
-pub(crate) use replication::ReplicationError;
-pub(crate) use replication::{ReplicatedTurn, Replication, ReplicationSlot};
+pub(crate) use replication::{ReplicatedTurn, Replication, ReplicationError, ReplicationSlot};
 pub(crate) use requests::{ClientToolResult, RequestExtras, Requests};
 pub(crate) use running::RunningTurns;
 pub(crate) use turn::TurnEngine;
