@@ -483,6 +483,14 @@ async fn start_nodes(
     nodes
 }
 
+/// Stops every node's scheduler and waits for it to end.
+async fn stop_nodes(nodes: Vec<FakeNode>) {
+    for node in nodes {
+        let _ = node.stop.send(true);
+        node.task.await.expect("the scheduler ended");
+    }
+}
+
 impl FakeNode {
     fn dues(&self) -> Vec<u64> {
         let calls = self.turns.calls.lock().expect("calls");
@@ -622,10 +630,7 @@ async fn in_a_cluster_a_run_cut_short_by_its_owners_death_is_resumed_by_the_next
         [first, first, first + 10 * MIN, first + 10 * MIN]
     );
     let _ = nodes[1].stop.send(true);
-    for node in nodes {
-        let _ = node.stop.send(true);
-        node.task.await.expect("the scheduler ended");
-    }
+    stop_nodes(nodes).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -660,10 +665,7 @@ async fn in_a_cluster_a_due_time_missed_between_owners_is_skipped_by_policy() {
         runs,
         "and the same on the other node"
     );
-    for node in nodes {
-        let _ = node.stop.send(true);
-        node.task.await.expect("the scheduler ended");
-    }
+    stop_nodes(nodes).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -695,10 +697,7 @@ async fn in_a_cluster_a_due_time_missed_after_an_unfinished_run_runs_once_after_
             .all(|r| matches!(r.outcome, RunOutcome::Answered { .. })),
         "{runs:?}"
     );
-    for node in nodes {
-        let _ = node.stop.send(true);
-        node.task.await.expect("the scheduler ended");
-    }
+    stop_nodes(nodes).await;
 }
 
 #[tokio::test(start_paused = true)]
