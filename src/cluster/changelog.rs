@@ -173,6 +173,18 @@ impl Changelog {
         })
     }
 
+    /// [`Self::lock`] for an append of this node's own: without a tenure the append is
+    /// fenced (counted as such).
+    async fn lock_to_append(&self, partition: Partition) -> Result<AppendLock, ReplicationError> {
+        match self.lock(partition).await {
+            Some(lock) => Ok(lock),
+            None => {
+                metrics::cluster_append(partition, "fenced");
+                Err(ReplicationError::Fenced { partition })
+            }
+        }
+    }
+
     /// A fresh record id of this node's `epoch` (see [`LogRecord::Turn`]'s `id`).
     fn next_id(&self, epoch: u64) -> String {
         format!(
@@ -185,10 +197,7 @@ impl Changelog {
 
     async fn append_turn(&self, turn: &ReplicatedTurn) -> Result<ReplicaMarks, ReplicationError> {
         let partition = partition_of(&turn.session_key, self.partitions);
-        let Some(mut lock) = self.lock(partition).await else {
-            metrics::cluster_append(partition, "fenced");
-            return Err(ReplicationError::Fenced { partition });
-        };
+        let mut lock = self.lock_to_append(partition).await?;
         let epoch = lock.tenure.epoch;
         let id = self.next_id(epoch);
         let record = LogRecord::Turn {
@@ -246,10 +255,7 @@ impl Changelog {
         change: &RunChange,
     ) -> Result<(), ReplicationError> {
         let partition = partition_of(session_key, self.partitions);
-        let Some(mut lock) = self.lock(partition).await else {
-            metrics::cluster_append(partition, "fenced");
-            return Err(ReplicationError::Fenced { partition });
-        };
+        let mut lock = self.lock_to_append(partition).await?;
         let epoch = lock.tenure.epoch;
         let id = self.next_id(epoch);
         let record = LogRecord::ScheduleRun {

@@ -69,6 +69,15 @@ pub(crate) async fn connected(fake: &FakeSlack) {
     .await;
 }
 
+/// Waits until the fake Slack sees the server's connection gone (a stop or a kill).
+pub(crate) async fn disconnected(fake: &FakeSlack) {
+    eventually_some(PATIENCE, "the connection closed", || {
+        let fake = fake.clone();
+        async move { (!fake.is_live()).then_some(()) }
+    })
+    .await;
+}
+
 /// Waits until the bot has sent `n` messages; returns them, oldest first.
 pub(crate) async fn sent(fake: &FakeSlack, n: usize) -> Vec<(String, Value)> {
     eventually_some(PATIENCE, &format!("{n} bot messages"), || {
@@ -283,11 +292,7 @@ async fn restarts_of_the_binary_catch_up_through_history_exactly_once() {
     // A graceful stop; meanwhile two mentions and a reply in the bot's thread, which no
     // socket delivers.
     bin.stop().await;
-    eventually_some(PATIENCE, "the connection closed", || {
-        let fake = fake.clone();
-        async move { (!fake.is_live()).then_some(()) }
-    })
-    .await;
+    disconnected(&fake).await;
     let a = fake.post(CHANNEL, "U1", &mention("while stopped 0"), None);
     let b = fake.post(CHANNEL, "U1", &mention("while stopped 1"), None);
     fake.post(CHANNEL, "U2", "in the thread meanwhile", Some(&m1));
@@ -317,11 +322,7 @@ async fn restarts_of_the_binary_catch_up_through_history_exactly_once() {
     // kill -9 this time; the restart catches up again, from where the last one left.
     bin.kill9();
     let _ = bin.wait_exit(PATIENCE).await;
-    eventually_some(PATIENCE, "the connection closed", || {
-        let fake = fake.clone();
-        async move { (!fake.is_live()).then_some(()) }
-    })
-    .await;
+    disconnected(&fake).await;
     for i in 0..2 {
         expected.push(fake.post(CHANNEL, "U1", &mention(&format!("while killed {i}")), None));
     }
@@ -644,11 +645,7 @@ async fn a_restart_after_250_messages_answers_each_once_in_order() {
     assert_eq!(reply_threads(&fake, 1).await, vec![m1.clone()]);
     bin.kill9();
     let _ = bin.wait_exit(PATIENCE).await;
-    eventually_some(PATIENCE, "the connection closed", || {
-        let fake = fake.clone();
-        async move { (!fake.is_live()).then_some(()) }
-    })
-    .await;
+    disconnected(&fake).await;
     let mut expected = vec![m1];
     for i in 0..250 {
         expected.push(fake.post(CHANNEL, "U1", &mention(&marker('m', i)), None));

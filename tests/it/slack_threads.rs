@@ -7,7 +7,7 @@
 use serde_json::json;
 
 use crate::fake_model::{Behaviour, FakeModel, Seen};
-use crate::slack::{connected, mention, CHANNEL, PATIENCE};
+use crate::slack::{connected, disconnected, mention, CHANNEL, PATIENCE};
 use crate::support::env_var;
 use crate::support::fake_slack::{FakeSlack, APP_TOKEN, BOT_TOKEN};
 use crate::support::{eventually_some, ServerProcess};
@@ -99,11 +99,7 @@ async fn a_thread_shows_its_first_message_read_once_and_a_failed_read_holds_up_n
     // kill -9 and a restart: the starter is kept with the session, shown, not read again.
     bin.kill9();
     let _ = bin.wait_exit(PATIENCE).await;
-    eventually_some(PATIENCE, "the connection closed", || {
-        let fake = fake.clone();
-        async move { (!fake.is_live()).then_some(()) }
-    })
-    .await;
+    disconnected(&fake).await;
     let mut bin = ServerProcess::start(data.path(), conf.path(), &config).await;
     connected(&fake).await;
     let seen = ask(&fake, &model, &a, "after the restart").await;
