@@ -50,6 +50,10 @@ mod record;
 #[cfg(feature = "cluster")]
 mod replies;
 #[cfg(feature = "cluster")]
+mod snapshot;
+#[cfg(feature = "cluster")]
+pub mod snapshots;
+#[cfg(feature = "cluster")]
 pub mod status;
 #[cfg(feature = "cluster")]
 mod streams;
@@ -69,5 +73,7 @@ pub use node::ClusterNode;
 pub use placement::partition_of;
 #[cfg(feature = "cluster")]
 pub(crate) use placement::Partition;
+#[cfg(feature = "cluster")]
+pub use snapshots::SnapshotReport;
 #[cfg(feature = "cluster")]
 pub use status::{ClusterStatus, PartitionStatus};
