@@ -285,6 +285,20 @@ impl Follower {
         Ok(())
     }
 
+    /// A tenure record (a takeover, or an owner's snapshot marker) changes no session, but
+    /// this node's copy of the partition is complete up to it: recording that keeps a
+    /// restart here from taking the copy for behind a purge (and loading the snapshot for
+    /// nothing). Not on the partition's owner: its own turns before the record may not be
+    /// committed here yet.
+    async fn pass_marker(&self, partition: Partition, seq: u64) {
+        if self.changelog.has_tenure(partition) {
+            return;
+        }
+        if let Err(e) = self.runtime.advance_replica(partition, seq).await {
+            tracing::warn!(partition, seq, error = %e, "cannot record the applied position");
+        }
+    }
+
     async fn apply(&self, subject: &str, seq: u64, payload: &[u8]) {
         let Some(partition) = partition_of_subject(subject) else {
             tracing::warn!(subject, "changelog record on an unknown subject: skipped");
@@ -301,7 +315,10 @@ impl Follower {
             }
         };
         let (node, epoch) = match &record {
-            LogRecord::Tenure { .. } => return,
+            LogRecord::Tenure { .. } => {
+                self.pass_marker(partition, seq).await;
+                return;
+            }
             LogRecord::Turn { node, epoch, .. }
             | LogRecord::Delete { node, epoch, .. }
             | LogRecord::ScheduleRun { node, epoch, .. } => (node, *epoch),

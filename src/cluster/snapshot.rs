@@ -154,6 +154,12 @@ pub(crate) enum SnapshotError {
         /// The client's error.
         source: super::NatsError,
     },
+    /// This node has no tenure of the partition (it lost it since it listed it).
+    #[error("partition {partition} is not owned here")]
+    NotOwner {
+        /// The partition.
+        partition: Partition,
+    },
     /// Another owner wrote the partition's head meanwhile, or this node's tenure ended.
     #[error("partition {partition}'s snapshot was not written: {reason}")]
     Superseded {

@@ -6,8 +6,8 @@
 //! snapshot instead (`follower`).
 //!
 //! Stored in the 3-replica KV bucket [`SNAPSHOTS_BUCKET`]: per partition a head
-//! (`head.<p>`, a [`SnapshotHead`]) naming chunks `chunk.<p>.<slot>.<i>` of at most
-//! [`SNAPSHOT_CHUNK_BYTES`], in one of two slots. A new snapshot writes its chunks into the
+//! (`head.<p>`, a `SnapshotHead`) naming chunks `chunk.<p>.<slot>.<i>` of at most
+//! `SNAPSHOT_CHUNK_BYTES`, in one of two slots. A new snapshot writes its chunks into the
 //! slot the head does not name, then moves the head by compare-and-set on its revision (one
 //! at a time, never backwards); so the keys are bounded (two snapshots per partition at
 //! most), and a reader still on the older head meets a CRC mismatch, not a wrong state, if
@@ -15,7 +15,7 @@
 //! partition's append lock it appends a marker record (a tenure record restating its tenure)
 //! that the snapshot is taken as of, so the marker is the partition's last record and an
 //! idle partition's snapshot still moves forward with the log. The state itself is the
-//! previous snapshot plus the partition's records after it ([`PartitionState::apply`]); a
+//! previous snapshot plus the partition's records after it (`PartitionState::apply`); a
 //! partition with nothing but markers since keeps its chunks and only moves its head.
 
 use std::time::Duration;
@@ -25,7 +25,7 @@ use async_nats::jetstream::kv::{self, Store};
 use async_nats::jetstream::stream::Stream;
 use async_nats::jetstream::Context;
 use bytes::Bytes;
-use futures_util::StreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
 use super::changelog::Changelog;
@@ -48,6 +48,9 @@ pub const SNAPSHOT_SUBJECT: &str = "turnstile.snapshot";
 
 /// Longest wait for one changelog record while a snapshot reads its partition's records.
 const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Heads read at once while computing the purge floor (one KV read per partition).
+const HEAD_READS: usize = 16;
 
 /// Largest value the bucket takes: a chunk and room to spare.
 const MAX_VALUE_BYTES: i32 = (SNAPSHOT_CHUNK_BYTES + 4096) as i32;
@@ -240,7 +243,7 @@ impl Snapshots {
     ) -> Result<SnapshotHead, SnapshotError> {
         let superseded = |reason| SnapshotError::Superseded { partition, reason };
         let Some(mut lock) = changelog.lock(partition).await else {
-            return Err(superseded("this node does not own the partition"));
+            return Err(SnapshotError::NotOwner { partition });
         };
         let epoch = Changelog::lock_epoch(&lock);
         let before = Changelog::lock_last(&lock);
@@ -351,10 +354,11 @@ impl Snapshots {
     /// Purges the changelog below the floor every partition's newest snapshot covers; the
     /// floor (`None`: a partition has no snapshot yet, nothing is purged).
     pub(super) async fn purge(&self) -> Result<Option<u64>, SnapshotError> {
-        let mut heads = Vec::with_capacity(self.partitions as usize);
-        for p in 0..self.partitions {
-            heads.push(self.head(p).await?.map(|(h, _)| h.seq));
-        }
+        let heads: Vec<Option<u64>> = futures_util::stream::iter(0..self.partitions)
+            .map(|p| async move { self.head(p).await.map(|h| h.map(|(h, _)| h.seq)) })
+            .buffered(HEAD_READS)
+            .try_collect()
+            .await?;
         let Some(floor) = purge_floor(&heads) else {
             return Ok(None);
         };
@@ -375,6 +379,8 @@ impl Snapshots {
         for p in changelog.owned_partitions() {
             match self.take(changelog, p).await {
                 Ok(head) => report.taken.push((p, head.seq)),
+                // Lost since it was listed: its new owner snapshots it.
+                Err(SnapshotError::NotOwner { .. }) => {}
                 Err(e) => {
                     tracing::warn!(partition = p, error = %e, "snapshot not taken");
                     report.failed.push((p, e.to_string()));

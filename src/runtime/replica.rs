@@ -237,6 +237,26 @@ impl Runtime {
         Ok(())
     }
 
+    /// Records `seq` as applied for `partition` if it is past what is recorded (a changelog
+    /// record that changes no session).
+    #[cfg(feature = "cluster")]
+    pub(crate) async fn advance_replica(&self, partition: u32, seq: u64) -> Result<(), Error> {
+        let store = self.inner.store.clone();
+        tokio::task::spawn_blocking(move || {
+            if store.replica_applied(partition)? < seq {
+                store.set_replica_applied(partition, seq)?;
+            }
+            Ok::<_, crate::error::StoreError>(())
+        })
+        .await
+        .map_err(|_| {
+            Error::from(crate::error::StoreError::Invariant(
+                "recording an applied position panicked",
+            ))
+        })??;
+        Ok(())
+    }
+
     /// Replaces this node's copy of `partition` (of `partitions`) with a snapshot's: its
     /// `sessions` (every other local session of the partition goes) and its jobs' latest
     /// `runs`, then records `seq` as applied. The applied position is set to 0 first, so a

@@ -1,7 +1,7 @@
-//! A bounded changelog: `turnstile cluster snapshot` has every owner snapshot its partitions
-//! and the changelog purged below what they cover (its first sequence moves up), and a node
-//! whose data dir was wiped rejoins from the snapshots plus the changelog's tail, holding and
-//! answering every session again with the same content.
+//! A bounded changelog: the owners' periodic snapshots, and those `turnstile cluster snapshot`
+//! asks for, have the changelog purged below what they cover (its first sequence moves up),
+//! and a node whose data dir was wiped rejoins from the snapshots plus the changelog's tail,
+//! holding and answering every session again with the same content.
 
 use std::process::Command;
 
@@ -20,12 +20,17 @@ fn patience() -> std::time::Duration {
     PATIENCE + std::time::Duration::from_millis(3 * LEASE_MS)
 }
 
-/// The changelog stream's first sequence, read as an operator would.
-async fn first_seq(nats: &NatsCluster) -> u64 {
+/// The changelog stream's first and last sequences, read as an operator would.
+async fn log_range(nats: &NatsCluster) -> (u64, u64) {
     let client = async_nats::connect(nats.urls()).await.expect("connecting");
     let js = async_nats::jetstream::new(client);
     let mut log = js.get_stream(LOG_STREAM).await.expect("the changelog");
-    log.info().await.expect("its info").state.first_sequence
+    let state = &log.info().await.expect("its info").state;
+    (state.first_sequence, state.last_sequence)
+}
+
+async fn first_seq(nats: &NatsCluster) -> u64 {
+    log_range(nats).await.0
 }
 
 /// Runs the real binary: `turnstile cluster snapshot --json`; every node's answer.
@@ -55,10 +60,10 @@ fn snapshot(nats: &NatsCluster, dir: &std::path::Path) -> Vec<SnapshotReport> {
     serde_json::from_slice(&out.stdout).expect("the reports as JSON")
 }
 
-/// Snapshots on demand purge the changelog (its first sequence moves past every turn so
-/// far); a node wiped after that rejoins, loads every partition from its snapshot and the
-/// tail after it, and then stores every session (a deleted one stays deleted) with the same
-/// transcript as a node that never left, and answers new messages.
+/// Periodic snapshots (every second here) purge the changelog past every turn so far, and so
+/// do those asked for; a node wiped after that rejoins, loads every partition from its
+/// snapshot and the tail after it, and then stores every session (a deleted one stays
+/// deleted) with the same transcript as a node that never left, and answers new messages.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_node_rejoins_from_the_snapshots_and_answers_every_session() {
     const SESSIONS: usize = 12;
@@ -68,7 +73,13 @@ async fn a_wiped_node_rejoins_from_the_snapshots_and_answers_every_session() {
     };
     let operator = tempfile::tempdir().expect("a dir");
     // Every node keeps every partition, so the wiped one must load all of them.
-    let mut nodes = Nodes::start(&nats, 3, LEASE_MS, "replicas = 3\n").await;
+    let mut nodes = Nodes::start(
+        &nats,
+        3,
+        LEASE_MS,
+        "replicas = 3\nsnapshot_interval_ms = 1000\n",
+    )
+    .await;
     wait_balanced(&nats, &["n1", "n2", "n3"], patience()).await;
 
     let mut sent = Vec::new();
@@ -91,6 +102,19 @@ async fn a_wiped_node_rejoins_from_the_snapshots_and_answers_every_session() {
         .delete(&format!("/v1/sessions/{}", encode_key(&deleted)))
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+
+    let (_, last) = log_range(&nats).await;
+    eventually(
+        patience(),
+        "periodic snapshots to purge every turn",
+        || async {
+            match first_seq(&nats).await {
+                first if first > last => Ok(()),
+                first => Err(format!("first {first}, the delete's record ≤ {last}")),
+            }
+        },
+    )
+    .await;
 
     let before = first_seq(&nats).await;
     let reports = snapshot(&nats, operator.path());
@@ -175,36 +199,5 @@ async fn a_wiped_node_rejoins_from_the_snapshots_and_answers_every_session() {
     assert_eq!(reports.len(), 3, "{reports:?}");
     let later = first_seq(&nats).await;
     assert!(later > after, "first {after} → {later}");
-    nodes.stop().await;
-}
-
-/// Without being asked: with `snapshot_interval_ms` short, the owner's periodic snapshots
-/// purge the changelog past a turn, and the session is still there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn periodic_snapshots_keep_the_changelog_bounded() {
-    let _serial = SERIAL.lock().await;
-    let Some(nats) = NatsCluster::start().await else {
-        return;
-    };
-    let mut nodes = Nodes::start(&nats, 1, LEASE_MS, "snapshot_interval_ms = 500\n").await;
-    wait_balanced(&nats, &["n1"], patience()).await;
-    let api = &nodes.node(0).api;
-    let key = api.send(&Msg::group("periodic", "p-1", "hello")).await;
-    let sent = vec![(key.clone(), vec!["p-1".to_string()])];
-    wait_all_answered_within(api, &sent, patience()).await;
-    let last = {
-        let client = async_nats::connect(nats.urls()).await.expect("connecting");
-        let js = async_nats::jetstream::new(client);
-        let mut log = js.get_stream(LOG_STREAM).await.expect("the changelog");
-        log.info().await.expect("its info").state.last_sequence
-    };
-    eventually(patience(), "the changelog purged past the turn", || async {
-        match first_seq(&nats).await {
-            first if first > last => Ok(()),
-            first => Err(format!("first {first}, the turn's record ≤ {last}")),
-        }
-    })
-    .await;
-    assert!(api.transcript(&key).await.is_some_and(|t| t.len() == 2));
     nodes.stop().await;
 }
