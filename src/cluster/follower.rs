@@ -31,6 +31,7 @@ use tokio::sync::watch;
 use super::changelog::{Changelog, ANSWERED_MARK_TTL_MS};
 use super::names::{partition_of_subject, LOG_SUBJECTS};
 use super::record::LogRecord;
+use super::snapshot::{behind_hole, must_load};
 use super::snapshots::Snapshots;
 use super::Partition;
 use crate::clock::now_ms;
@@ -254,13 +255,13 @@ impl Follower {
                 continue;
             }
             let applied = self.runtime.replica_applied(partition)?;
-            if applied + 1 >= next {
+            if !behind_hole(applied, next) {
                 continue;
             }
             let Some((head, _)) = self.snapshots.head(partition).await? else {
                 continue;
             };
-            if head.seq <= applied {
+            if !must_load(applied, next, Some(head.seq)) {
                 continue;
             }
             let state = self.snapshots.load(partition, &head).await?;

@@ -268,6 +268,19 @@ pub(super) fn purge_floor(heads: &[Option<u64>]) -> Option<u64> {
         .filter(|floor| *floor > 1)
 }
 
+/// Whether a copy of a partition applied up to `applied` may lack records of a hole the
+/// changelog has before `next` (records purged before they were read here).
+pub(super) fn behind_hole(applied: u64, next: u64) -> bool {
+    applied.saturating_add(1) < next
+}
+
+/// Whether that copy must be loaded from the partition's newest snapshot (as of `head`, if it
+/// has one): the purged records it lacks are all below the snapshot (a purge never goes past
+/// any partition's newest snapshot), so a snapshot newer than the copy holds them.
+pub(super) fn must_load(applied: u64, next: u64, head: Option<u64>) -> bool {
+    behind_hole(applied, next) && head.is_some_and(|seq| seq > applied)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,6 +404,27 @@ mod tests {
             1,
             "an empty input is one empty chunk"
         );
+    }
+
+    #[test]
+    fn a_copy_is_loaded_only_behind_a_hole_and_from_a_newer_snapshot() {
+        // The changelog goes on at 50 after a hole.
+        assert!(must_load(0, 50, Some(40)), "a wiped copy");
+        assert!(must_load(10, 50, Some(60)), "a snapshot past the hole");
+        assert!(
+            !must_load(49, 50, Some(60)),
+            "applied up to the hole: nothing missing"
+        );
+        assert!(
+            !must_load(45, 50, Some(40)),
+            "the copy is newer than the snapshot"
+        );
+        assert!(
+            !must_load(10, 50, None),
+            "nothing was purged without a snapshot"
+        );
+        assert!(!behind_hole(u64::MAX, 0));
+        assert!(behind_hole(0, 2) && !behind_hole(0, 1));
     }
 
     #[test]
