@@ -1,7 +1,8 @@
 //! Cluster mode against a real 3-node NATS JetStream cluster (feature `cluster`): the
 //! harness is `cluster/nats.rs`, the `cluster status` tests are `cluster/status.rs`, the
 //! API on nodes that do not own the session (delete, streaming) `cluster/any_node.rs`,
-//! scheduled turns on the owner `cluster/schedules.rs`; every
+//! scheduled turns on the owner `cluster/schedules.rs`, snapshots and a wiped node's
+//! rejoining `cluster/snapshots.rs`; every
 //! test starts a cluster of its own and kills it at the end.
 
 #[path = "cluster/any_node.rs"]
@@ -16,6 +17,8 @@ mod nats;
 mod schedules;
 #[path = "cluster/serve.rs"]
 mod serve;
+#[path = "cluster/snapshots.rs"]
+mod snapshots;
 #[path = "cluster/status.rs"]
 mod status;
 mod support;
@@ -86,6 +89,7 @@ fn config(cluster: &NatsCluster, node: &str, partitions: u32, lease_ms: u64) -> 
         partitions,
         lease_ms,
         replicas: 2,
+        snapshot_interval_ms: 300_000,
     }
 }
 

@@ -1,11 +1,12 @@
 //! `turnstile cluster status`: the operator's view of a cluster (feature `cluster`) — nodes,
 //! partitions per node, lease ages, inbox lag — read from NATS JetStream with only the config
-//! file's `[cluster]` section. It joins nothing and writes nothing.
+//! file's `[cluster]` section. It joins nothing and writes nothing. `turnstile cluster
+//! snapshot` asks every node to snapshot the partitions it owns now and purge the changelog.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use turnstile::cluster::{status, ClusterStatus, PartitionStatus};
+use turnstile::cluster::{snapshots, status, ClusterStatus, PartitionStatus};
 use turnstile::config::ClusterConfig;
 
 use super::output::table;
@@ -29,7 +30,20 @@ pub(crate) enum ClusterCmd {
         #[arg(long)]
         partitions: bool,
     },
+    /// Asks every live node to snapshot the partitions it owns now, then purge the changelog
+    /// below what every partition's newest snapshot covers; prints each node's answer.
+    Snapshot {
+        /// A turnstile.toml with a [cluster] section (only that section is read).
+        #[arg(long)]
+        config: PathBuf,
+        /// Print the answers as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
+
+/// How long `turnstile cluster snapshot` waits for the nodes' answers.
+const SNAPSHOT_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 pub(crate) async fn cluster(command: ClusterCmd) -> anyhow::Result<()> {
     match command {
@@ -44,6 +58,33 @@ pub(crate) async fn cluster(command: ClusterCmd) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&status)?);
             } else {
                 print!("{}", render(&status, partitions));
+            }
+            Ok(())
+        }
+        ClusterCmd::Snapshot { config, json } => {
+            let config = cluster_section(&config)?;
+            let live = status::read(&config).await?.nodes.len();
+            let reports = snapshots::ask(&config, live, SNAPSHOT_WAIT).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&reports)?);
+            } else {
+                for r in &reports {
+                    println!(
+                        "{}: {} partitions snapshotted, {} failed, changelog floor {}",
+                        r.node,
+                        r.taken.len(),
+                        r.failed.len(),
+                        r.floor
+                            .map_or("none (a partition has no snapshot)".into(), |f| f
+                                .to_string())
+                    );
+                    for (p, why) in &r.failed {
+                        println!("  partition {p}: {why}");
+                    }
+                }
+            }
+            if reports.len() < live {
+                anyhow::bail!("{} of {live} live nodes answered", reports.len());
             }
             Ok(())
         }

@@ -110,6 +110,18 @@ impl Changelog {
         metrics::cluster_partition_held(partition, 0);
     }
 
+    /// The partitions this node has a tenure of now.
+    pub(super) fn owned_partitions(&self) -> Vec<Partition> {
+        let mut owned: Vec<Partition> = self.tenures.iter().map(|t| *t.key()).collect();
+        owned.sort_unstable();
+        owned
+    }
+
+    /// Whether this node has a tenure of `partition` now (its copy is its own commits').
+    pub(super) fn has_tenure(&self, partition: Partition) -> bool {
+        self.tenures.contains_key(&partition)
+    }
+
     /// Whether `epoch` is this node's current tenure of `partition`.
     pub(super) fn is_current(&self, partition: Partition, epoch: u64) -> bool {
         self.tenures
@@ -266,6 +278,56 @@ impl Changelog {
         };
         self.append_locked(&mut lock, &id, &record).await?;
         Ok(())
+    }
+
+    /// Appends a marker under `lock` (a [`LogRecord::Tenure`] restating the tenure, which
+    /// every follower ignores) and answers its sequence: the partition's last record, which a
+    /// snapshot is then taken as of. One try: a refusal means a new owner (its next turn's
+    /// append finds out too), a failure that this snapshot waits for the next round.
+    pub(super) async fn append_marker(
+        &self,
+        lock: &mut AppendLock,
+    ) -> Result<u64, ReplicationError> {
+        let partition = lock.partition;
+        let epoch = lock.tenure.epoch;
+        if !self.is_current(partition, epoch) {
+            return Err(ReplicationError::Fenced { partition });
+        }
+        let record = LogRecord::Tenure {
+            node: self.node_id.clone(),
+            epoch,
+        };
+        let body = Bytes::from(
+            serde_json::to_vec(&record)
+                .map_err(|e| ReplicationError::Failed(format!("cannot encode the record: {e}")))?,
+        );
+        let message = PublishMessage::build()
+            .payload(body)
+            .expected_last_subject_sequence(*lock.last);
+        let sent = match self.js.send_publish(log_subject(partition), message).await {
+            Ok(ack) => ack.await,
+            Err(e) => Err(e),
+        };
+        match sent {
+            Ok(ack) => {
+                *lock.last = ack.sequence;
+                Ok(ack.sequence)
+            }
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => {
+                Err(ReplicationError::Fenced { partition })
+            }
+            Err(e) => Err(ReplicationError::Failed(e.to_string())),
+        }
+    }
+
+    /// The epoch of the tenure `lock` is under.
+    pub(super) fn lock_epoch(lock: &AppendLock) -> u64 {
+        lock.tenure.epoch
+    }
+
+    /// The partition's last record as `lock`'s tenure knows it (it wrote or read it).
+    pub(super) fn lock_last(lock: &AppendLock) -> u64 {
+        *lock.last
     }
 
     /// Acknowledges the inbox messages of `session_key` held here: the session was deleted

@@ -31,6 +31,8 @@ use tokio::sync::watch;
 use super::changelog::{Changelog, ANSWERED_MARK_TTL_MS};
 use super::names::{partition_of_subject, LOG_SUBJECTS};
 use super::record::LogRecord;
+use super::snapshot::{behind_hole, must_load};
+use super::snapshots::Snapshots;
 use super::Partition;
 use crate::clock::now_ms;
 use crate::runtime::Runtime;
@@ -104,6 +106,9 @@ pub(super) struct Follower {
     changelog: Arc<Changelog>,
     partitions: u32,
     position: watch::Sender<Progress>,
+    /// Where a partition whose records were purged before they were applied here is loaded
+    /// from.
+    snapshots: Snapshots,
 }
 
 impl Follower {
@@ -114,6 +119,7 @@ impl Follower {
         changelog: Arc<Changelog>,
         partitions: u32,
         position: watch::Sender<Progress>,
+        snapshots: Snapshots,
     ) -> Self {
         Self {
             runtime,
@@ -121,6 +127,7 @@ impl Follower {
             changelog,
             partitions,
             position,
+            snapshots,
         }
     }
 
@@ -219,13 +226,77 @@ impl Follower {
                     let message = message?;
                     let info = message.info()?;
                     let (seq, pending) = (info.stream_sequence, info.pending);
-                    if seq <= self.position.borrow().seq {
+                    let last = self.position.borrow().seq;
+                    if seq <= last {
                         continue;
+                    }
+                    if seq > last + 1 {
+                        // Records were purged before this node applied them: the partitions
+                        // that had some there are loaded from their snapshots first.
+                        self.bootstrap(seq).await?;
                     }
                     self.apply(&message.subject, seq, &message.payload).await;
                     self.position.send_modify(|p| p.processed(seq, pending));
                 }
             }
+        }
+    }
+
+    /// The changelog goes on at `next`, after a purged stretch: every followed partition
+    /// applied here only below it whose newest snapshot is newer than its copy here is loaded
+    /// from that snapshot (its records up to the snapshot are skipped afterwards by the
+    /// applied position). A partition this node has a tenure of is its own commits' and is
+    /// left alone. An error stops the follower before `next` (it reopens and tries again):
+    /// nothing is skipped silently.
+    async fn bootstrap(&self, next: u64) -> Result<(), crate::cluster::NatsError> {
+        let followed = self.position.borrow().followed.clone();
+        for partition in followed {
+            if self.changelog.has_tenure(partition) {
+                continue;
+            }
+            let applied = self.runtime.replica_applied(partition)?;
+            if !behind_hole(applied, next) {
+                continue;
+            }
+            let Some((head, _)) = self.snapshots.head(partition).await? else {
+                continue;
+            };
+            if !must_load(applied, next, Some(head.seq)) {
+                continue;
+            }
+            let state = self.snapshots.load(partition, &head).await?;
+            let sessions = state.sessions.len();
+            self.runtime
+                .restore_replica(
+                    partition,
+                    self.partitions,
+                    state.sessions,
+                    state.runs,
+                    head.seq,
+                    now_ms().saturating_add(ANSWERED_MARK_TTL_MS),
+                )
+                .await?;
+            tracing::info!(
+                partition,
+                seq = head.seq,
+                sessions,
+                "partition loaded from its snapshot"
+            );
+        }
+        Ok(())
+    }
+
+    /// A tenure record (a takeover, or an owner's snapshot marker) changes no session, but
+    /// this node's copy of the partition is complete up to it: recording that keeps a
+    /// restart here from taking the copy for behind a purge (and loading the snapshot for
+    /// nothing). Not on the partition's owner: its own turns before the record may not be
+    /// committed here yet.
+    async fn pass_marker(&self, partition: Partition, seq: u64) {
+        if self.changelog.has_tenure(partition) {
+            return;
+        }
+        if let Err(e) = self.runtime.advance_replica(partition, seq).await {
+            tracing::warn!(partition, seq, error = %e, "cannot record the applied position");
         }
     }
 
@@ -245,7 +316,10 @@ impl Follower {
             }
         };
         let (node, epoch) = match &record {
-            LogRecord::Tenure { .. } => return,
+            LogRecord::Tenure { .. } => {
+                self.pass_marker(partition, seq).await;
+                return;
+            }
             LogRecord::Turn { node, epoch, .. }
             | LogRecord::Delete { node, epoch, .. }
             | LogRecord::ScheduleRun { node, epoch, .. } => (node, *epoch),

@@ -10,7 +10,9 @@
 //! by the owner's tenure (`changelog`); every node applies the changelog to its own sled and
 //! answers its own waiters from it (`follower`); a session delete asked of any node is done
 //! by the partition's owner and travels the changelog too (`deletes`); the owner's streaming
-//! deltas reach waiters on other nodes over core NATS (`deltas`). What travels is in `record`; the names every
+//! deltas reach waiters on other nodes over core NATS (`deltas`); owners snapshot their
+//! partitions so the changelog can be purged, and a node behind a purge loads a snapshot
+//! (`snapshot`, `snapshots`). What travels is in `record`; the names every
 //! node and tool shares in `names`; `status` reads the operator's view (`turnstile cluster
 //! status`) without joining.
 //!
@@ -50,6 +52,10 @@ mod record;
 #[cfg(feature = "cluster")]
 mod replies;
 #[cfg(feature = "cluster")]
+mod snapshot;
+#[cfg(feature = "cluster")]
+pub mod snapshots;
+#[cfg(feature = "cluster")]
 pub mod status;
 #[cfg(feature = "cluster")]
 mod streams;
@@ -69,5 +75,7 @@ pub use node::ClusterNode;
 pub use placement::partition_of;
 #[cfg(feature = "cluster")]
 pub(crate) use placement::Partition;
+#[cfg(feature = "cluster")]
+pub use snapshots::SnapshotReport;
 #[cfg(feature = "cluster")]
 pub use status::{ClusterStatus, PartitionStatus};

@@ -7,9 +7,11 @@
 //! deletes on ([`delete_subject`]), the one it publishes its turns' streaming deltas on
 //! ([`delta_subject`]), the one it answers forwarded reads on ([`read_subject`]) and the one
 //! it publishes its turns' final replies on ([`reply_subject`]). The leases and heartbeats live in the KV buckets [`LEASES_BUCKET`] and
-//! [`NODES_BUCKET`].
+//! [`NODES_BUCKET`]; the partitions' snapshots in [`SNAPSHOTS_BUCKET`], asked for on
+//! [`SNAPSHOT_SUBJECT`].
 
 pub use super::lease::{LEASES_BUCKET, NODES_BUCKET};
+pub use super::snapshots::{SNAPSHOTS_BUCKET, SNAPSHOT_SUBJECT};
 use super::Partition;
 
 /// The replicated stream holding every partition's inbox.

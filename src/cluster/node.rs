@@ -25,6 +25,7 @@ use super::membership::{connect, Member, Owned};
 use super::owner::{Owner, MAX_CONSUMER_CREATES};
 use super::reads::{self, ReadClient};
 use super::replies;
+use super::snapshots::{self, Snapshots};
 use super::{streams, Partition};
 use crate::config::ClusterConfig;
 use crate::runtime::Runtime;
@@ -39,8 +40,8 @@ pub struct ClusterNode {
     follower: JoinHandle<()>,
     /// Answers the deletes of the partitions this node owns.
     deletes: JoinHandle<()>,
-    /// Exchange streaming deltas and final replies with the other nodes, and answer their
-    /// reads of this node's partitions.
+    /// Exchange streaming deltas and final replies with the other nodes, answer their
+    /// reads of this node's partitions, and take its partitions' snapshots.
     delta_tasks: Vec<JoinHandle<()>>,
     coordinator: JoinHandle<()>,
     changelog: Arc<Changelog>,
@@ -73,6 +74,7 @@ impl ClusterNode {
             .build(js.client());
         let inbox = streams::inbox(&admin, window).await?;
         let log = streams::changelog(&js).await?;
+        let snapshot_store = Snapshots::open(&js, log.clone(), config.partitions).await?;
         let changelog = Arc::new(Changelog::new(
             js.clone(),
             log.clone(),
@@ -145,9 +147,16 @@ impl ClusterNode {
                 Arc::clone(&changelog),
                 config.partitions,
                 position_tx,
+                snapshot_store.clone(),
             )
             .run(member.follow()),
         );
+        delta_tasks.push(tokio::spawn(snapshots::run(
+            js.client(),
+            snapshot_store,
+            Arc::clone(&changelog),
+            Duration::from_millis(config.snapshot_interval_ms),
+        )));
         let shared = Shared {
             runtime: runtime.clone(),
             js,

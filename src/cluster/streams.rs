@@ -50,8 +50,9 @@ pub(super) async fn inbox(
     .await
 }
 
-/// The changelog stream: every turn of every session, by partition, kept (it is what a node
-/// restores a partition from; nothing compacts it yet).
+/// The changelog stream: every turn of every session, by partition, kept until the
+/// partitions' snapshots cover it (`snapshots` purges below their floor): with the snapshot,
+/// it is what a node restores a partition from.
 pub(super) async fn changelog(js: &Context) -> Result<Stream, ClusterError> {
     open(
         js,

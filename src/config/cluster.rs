@@ -34,7 +34,22 @@ fn default_replicas() -> u32 {
     DEFAULT_REPLICAS
 }
 
-/// `[cluster]`. Every key but `replicas` is required: a node that joins a cluster must say
+/// `cluster.snapshot_interval_ms` when the file does not say (5 minutes): how much changelog
+/// a partition keeps beyond its snapshot, and how often each owner rewrites a changed one.
+const DEFAULT_SNAPSHOT_INTERVAL_MS: u64 = 300_000;
+
+/// Shortest `cluster.snapshot_interval_ms`: each round appends a marker record per owned
+/// partition and reads every partition's snapshot head.
+pub(crate) const MIN_SNAPSHOT_INTERVAL_MS: u64 = 500;
+
+/// Longest `cluster.snapshot_interval_ms` (a day).
+pub(crate) const MAX_SNAPSHOT_INTERVAL_MS: u64 = 86_400_000;
+
+fn default_snapshot_interval_ms() -> u64 {
+    DEFAULT_SNAPSHOT_INTERVAL_MS
+}
+
+/// `[cluster]`. Every key but `replicas` and `snapshot_interval_ms` is required: a node that joins a cluster must say
 /// which and as whom.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -54,6 +69,11 @@ pub struct ClusterConfig {
     /// same on every node. More than the live nodes means every node.
     #[serde(default = "default_replicas")]
     pub replicas: u32,
+    /// How often each node snapshots the partitions it owns, in ms (then the changelog is
+    /// purged below what every partition's newest snapshot covers). Default 300,000;
+    /// 500–86,400,000.
+    #[serde(default = "default_snapshot_interval_ms")]
+    pub snapshot_interval_ms: u64,
 }
 
 impl ClusterConfig {
@@ -81,6 +101,11 @@ impl ClusterConfig {
             MIN_LEASE_MS..=MAX_LEASE_MS,
         )?;
         in_range("cluster.replicas", self.replicas, 1..=MAX_REPLICAS)?;
+        in_range(
+            "cluster.snapshot_interval_ms",
+            self.snapshot_interval_ms,
+            MIN_SNAPSHOT_INTERVAL_MS..=MAX_SNAPSHOT_INTERVAL_MS,
+        )?;
         validate_node_id(&self.node_id)?;
         if self.nats.is_empty() {
             return Err(invalid("cluster.nats", "name at least one nats:// URL"));
@@ -164,6 +189,7 @@ mod tests {
             partitions: 64,
             lease_ms: 5000,
             replicas: 2,
+            snapshot_interval_ms: DEFAULT_SNAPSHOT_INTERVAL_MS,
         }
     }
 
@@ -209,6 +235,11 @@ mod tests {
         }
         for r in [0, MAX_REPLICAS + 1] {
             assert!(refused(|c| c.replicas = r).contains("cluster.replicas"));
+        }
+        for ms in [MIN_SNAPSHOT_INTERVAL_MS - 1, MAX_SNAPSHOT_INTERVAL_MS + 1] {
+            assert!(
+                refused(|c| c.snapshot_interval_ms = ms).contains("cluster.snapshot_interval_ms")
+            );
         }
         let mut edge = config();
         edge.partitions = MAX_PARTITIONS;

@@ -237,6 +237,104 @@ impl Runtime {
         Ok(())
     }
 
+    /// Records `seq` as applied for `partition` if it is past what is recorded (a changelog
+    /// record that changes no session).
+    #[cfg(feature = "cluster")]
+    pub(crate) async fn advance_replica(&self, partition: u32, seq: u64) -> Result<(), Error> {
+        let store = self.inner.store.clone();
+        tokio::task::spawn_blocking(move || {
+            if store.replica_applied(partition)? < seq {
+                store.set_replica_applied(partition, seq)?;
+            }
+            Ok::<_, crate::error::StoreError>(())
+        })
+        .await
+        .map_err(|_| {
+            Error::from(crate::error::StoreError::Invariant(
+                "recording an applied position panicked",
+            ))
+        })??;
+        Ok(())
+    }
+
+    /// Replaces this node's copy of `partition` (of `partitions`) with a snapshot's: its
+    /// `sessions` (every other local session of the partition goes) and its jobs' latest
+    /// `runs`, then records `seq` as applied. The applied position is set to 0 first, so a
+    /// crash half-way loads the snapshot again at the next start. Each session's messages
+    /// are marked answered until `answered_until_ms` (the snapshot holds only answered turns).
+    #[cfg(feature = "cluster")]
+    pub(crate) async fn restore_replica(
+        &self,
+        partition: u32,
+        partitions: u32,
+        sessions: std::collections::BTreeMap<String, Vec<crate::store::TranscriptEntry>>,
+        runs: std::collections::BTreeMap<String, Vec<crate::schedules::RunChange>>,
+        seq: u64,
+        answered_until_ms: u64,
+    ) -> Result<(), Error> {
+        /// Local sessions listed per page while looking for the partition's stale ones.
+        const LIST_PAGE: usize = 1000;
+        let store = self.inner.store.clone();
+        let keys: Vec<String> = sessions.keys().cloned().collect();
+        tokio::task::spawn_blocking(move || {
+            store.set_replica_applied(partition, 0)?;
+            let mut stale = Vec::new();
+            let mut after: Option<String> = None;
+            loop {
+                let page = store.list_sessions(after.as_deref(), LIST_PAGE)?;
+                let Some((last, _)) = page.last() else { break };
+                after = Some(last.clone());
+                stale.extend(page.into_iter().map(|(key, _)| key).filter(|key| {
+                    crate::cluster::partition_of(key, partitions) == partition
+                        && !sessions.contains_key(key)
+                }));
+            }
+            for key in stale {
+                store.delete_session(&key)?;
+            }
+            let now = crate::clock::now_ms();
+            for (key, entries) in sessions {
+                store.delete_session(&key)?;
+                let answered = entries
+                    .iter()
+                    .filter_map(|e| e.message_id.clone())
+                    .collect();
+                store.commit_turn(&TurnCommit {
+                    session_key: key,
+                    entries,
+                    consumed: Vec::new(),
+                    now_ms: now,
+                    channel_messages: Vec::new(),
+                    replica: Some(ReplicaMarks {
+                        partition,
+                        log_seq: 0,
+                        answered,
+                        expires_at_ms: answered_until_ms,
+                    }),
+                })?;
+            }
+            for change in runs.into_values().flatten() {
+                change.apply(&store)?;
+            }
+            store.set_replica_applied(partition, seq)
+        })
+        .await
+        .map_err(|_| {
+            Error::from(crate::error::StoreError::Invariant(
+                "restoring a partition from its snapshot panicked",
+            ))
+        })??;
+        for key in keys {
+            self.inner
+                .engine
+                .agents()
+                .for_key(&key)
+                .context
+                .invalidate(&key);
+        }
+        Ok(())
+    }
+
     /// Applies another node's scheduled run (its start or end, from the changelog at `seq`
     /// of `partition`) to this node's record of the job. Applied again after a crash before
     /// the position is written: it writes the same record.

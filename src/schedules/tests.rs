@@ -430,6 +430,7 @@ fn clustered_config() -> Config {
             partitions: 4,
             lease_ms: 5_000,
             replicas: 2,
+            snapshot_interval_ms: 300_000,
         }),
         ..Config::default()
     }

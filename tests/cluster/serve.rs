@@ -104,6 +104,17 @@ impl Nodes {
         self.nodes[i] = Some(Self::launch(self.dirs[i].path(), &self.configs[i]).await);
     }
 
+    /// Stops node `i` gracefully, removes its data dir (sessions, positions, everything) and
+    /// starts it again: a wiped node rejoining.
+    pub async fn wipe(&mut self, i: usize) {
+        if let Some(mut node) = self.nodes[i].take() {
+            node.stop().await;
+        }
+        let data = self.dirs[i].path().join("data");
+        std::fs::remove_dir_all(&data).expect("removing the node's data dir");
+        self.restart(i).await;
+    }
+
     /// Stops every node gracefully.
     pub async fn stop(&mut self) {
         for node in self.nodes.iter_mut().flatten() {
