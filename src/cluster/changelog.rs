@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::context::PublishErrorKind;
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::publish::PublishAck;
 use async_nats::jetstream::stream::{LastRawMessageErrorKind, Stream};
 use async_nats::jetstream::{AckKind, Context, Message};
 use bytes::Bytes;
@@ -304,10 +305,7 @@ impl Changelog {
         let message = PublishMessage::build()
             .payload(body)
             .expected_last_subject_sequence(*lock.last);
-        let sent = match self.js.send_publish(log_subject(partition), message).await {
-            Ok(ack) => ack.await,
-            Err(e) => Err(e),
-        };
+        let sent = self.publish(partition, message).await;
         match sent {
             Ok(ack) => {
                 *lock.last = ack.sequence;
@@ -350,6 +348,19 @@ impl Changelog {
         }
     }
 
+    /// Publishes `message` to the partition's changelog subject and waits for JetStream's
+    /// acknowledgement (a fenced append is refused as `WrongLastSequence`).
+    async fn publish(
+        &self,
+        partition: Partition,
+        message: PublishMessage,
+    ) -> Result<PublishAck, PublishError> {
+        self.js
+            .send_publish(log_subject(partition), message)
+            .await?
+            .await
+    }
+
     /// Appends `record` (its id `id`) to the partition of `lock`, fenced by its tenure, with
     /// retries; answers the sequence it landed at.
     async fn append_locked(
@@ -376,10 +387,7 @@ impl Changelog {
                 .payload(body.clone())
                 .message_id(id)
                 .expected_last_subject_sequence(*lock.last);
-            let sent = match self.js.send_publish(log_subject(partition), message).await {
-                Ok(ack) => ack.await,
-                Err(e) => Err(e),
-            };
+            let sent = self.publish(partition, message).await;
             match sent {
                 Ok(ack) => {
                     appended = Some(ack.sequence);

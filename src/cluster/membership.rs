@@ -158,18 +158,33 @@ impl Drop for Member {
 /// JetStream context every cluster request goes through.
 pub(super) async fn connect(config: &ClusterConfig) -> Result<Context, ClusterError> {
     let lease = Duration::from_millis(config.lease_ms);
-    let client = async_nats::ConnectOptions::new()
-        .name(format!("turnstile {}", config.node_id))
-        .connection_timeout(request_timeout(lease).max(Duration::from_secs(2)))
+    let client = connect_client(
+        config,
+        format!("turnstile {}", config.node_id),
+        request_timeout(lease).max(Duration::from_secs(2)),
+    )
+    .await?;
+    Ok(async_nats::jetstream::ContextBuilder::new()
+        .timeout(request_timeout(lease))
+        .build(client))
+}
+
+/// A NATS connection to `config.nats` named `name` (as the servers list their clients), the
+/// one way a node, `cluster status` and `cluster snapshot` connect.
+pub(super) async fn connect_client(
+    config: &ClusterConfig,
+    name: String,
+    timeout: Duration,
+) -> Result<async_nats::Client, ClusterError> {
+    async_nats::ConnectOptions::new()
+        .name(name)
+        .connection_timeout(timeout)
         .connect(config.nats.clone())
         .await
         .map_err(|e| ClusterError::Connect {
             urls: config.nats.join(","),
             source: Box::new(e),
-        })?;
-    Ok(async_nats::jetstream::ContextBuilder::new()
-        .timeout(request_timeout(lease))
-        .build(client))
+        })
 }
 
 /// How long one JetStream request may wait: a third of a lease, within bounds.

@@ -450,14 +450,12 @@ pub async fn ask(
     expected: usize,
     wait: Duration,
 ) -> Result<Vec<SnapshotReport>, ClusterError> {
-    let client = async_nats::ConnectOptions::new()
-        .name("turnstile cluster snapshot")
-        .connect(config.nats.clone())
-        .await
-        .map_err(|e| ClusterError::Connect {
-            urls: config.nats.join(","),
-            source: Box::new(e),
-        })?;
+    let client = super::membership::connect_client(
+        config,
+        "turnstile cluster snapshot".into(),
+        super::membership::request_timeout(Duration::from_millis(config.lease_ms)),
+    )
+    .await?;
     let inbox = client.new_inbox();
     let mut answers = client
         .subscribe(inbox.clone())

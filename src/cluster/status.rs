@@ -140,15 +140,9 @@ impl ClusterStatus {
 /// Connects to `config.nats` and reads the view of its `partitions`.
 pub async fn read(config: &ClusterConfig) -> Result<ClusterStatus, ClusterError> {
     let timeout = request_timeout(config);
-    let client = async_nats::ConnectOptions::new()
-        .name("turnstile cluster status")
-        .connection_timeout(timeout)
-        .connect(config.nats.clone())
-        .await
-        .map_err(|e| ClusterError::Connect {
-            urls: config.nats.join(","),
-            source: Box::new(e),
-        })?;
+    let client =
+        super::membership::connect_client(config, "turnstile cluster status".into(), timeout)
+            .await?;
     let js = async_nats::jetstream::ContextBuilder::new()
         .timeout(timeout)
         .build(client);
