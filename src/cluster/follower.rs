@@ -41,6 +41,47 @@ use crate::store::ReplicaMarks;
 /// Pause before the follower reopens its consumer after an error.
 const REOPEN_PAUSE: Duration = Duration::from_millis(200);
 
+/// How long the follower's consumer may deliver nothing before the follower compares its
+/// position with the changelog's last record ([`StallWatch`]).
+const STALL_CHECK: Duration = Duration::from_secs(5);
+
+/// Tells a consumer that went quiet because nothing is new from one that stopped delivering
+/// (the likely cause of a replica found stale for good after a NATS server's death: its
+/// follower logged no error, so its consumer delivered nothing and said nothing). At each quiet
+/// [`STALL_CHECK`] the changelog's last sequence is noted; if a record that was already
+/// there at the previous check is still not processed, the consumer is stalled and is
+/// reopened from the position. A record published during a check is only counted at the
+/// next one, so a delivery on its way is not taken for a stall.
+#[derive(Debug, Default)]
+struct StallWatch {
+    /// The changelog's last sequence at the previous quiet check, when beyond the position.
+    behind: Option<u64>,
+}
+
+impl StallWatch {
+    /// A quiet check: `processed` the follower's position, `last` the changelog's last
+    /// sequence now. Whether the consumer is stalled.
+    fn check(&mut self, processed: u64, last: u64) -> bool {
+        let stalled = self.behind.is_some_and(|earlier| processed < earlier);
+        self.behind = (last > processed).then_some(last);
+        stalled
+    }
+
+    /// A record came: the consumer delivers.
+    fn delivered(&mut self) {
+        self.behind = None;
+    }
+}
+
+/// The follower's consumer delivered nothing while the changelog had records past its
+/// position.
+#[derive(Debug, thiserror::Error)]
+#[error("the changelog consumer delivered nothing up to sequence {last} for {STALL_CHECK:?} (position {processed}): stalled")]
+struct Stalled {
+    processed: u64,
+    last: u64,
+}
+
 /// Where the follower is: what an owner taking a partition over, a delete and a read wait
 /// for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -208,6 +249,7 @@ impl Follower {
         let mut messages = consumer.messages().await?;
         // Without a membership (it stopped) the follow set stays as it is.
         let mut membership = true;
+        let mut watch = StallWatch::default();
         loop {
             tokio::select! {
                 biased;
@@ -237,6 +279,14 @@ impl Follower {
                     }
                     self.apply(&message.subject, seq, &message.payload).await;
                     self.position.send_modify(|p| p.processed(seq, pending));
+                    watch.delivered();
+                }
+                () = tokio::time::sleep(STALL_CHECK) => {
+                    let last = self.log.get_info().await?.state.last_sequence;
+                    let processed = self.position.borrow().seq;
+                    if watch.check(processed, last) {
+                        return Err(Box::new(Stalled { processed, last }));
+                    }
                 }
             }
         }
@@ -378,6 +428,26 @@ impl Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_consumer_is_stalled_when_a_record_there_a_check_ago_is_still_not_delivered() {
+        let mut watch = StallWatch::default();
+        // Quiet and at the end: nothing is missing.
+        assert!(!watch.check(10, 10));
+        assert!(!watch.check(10, 10));
+        // Records 11..=12 appear: on their way, not yet a stall.
+        assert!(!watch.check(10, 12));
+        // A check later they still have not come: stalled.
+        assert!(watch.check(10, 12));
+        // Delivered in between: the next check starts afresh.
+        let mut watch = StallWatch::default();
+        assert!(!watch.check(10, 12));
+        watch.delivered();
+        assert!(!watch.check(12, 14), "13 and 14 were published since");
+        // Processed past what was there, though more came: delivering, not stalled.
+        assert!(!watch.check(14, 16));
+        assert!(watch.check(14, 16));
+    }
 
     fn set(partitions: &[Partition]) -> BTreeSet<Partition> {
         partitions.iter().copied().collect()

@@ -42,8 +42,17 @@ pub(super) const INBOX_ACK_WAIT: Duration = Duration::from_secs(15);
 /// delivered again.
 pub(super) const REFUSED_RETRY: Duration = Duration::from_secs(1);
 
-/// Takeover attempts before the task gives up and waits for the next membership round.
-const TAKEOVER_ATTEMPTS: u32 = 5;
+/// First and longest pause between attempts to append the tenure record. An append fails
+/// while JetStream elects the changelog's new leader (4–9 s after a server dies); the task
+/// keeps trying, ever later up to the cap, for as long as this node holds the partition (it
+/// is aborted when the lease is lost). It once gave up after five tries (about 1 s), and
+/// nothing tried again while the lease was held: the partition's inbox was never served.
+const TAKEOVER_RETRY_FIRST: Duration = Duration::from_millis(100);
+const TAKEOVER_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// How often a takeover still waiting for the follower to apply the changelog up to its
+/// tenure record says so (a follower stuck there keeps the partition unserved).
+const TAKEOVER_WAIT_REPORT: Duration = Duration::from_secs(10);
 
 /// Inbox consumers this node replaces (delete and create) at once, over all its partitions.
 /// A takeover gains many partitions together; creating all their consumers at once floods
@@ -98,6 +107,37 @@ fn jet(op: &'static str, p: Partition) -> impl Fn(NatsError) -> ClusterError {
     }
 }
 
+/// The pause after `failures` failed appends of a tenure record in a row (1 for the first).
+fn takeover_pause(failures: u32) -> Duration {
+    crate::backoff::jittered(
+        TAKEOVER_RETRY_FIRST,
+        TAKEOVER_RETRY_MAX,
+        failures.saturating_sub(1),
+    )
+}
+
+/// Runs `append` (the tenure record's) until it succeeds, pausing [`takeover_pause`] after
+/// each failure; the record's sequence. Never gives up: the owner task is aborted when the
+/// partition is lost, and a task that stopped trying would leave its partition unserved
+/// for as long as this node holds the lease.
+async fn append_until_done<F, Fut>(p: Partition, mut append: F) -> u64
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<u64, ClusterError>>,
+{
+    let mut failures = 0u32;
+    loop {
+        match append().await {
+            Ok(seq) => return seq,
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                tracing::warn!(partition = p, error = %e, failures, "takeover: retrying");
+                tokio::time::sleep(takeover_pause(failures)).await;
+            }
+        }
+    }
+}
+
 /// What an owner task needs.
 pub(super) struct Owner {
     pub(crate) runtime: Runtime,
@@ -116,29 +156,29 @@ impl Owner {
     /// Takes the partition over and serves its inbox until aborted.
     pub(super) async fn run(mut self) {
         let p = self.partition;
-        let mut attempt = 0;
-        let marker = loop {
-            attempt += 1;
-            match self.append_tenure().await {
-                Ok(seq) => break seq,
-                Err(e) if attempt < TAKEOVER_ATTEMPTS => {
-                    tracing::warn!(partition = p, error = %e, attempt, "takeover: retrying");
-                    tokio::time::sleep(Duration::from_millis(100 * u64::from(attempt))).await;
-                }
-                Err(e) => {
-                    tracing::error!(partition = p, error = %e, "takeover failed; the partition waits for the next try");
-                    return;
+        let marker = append_until_done(p, || self.append_tenure()).await;
+        // Every turn before the marker is applied here before this tenure runs one.
+        loop {
+            let applied = tokio::time::timeout(
+                TAKEOVER_WAIT_REPORT,
+                self.position.wait_for(|seen| seen.covers(p, marker)),
+            )
+            .await
+            .map(|seen| seen.is_ok());
+            match applied {
+                Ok(true) => break,
+                // The follower is gone: the node is stopping.
+                Ok(false) => return,
+                Err(_) => {
+                    let seq = self.position.borrow().seq;
+                    tracing::warn!(
+                        partition = p,
+                        marker,
+                        applied = seq,
+                        "takeover: still waiting for the changelog follower to reach the tenure record"
+                    );
                 }
             }
-        };
-        // Every turn before the marker is applied here before this tenure runs one.
-        if self
-            .position
-            .wait_for(|seen| seen.covers(p, marker))
-            .await
-            .is_err()
-        {
-            return;
         }
         self.changelog.begin(p, self.epoch, marker);
         tracing::info!(
@@ -343,7 +383,52 @@ impl Owner {
 
 #[cfg(test)]
 mod tests {
-    use super::{reopen_pause, DeliveryOrder, REOPEN_PAUSE, REOPEN_RETRY_FIRST, REOPEN_RETRY_MAX};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::{
+        append_until_done, reopen_pause, takeover_pause, DeliveryOrder, REOPEN_PAUSE,
+        REOPEN_RETRY_FIRST, REOPEN_RETRY_MAX, TAKEOVER_RETRY_FIRST, TAKEOVER_RETRY_MAX,
+    };
+    use crate::cluster::error::ClusterError;
+
+    /// A changelog leader election longer than any fixed number of quick tries: the
+    /// takeover keeps appending until the record goes in.
+    #[tokio::test(start_paused = true)]
+    async fn a_takeover_outlasts_a_changelog_leader_election() {
+        let tries = AtomicU32::new(0);
+        let started = tokio::time::Instant::now();
+        let marker = append_until_done(3, || {
+            let n = tries.fetch_add(1, Ordering::SeqCst) + 1;
+            let now = tokio::time::Instant::now();
+            async move {
+                // JetStream has no changelog leader for the first 30 s (virtual).
+                if now.duration_since(started) < std::time::Duration::from_secs(30) {
+                    Err(ClusterError::Runtime(format!("no leader ({n})")))
+                } else {
+                    Ok(42)
+                }
+            }
+        })
+        .await;
+        assert_eq!(marker, 42);
+        assert!(
+            tries.load(Ordering::SeqCst) > 5,
+            "more than the old five tries"
+        );
+    }
+
+    #[test]
+    fn takeover_tries_come_ever_later_up_to_the_cap() {
+        assert!(takeover_pause(1) <= TAKEOVER_RETRY_FIRST);
+        assert!(
+            takeover_pause(5) >= TAKEOVER_RETRY_FIRST * 8,
+            "doubled per failure"
+        );
+        for failures in [1, 2, 10, u32::MAX] {
+            assert!(takeover_pause(failures) <= TAKEOVER_RETRY_MAX, "{failures}");
+        }
+        assert!(takeover_pause(u32::MAX) >= TAKEOVER_RETRY_MAX / 2);
+    }
 
     #[test]
     fn a_consumer_that_keeps_failing_is_retried_ever_later_up_to_the_cap() {

@@ -2,7 +2,8 @@
 //! loopback): a thread session shows the message that started the thread, read once over
 //! REST (a failed read does not hold up the turn and is tried again at the next message),
 //! kept across a restart without being read again; a forum post's first message is its own
-//! starter and is not read.
+//! starter and is not read. A thread the channel does not know yet is asked of REST until it
+//! answers: a failing lookup never files the thread's messages under another session.
 
 use std::time::Duration;
 
@@ -37,6 +38,48 @@ async fn ask(fake: &FakeDiscord, thread: u64, text: &str, answered: usize) -> St
         .as_str()
         .unwrap()
         .to_string()
+}
+
+/// Lookups of `GET /channels/{channel}` (is it a thread, of which channel).
+fn lookups(fake: &FakeDiscord, channel: u64) -> usize {
+    fake.requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == format!("/channels/{channel}"))
+        .count()
+}
+
+#[tokio::test]
+async fn a_thread_whose_lookup_fails_for_a_while_keeps_its_own_session() {
+    let fake = FakeDiscord::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(&fake, dir.path()).await;
+    connected(&fake, 1).await;
+    // A thread no gateway event named: the channel asks what it is, and Discord fails thrice.
+    let thread = fake.next_id();
+    fake.add_thread(thread, CHANNEL);
+    fake.fail_channel_reads(3);
+    let reply = ask(&fake, thread, "in an unknown thread", 1).await;
+    assert!(reply.contains("in an unknown thread"), "{reply}");
+    assert_eq!(fake.sent()[0].0, thread, "answered in the thread");
+    assert_eq!(lookups(&fake, thread), 4, "asked until Discord answered");
+    let sessions: Vec<String> = server
+        .runtime
+        .sessions(None, 100)
+        .unwrap()
+        .iter()
+        .map(|s| s.session_key.clone())
+        .collect();
+    assert_eq!(
+        sessions,
+        vec![format!(
+            "agent:main:discord:channel:{CHANNEL}:thread:{thread}"
+        )],
+        "the thread's own session, not a channel's"
+    );
+    // Known now: not asked again.
+    ask(&fake, thread, "again", 2).await;
+    assert_eq!(lookups(&fake, thread), 4);
+    server.stop().await;
 }
 
 #[tokio::test]

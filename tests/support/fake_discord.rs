@@ -92,6 +92,8 @@ struct Shared {
     edits: EditBucket,
     /// Reads of one message (`GET /channels/{id}/messages/{id}`) still to answer with a 500.
     failing_reads: u32,
+    /// Reads of a channel (`GET /channels/{id}`) still to answer with a 500.
+    failing_channel_reads: u32,
 }
 
 /// The edit route's rate-limit bucket: `limit` edits per window of `window`.
@@ -280,6 +282,11 @@ impl FakeDiscord {
     /// Answers the next `n` reads of one message with a 500.
     pub fn fail_message_reads(&self, n: u32) {
         self.shared().failing_reads = n;
+    }
+
+    /// Answers the next `n` reads of a channel (`GET /channels/{id}`) with a 500.
+    pub fn fail_channel_reads(&self, n: u32) {
+        self.shared().failing_channel_reads = n;
     }
 
     /// Sends op 7 (reconnect) on the live connection.
@@ -569,7 +576,19 @@ async fn gateway_bot(State(f): State<FakeDiscord>) -> Response {
 
 async fn get_channel(State(f): State<FakeDiscord>, Path(id): Path<u64>) -> Response {
     f.record("GET", format!("/channels/{id}"), Value::Null);
-    let parent = f.shared().threads.get(&id).copied();
+    let mut s = f.shared();
+    if s.failing_channel_reads > 0 {
+        s.failing_channel_reads -= 1;
+        return limited(
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                axum::Json(json!({"message": "500: Internal Server Error", "code": 0})),
+            )
+                .into_response(),
+        );
+    }
+    let parent = s.threads.get(&id).copied();
+    drop(s);
     let body = match parent {
         Some(p) => {
             json!({"id": id.to_string(), "type": 11, "parent_id": p.to_string(), "guild_id": GUILD_ID.to_string()})

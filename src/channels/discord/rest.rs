@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use twilight_http::api_error::ApiError;
 use twilight_http::error::{Error as HttpError, ErrorType};
+use twilight_http::response::DeserializeBodyErrorType;
 use twilight_http::Client;
 use twilight_model::channel::message::Message;
 use twilight_model::id::Id;
@@ -241,7 +242,8 @@ impl Rest {
             .map_err(|e| RestError::Final(e.to_string()))
     }
 
-    /// The parent of `channel` when it is a thread (`GET /channels/{channel}`).
+    /// The parent of `channel` when it is a thread (`GET /channels/{channel}`). A body cut on
+    /// the way is transient, like the request's own transport errors.
     pub(crate) async fn thread_parent(&self, channel: u64) -> Result<Option<u64>, RestError> {
         let id = Id::new_checked(channel).ok_or_else(|| RestError::Final("channel id 0".into()))?;
         let c = self
@@ -251,7 +253,11 @@ impl Rest {
             .map_err(|e| RestError::of(&e))?
             .model()
             .await
-            .map_err(|e| RestError::Final(e.to_string()))?;
+            .map_err(|e| match e.kind() {
+                // The body was cut on the way: transport trouble, worth asking again.
+                DeserializeBodyErrorType::Chunking => RestError::Transient(e.to_string()),
+                _ => RestError::Final(e.to_string()),
+            })?;
         Ok(c.kind
             .is_thread()
             .then(|| c.parent_id.map(|p| p.get()))

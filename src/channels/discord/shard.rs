@@ -295,20 +295,46 @@ impl ShardTask {
     }
 
     /// The parent of `m`'s channel when it is a thread (asked of REST once when unknown).
-    async fn parent_of(&self, m: &Message, ctx: &mut Context) -> Option<u64> {
-        m.guild_id?;
+    ///
+    /// A lookup that fails for now (transport trouble, a timeout, a 5xx, a rate limit) is
+    /// tried again with the channel's back-off (`retry_backoff_ms` doubling up to
+    /// `max_retry_backoff_ms`) until Discord answers or the runtime stops (`None`: the message
+    /// is left for the next start, as when the runtime cannot take it). Handling it before the
+    /// answer would take a thread for a plain channel and file its messages under another
+    /// session. Only a refusal (the bot may not read the channel) takes it for a channel.
+    async fn parent_of(&self, m: &Message, ctx: &mut Context) -> Option<Option<u64>> {
+        if m.guild_id.is_none() {
+            return Some(None);
+        }
         let channel = m.channel_id.get();
         if let Some(known) = ctx.channel(channel) {
-            return known;
+            return Some(known);
         }
-        match self.rest.thread_parent(channel).await {
-            Ok(parent) => {
-                ctx.set_channel(channel, parent);
-                parent
-            }
-            Err(error) => {
-                tracing::warn!(%error, channel, "cannot tell whether a discord channel is a thread; taken as a channel");
-                None
+        let mut stop = self.port.stopping();
+        let mut failures = 0u32;
+        loop {
+            let error = match self.rest.thread_parent(channel).await {
+                Ok(parent) => {
+                    ctx.set_channel(channel, parent);
+                    return Some(parent);
+                }
+                Err(RestError::Final(error)) => {
+                    tracing::warn!(%error, channel, "discord refused to say whether a channel is a thread; taken as a channel");
+                    return Some(None);
+                }
+                Err(error) => error,
+            };
+            failures += 1;
+            let pause = match &error {
+                RestError::RateLimited { retry_after } => {
+                    self.rest.count_wait();
+                    retry_after.unwrap_or_else(|| self.pause(failures))
+                }
+                _ => self.pause(failures),
+            };
+            tracing::warn!(%error, channel, failures, "cannot tell yet whether a discord channel is a thread; asking again");
+            if !pause_unless_stopped(pause, &mut stop).await {
+                return None;
             }
         }
     }
@@ -436,7 +462,9 @@ impl ShardTask {
             }
         }
         let written = proxied.as_ref().map(|p| as_written(m, p));
-        let parent = self.parent_of(m, ctx).await;
+        let Some(parent) = self.parent_of(m, ctx).await else {
+            return Handled::Stopping;
+        };
         let mut converted =
             match to_inbound(written.as_ref().unwrap_or(m), parent, ctx, &self.config) {
                 Ok(c) => c,
