@@ -274,9 +274,11 @@ impl TurnEngine {
                 Ok(answer) => break answer,
                 Err(Stop::Overflow(e)) if compactions < MAX_OVERFLOW_COMPACTIONS => {
                     compactions += 1;
-                    self.compact_for_overflow(&mut turn, &e, compactions).await;
+                    Box::pin(self.compact_for_overflow(&mut turn, &e, compactions)).await;
                 }
-                Err(Stop::Overflow(e)) => return self.too_long(&turn, &e, compactions).await,
+                Err(Stop::Overflow(e)) => {
+                    return Box::pin(self.too_long(&turn, &e, compactions)).await
+                }
                 Err(Stop::Cancelled) => return Err(TurnError::Cancelled),
                 Err(Stop::Failed(e)) => {
                     self.remember_failure(session_key, &e);
@@ -284,7 +286,9 @@ impl TurnEngine {
                 }
             }
         };
-        self.commit(turn, answer).await
+        // Boxed, like the rare overflow paths above: a turn parks on its model call, and its
+        // task's allocation is as large as its largest await point (see `TURN_FUTURE_BOUND`).
+        Box::pin(self.commit(turn, answer)).await
     }
 
     /// What the turn of `batch` starts from: its items, the client tool results they carry, the

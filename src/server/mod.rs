@@ -15,6 +15,8 @@ mod conn_io;
 mod edge;
 mod error;
 mod events;
+#[cfg(test)]
+mod future_sizes;
 mod guard;
 mod history;
 mod limits;

@@ -82,10 +82,12 @@ pub(super) async fn chat_completions(
                 format!("the system messages are longer than {max} characters"),
             ));
         }
-        state
-            .runtime
-            .set_session_instructions(&session, instructions)
-            .await?;
+        Box::pin(
+            state
+                .runtime
+                .set_session_instructions(&session, instructions),
+        )
+        .await?;
     }
     state
         .runtime
@@ -125,7 +127,10 @@ pub(super) async fn chat_completions(
         let mut waiter = runtime.reply_to(&id);
         // Nothing is answered before the reply, so the reply's commit flush makes the inbox
         // write durable too: one flush per turn. A failed flush still ends the wait early.
-        let reply = match admit_or_join(&runtime, message, &session, id_origin).await? {
+        // Boxed, like the instructions' write above: the handler then parks on the reply with
+        // only what it needs for the answer (see `HANDLER_FUTURE_BOUND`).
+        let admitted = Box::pin(admit_or_join(&runtime, message, &session, id_origin)).await?;
+        let reply = match admitted {
             Joined::Answered(answer) => Arc::new(stored_reply(&session, &id, answer)),
             Joined::Pending => match tokio::time::timeout(timeout, waiter.recv()).await {
                 Ok(reply) => reply.ok_or(crate::Error::ShuttingDown)?,
@@ -166,21 +171,16 @@ pub(super) async fn chat_completions(
         model,
         include_usage: request.include_usage,
     };
-    tokio::spawn(async move {
-        let waiter = runtime.reply_stream_to(&head.id);
-        let joined = match submit_or_join(&runtime, message, &session, id_origin).await {
-            Ok(joined) => {
-                let _ = accepted_tx.send(Ok(()));
-                joined
-            }
-            Err(e) => {
-                let _ = accepted_tx.send(Err(e));
-                return;
-            }
-        };
-        let joined = joined.map(|answer| stored_reply(&session, &head.id, answer));
-        stream::forward(head, waiter, joined, timeout, tx).await;
-    });
+    tokio::spawn(stream_task(StreamTask {
+        runtime,
+        message,
+        session,
+        id_origin,
+        head,
+        timeout,
+        accepted: accepted_tx,
+        events: tx,
+    }));
     match accepted_rx.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(e),
@@ -198,6 +198,51 @@ pub(super) async fn chat_completions(
     Ok(Sse::new(events)
         .keep_alive(KeepAlive::new().interval(STREAM_KEEPALIVE))
         .into_response())
+}
+
+/// What the stream task of one streaming request starts from.
+pub(super) struct StreamTask {
+    runtime: Runtime,
+    message: InboundMessage,
+    session: String,
+    id_origin: IdOrigin,
+    head: stream::StreamHead,
+    timeout: Duration,
+    /// Told whether the message was admitted (and durable), before any event is sent.
+    accepted: tokio::sync::oneshot::Sender<Result<(), ApiError>>,
+    /// The SSE body's events.
+    events: tokio::sync::mpsc::Sender<Event>,
+}
+
+/// The task behind a streaming answer: registers the waiter, submits, tells the handler how
+/// the submission went, then forwards the reply's deltas and end to the SSE body.
+pub(super) async fn stream_task(task: StreamTask) {
+    let StreamTask {
+        runtime,
+        message,
+        session,
+        id_origin,
+        head,
+        timeout,
+        accepted,
+        events,
+    } = task;
+    let waiter = runtime.reply_stream_to(&head.id);
+    // Boxed: the submission's state lives only until the message is admitted, while the
+    // task then holds the stream for the whole answer (see `STREAM_TASK_BOUND`).
+    let submitted = Box::pin(submit_or_join(&runtime, message, &session, id_origin));
+    let joined = match submitted.await {
+        Ok(joined) => {
+            let _ = accepted.send(Ok(()));
+            joined
+        }
+        Err(e) => {
+            let _ = accepted.send(Err(e));
+            return;
+        }
+    };
+    let joined = joined.map(|answer| stored_reply(&session, &head.id, answer));
+    stream::forward(head, waiter, joined, timeout, events).await;
 }
 
 /// The session a request names (`session`, from `X-Session-Key` or `user`), for the agent its

@@ -204,9 +204,9 @@ impl<B: Backend> Lane<B> {
                     self.spawn_refill(myself, &state.key, after, limit)
                 }
                 Action::Abandon(batch, failure) => {
-                    self.backend
-                        .abandon_turn(state.key.clone(), batch, failure)
-                        .await;
+                    // Boxed: rare, and the lane's task is otherwise as large as this call's
+                    // state for the whole life of the lane.
+                    Box::pin(self.backend.abandon_turn(state.key.clone(), batch, failure)).await;
                 }
                 Action::AskPassivate { seen_seq } => {
                     let _ = self.supervisor.send_message(SupervisorMsg::LaneIdle {
