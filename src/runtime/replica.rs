@@ -162,7 +162,7 @@ impl Runtime {
             mut reply,
         } = turn;
         let key = session_key.clone();
-        let committed = tokio::task::spawn_blocking(move || {
+        let committed = on_blocking_pool("applying a replicated turn panicked", move || {
             store.thaw_session(&key)?;
             store.commit_turn(&TurnCommit {
                 session_key: key,
@@ -173,12 +173,7 @@ impl Runtime {
                 replica: Some(marks),
             })
         })
-        .await
-        .map_err(|_| {
-            Error::from(crate::error::StoreError::Invariant(
-                "applying a replicated turn panicked",
-            ))
-        })??;
+        .await?;
         self.inner
             .engine
             .agents()
@@ -210,17 +205,12 @@ impl Runtime {
     ) -> Result<(), Error> {
         let store = self.inner.store.clone();
         let key = session_key.to_string();
-        let gone = tokio::task::spawn_blocking(move || {
+        let gone = on_blocking_pool("applying a replicated delete panicked", move || {
             let gone = store.delete_session(&key)?;
             store.set_replica_applied(partition, seq)?;
             Ok::<_, crate::error::StoreError>(gone)
         })
-        .await
-        .map_err(|_| {
-            Error::from(crate::error::StoreError::Invariant(
-                "applying a replicated delete panicked",
-            ))
-        })??;
+        .await?;
         self.inner
             .engine
             .agents()
@@ -242,18 +232,13 @@ impl Runtime {
     #[cfg(feature = "cluster")]
     pub(crate) async fn advance_replica(&self, partition: u32, seq: u64) -> Result<(), Error> {
         let store = self.inner.store.clone();
-        tokio::task::spawn_blocking(move || {
+        on_blocking_pool("recording an applied position panicked", move || {
             if store.replica_applied(partition)? < seq {
                 store.set_replica_applied(partition, seq)?;
             }
             Ok::<_, crate::error::StoreError>(())
         })
-        .await
-        .map_err(|_| {
-            Error::from(crate::error::StoreError::Invariant(
-                "recording an applied position panicked",
-            ))
-        })??;
+        .await?;
         Ok(())
     }
 
@@ -276,54 +261,52 @@ impl Runtime {
         const LIST_PAGE: usize = 1000;
         let store = self.inner.store.clone();
         let keys: Vec<String> = sessions.keys().cloned().collect();
-        tokio::task::spawn_blocking(move || {
-            store.set_replica_applied(partition, 0)?;
-            let mut stale = Vec::new();
-            let mut after: Option<String> = None;
-            loop {
-                let page = store.list_sessions(after.as_deref(), LIST_PAGE)?;
-                let Some((last, _)) = page.last() else { break };
-                after = Some(last.clone());
-                stale.extend(page.into_iter().map(|(key, _)| key).filter(|key| {
-                    crate::cluster::partition_of(key, partitions) == partition
-                        && !sessions.contains_key(key)
-                }));
-            }
-            for key in stale {
-                store.delete_session(&key)?;
-            }
-            let now = crate::clock::now_ms();
-            for (key, entries) in sessions {
-                store.delete_session(&key)?;
-                let answered = entries
-                    .iter()
-                    .filter_map(|e| e.message_id.clone())
-                    .collect();
-                store.commit_turn(&TurnCommit {
-                    session_key: key,
-                    entries,
-                    consumed: Vec::new(),
-                    now_ms: now,
-                    channel_messages: Vec::new(),
-                    replica: Some(ReplicaMarks {
-                        partition,
-                        log_seq: 0,
-                        answered,
-                        expires_at_ms: answered_until_ms,
-                    }),
-                })?;
-            }
-            for change in runs.into_values().flatten() {
-                change.apply(&store)?;
-            }
-            store.set_replica_applied(partition, seq)
-        })
-        .await
-        .map_err(|_| {
-            Error::from(crate::error::StoreError::Invariant(
-                "restoring a partition from its snapshot panicked",
-            ))
-        })??;
+        on_blocking_pool(
+            "restoring a partition from its snapshot panicked",
+            move || {
+                store.set_replica_applied(partition, 0)?;
+                let mut stale = Vec::new();
+                let mut after: Option<String> = None;
+                loop {
+                    let page = store.list_sessions(after.as_deref(), LIST_PAGE)?;
+                    let Some((last, _)) = page.last() else { break };
+                    after = Some(last.clone());
+                    stale.extend(page.into_iter().map(|(key, _)| key).filter(|key| {
+                        crate::cluster::partition_of(key, partitions) == partition
+                            && !sessions.contains_key(key)
+                    }));
+                }
+                for key in stale {
+                    store.delete_session(&key)?;
+                }
+                let now = crate::clock::now_ms();
+                for (key, entries) in sessions {
+                    store.delete_session(&key)?;
+                    let answered = entries
+                        .iter()
+                        .filter_map(|e| e.message_id.clone())
+                        .collect();
+                    store.commit_turn(&TurnCommit {
+                        session_key: key,
+                        entries,
+                        consumed: Vec::new(),
+                        now_ms: now,
+                        channel_messages: Vec::new(),
+                        replica: Some(ReplicaMarks {
+                            partition,
+                            log_seq: 0,
+                            answered,
+                            expires_at_ms: answered_until_ms,
+                        }),
+                    })?;
+                }
+                for change in runs.into_values().flatten() {
+                    change.apply(&store)?;
+                }
+                store.set_replica_applied(partition, seq)
+            },
+        )
+        .await?;
         for key in keys {
             self.inner
                 .engine
@@ -345,16 +328,11 @@ impl Runtime {
         seq: u64,
     ) -> Result<(), Error> {
         let store = self.inner.store.clone();
-        tokio::task::spawn_blocking(move || {
+        on_blocking_pool("applying a replicated scheduled run panicked", move || {
             change.apply(&store)?;
             store.set_replica_applied(partition, seq)
         })
-        .await
-        .map_err(|_| {
-            Error::from(crate::error::StoreError::Invariant(
-                "applying a replicated scheduled run panicked",
-            ))
-        })??;
+        .await?;
         Ok(())
     }
 
@@ -381,4 +359,20 @@ impl Runtime {
     pub(crate) fn publish_remote_reply(&self, reply: Reply) {
         self.inner.replies.publish_remote(reply);
     }
+}
+
+/// Runs store work `f` on the blocking pool (sled blocks); a panic in it is an invariant
+/// error named by `what`.
+async fn on_blocking_pool<T, E>(
+    what: &'static str,
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, Error>
+where
+    T: Send + 'static,
+    E: Into<Error> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|_| Error::from(crate::error::StoreError::Invariant(what)))?
+        .map_err(Into::into)
 }
